@@ -1,0 +1,28 @@
+"""autograd_xla: compile unmodified autograd programs with XLA.
+
+    import autograd.numpy as np
+    from autograd import grad
+    from autograd_xla import jit_ps
+
+    grad_fun = jit_ps(grad(loss))   # traced once per signature, compiled, cached
+
+The pipeline, one module per stage: api (jit_ps and its cache) -> tracing (abstract
+values through autograd's primitives) -> core (the graph) -> rules (translation rules
+by family) -> lowering (graph to StableHLO) -> backend (jaxlib clients, compile,
+execute). autodiff makes autograd differentiate through compiled functions.
+"""
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # silence jaxlib's INFO logging before it loads
+
+from .api import JittedFunction, jit_ps  # noqa: E402
+from .core import Graph  # noqa: E402
+from .errors import (ArgumentError, CompileError, ConcretizationError, JitError,  # noqa: E402
+                     TracerLeakError, UnsupportedPrimitiveError)
+from .rules import register_trace_rule, register_translation_rule  # noqa: E402
+
+__version__ = "0.1.0"
+
+__all__ = ["jit_ps", "JittedFunction", "register_translation_rule", "register_trace_rule", "Graph",
+           "JitError", "ConcretizationError", "UnsupportedPrimitiveError", "TracerLeakError", "CompileError",
+           "ArgumentError"]

@@ -1,0 +1,433 @@
+"""The public entry point: `jit_ps`, a per-signature cache of compiled executables.
+
+A call is classified by its monomorphic signature: the container structure of the
+arguments, each array leaf's shape and dtype (Python scalars are weakly typed, numpy
+scalars are not), and the values of static arguments. The first call with a signature
+traces the function (tracing.py), lowers the graph (lowering.py), compiles it
+(backend.py) and caches the executable; later calls only flatten the arguments, look up
+the cache and execute. Calls that carry autograd boxes go through one autograd primitive
+(autodiff.py), so `grad(jit_ps(f))` differentiates the compiled function.
+"""
+import collections
+import functools
+import inspect
+import threading
+import time
+import warnings
+
+import numpy as np
+from autograd.tracer import box_types
+
+from . import backend as backend_mod
+from . import lowering, rules, tracing, tree
+from .hlo import SUPPORTED_DTYPES as _SUPPORTED
+from .errors import ArgumentError, ConcretizationError, UnsupportedPrimitiveError
+
+rules.load_all()
+
+_PY_SCALARS = {bool: np.dtype(np.bool_), int: np.dtype(np.int64), float: np.dtype(np.float64),
+               complex: np.dtype(np.complex128)}
+
+#: Default bound on the number of compiled signatures one jitted function keeps.
+DEFAULT_CACHE_SIZE = 64
+#: Python scalars that must be concrete are made static automatically; beyond this many
+#: distinct values per function a warning says so, since each value costs a compile.
+AUTO_STATIC_WARN_AFTER = 8
+
+
+class CacheStats:
+    __slots__ = ("hits", "compiles", "trace_seconds", "lower_seconds", "compile_seconds", "fallbacks",
+                 "evictions")
+
+    def __init__(self):
+        self.hits = self.compiles = self.fallbacks = self.evictions = 0
+        self.trace_seconds = self.lower_seconds = self.compile_seconds = 0.0
+
+    def as_dict(self):
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    def __repr__(self):
+        return "CacheStats(" + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                         for k, v in self.as_dict().items()) + ")"
+
+
+class _Entry:
+    __slots__ = ("executable", "out_tree", "graph", "lowered", "python_fallback")
+
+    def __init__(self, executable, out_tree, graph, lowered, python_fallback=False):
+        self.executable, self.out_tree, self.graph = executable, out_tree, graph
+        self.lowered, self.python_fallback = lowered, python_fallback
+
+
+def _leaf_signature(x):
+    t = type(x)
+    if t is np.ndarray:
+        if x.dtype not in _SUPPORTED:
+            raise TypeError(x.dtype)
+        return (x.shape, x.dtype)
+    if t in _PY_SCALARS:
+        if t is int and not -2**63 <= x < 2**63:
+            raise OverflowError(f"Python int {x} does not fit in int64")
+        return t
+    if isinstance(x, (np.generic, np.ndarray)) and x.dtype in _SUPPORTED:
+        return (x.shape, x.dtype)
+    raise TypeError(t)
+
+
+def _aval_of(x):
+    from .core import Aval
+
+    t = type(x)
+    if t in _PY_SCALARS:
+        return Aval((), _PY_SCALARS[t], weak_type=True)
+    return Aval(np.shape(x), np.asarray(x).dtype if not hasattr(x, "dtype") else x.dtype)
+
+
+class JittedFunction:
+    """A function compiled per signature. Call it like the original."""
+
+    def __init__(self, fun, static_argnums=(), static_argnames=(), fallback="python", backend=None,
+                 cache_size=DEFAULT_CACHE_SIZE):
+        if fallback not in ("python", "error"):
+            raise ValueError("fallback must be 'python' or 'error'")
+        functools.update_wrapper(self, fun)
+        self._fun = fun
+        self._static_argnums = tuple(sorted({int(i) for i in ((static_argnums,) if isinstance(static_argnums, int)
+                                                               else static_argnums)}))
+        self._static_argnames = tuple((static_argnames,) if isinstance(static_argnames, str) else static_argnames)
+        try:
+            self._signature = inspect.signature(fun)
+        except (TypeError, ValueError):
+            self._signature = None
+        self._resolve_static_names()
+        self.fallback = fallback
+        self.backend = backend
+        self.cache_size = cache_size
+        self._cache = collections.OrderedDict()
+        self._lock = threading.RLock()
+        self._auto_static = {}  # spec -> frozenset of leaf indices made static
+        self._derivatives = {}
+        self._warned = set()
+        self._last_key = None
+        self.stats = CacheStats()
+
+    def _resolve_static_names(self):
+        """static_argnames may name positional parameters and vice versa, as in jax."""
+        if self._signature is None:
+            return
+        params = list(self._signature.parameters.values())
+        positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        nums, names = set(self._static_argnums), set(self._static_argnames)
+        for n in list(names):
+            if n in positional:
+                nums.add(positional.index(n))
+        for i in list(nums):
+            if i < len(positional):
+                names.add(positional[i])
+        self._static_argnums, self._static_argnames = tuple(sorted(nums)), tuple(sorted(names))
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        return functools.partial(self, obj)
+
+    def __repr__(self):
+        return f"<jit_ps {getattr(self._fun, '__qualname__', self._fun)}>"
+
+    # ----- the call path --------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        if tracing.is_tracing():  # inside another trace: inline, the outer function compiles us
+            return self._fun(*args, **kwargs)
+        spec, leaves = self._split(args, kwargs)
+        for x in leaves:
+            if type(x) in box_types:
+                from .autodiff import jit_call
+                return jit_call(self, spec, *leaves)
+        return self._call_flat(spec, leaves)
+
+    def _split(self, args, kwargs):
+        """(spec, dynamic leaves): spec holds everything static and is hashable."""
+        static_pos = static_kw = ()
+        if self._static_argnums:
+            static_pos = tuple((i, args[i]) for i in self._static_argnums if i < len(args))
+            args = tuple(a for i, a in enumerate(args) if i not in self._static_argnums)
+        if kwargs and self._static_argnames:
+            static_kw = tuple(sorted((k, v) for k, v in kwargs.items() if k in self._static_argnames))
+            kwargs = {k: v for k, v in kwargs.items() if k not in self._static_argnames}
+        leaves, treedef = tree.flatten((args, kwargs) if kwargs else args)
+        spec = (treedef, bool(kwargs), static_pos, static_kw)
+        if static_pos or static_kw:
+            try:
+                hash(spec)
+            except TypeError:
+                bad = next(name for name, v in self._static_items(static_pos, static_kw) if not _hashable(v))
+                raise ArgumentError(f"static argument {bad} must be hashable (it is part of the compile cache "
+                                    "key); pass a tuple instead of a list, or make it a traced argument") from None
+        return spec, leaves
+
+    def _static_items(self, static_pos, static_kw):
+        names = self._positional_names()
+        for i, v in static_pos:
+            yield (f"'{names[i]}'" if i < len(names) else f"#{i}"), v
+        for k, v in static_kw:
+            yield f"'{k}'", v
+
+    def _positional_names(self):
+        if self._signature is None:
+            return []
+        return [p.name for p in self._signature.parameters.values()
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+    def _call_flat(self, spec, leaves):
+        auto = self._auto_static.get(spec)
+        try:
+            sig = tuple(map(_leaf_signature, leaves))
+        except (TypeError, OverflowError):
+            self._raise_bad_argument(spec, leaves)
+        key = (spec, sig, tuple(leaves[i] for i in auto)) if auto else (spec, sig)
+        entry = self._cache.get(key)
+        if entry is None:
+            entry = self._compile(key, spec, leaves)
+        else:
+            self.stats.hits += 1
+        if entry.python_fallback:
+            return self._apply(spec, leaves)
+        if auto:
+            leaves = [x for i, x in enumerate(leaves) if i not in auto]
+        return tree.unflatten(entry.out_tree, entry.executable(leaves))
+
+    def _apply(self, spec, leaves):
+        """Call the user's function with the original arguments rebuilt from `leaves`."""
+        treedef, has_kwargs, static_pos, static_kw = spec
+        rebuilt = tree.unflatten(treedef, leaves)
+        args, kwargs = rebuilt if has_kwargs else (rebuilt, {})
+        if static_pos:
+            args = list(args)
+            for i, v in static_pos:
+                args.insert(i, v)
+        if static_kw:
+            kwargs = dict(kwargs, **dict(static_kw))
+        return self._fun(*args, **kwargs)
+
+    # ----- compiling a signature ------------------------------------------------------------
+    def _compile(self, key, spec, leaves):
+        with self._lock:
+            entry = self._cache.get(key)
+            if entry is not None:
+                return entry
+            entry = self._build(spec, leaves)
+            self._cache[key] = entry
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+                self.stats.evictions += 1
+            self._note_recompile(key)
+            return entry
+
+    def _build(self, spec, leaves):
+        while True:
+            auto = self._auto_static.get(spec, frozenset())
+            try:
+                return self._trace_and_compile(spec, leaves, auto)
+            except ConcretizationError as e:
+                extra = set(getattr(e, "scalar_args", ())) - auto
+                if not extra:
+                    raise
+                dynamic = [i for i in range(len(leaves)) if i not in auto]
+                self._auto_static[spec] = auto | {dynamic[i] for i in extra}
+                self._warn_auto_static(spec, e)
+                # the cache key of this call now includes the static values: recompute it
+                new_auto = self._auto_static[spec]
+                key = (spec, tuple(map(_leaf_signature, leaves)), tuple(leaves[i] for i in new_auto))
+                hit = self._cache.get(key)
+                if hit is not None:
+                    return hit
+            except UnsupportedPrimitiveError as e:
+                if self.fallback == "error":
+                    raise
+                self._warn_fallback(e)
+                self.stats.fallbacks += 1
+                return _Entry(None, None, None, None, python_fallback=True)
+
+    def _trace_and_compile(self, spec, leaves, auto):
+        names = self._leaf_names(spec)
+        dynamic = [i for i in range(len(leaves)) if i not in auto]
+        in_avals = [_aval_of(leaves[i]) for i in dynamic]
+
+        def flat_fun(*tracers):
+            full = list(leaves)
+            for i, t in zip(dynamic, tracers):
+                full[i] = t
+            return self._apply(spec, full)
+
+        t0 = time.perf_counter()
+        graph, out_tree = tracing.trace_function(flat_fun, in_avals, [names[i] for i in dynamic])
+        t1 = time.perf_counter()
+        backend = backend_mod.get_backend(self.backend)
+        lowered = lowering.lower(graph, getattr(self._fun, "__name__", "jit_fn"), backend.platform)
+        t2 = time.perf_counter()
+        exe = backend.compile(lowered.text)
+        executable = backend_mod.Executable(backend, exe, graph.in_avals, lowered.out_avals, lowered.consts,
+                                            lowered.text)
+        t3 = time.perf_counter()
+        s = self.stats
+        s.compiles += 1
+        s.trace_seconds += t1 - t0
+        s.lower_seconds += t2 - t1
+        s.compile_seconds += t3 - t2
+        return _Entry(executable, out_tree, graph, lowered)
+
+    def _leaf_names(self, spec):
+        """Python-syntax name of every dynamic leaf: params[2]['W'], x, args[1]."""
+        treedef, has_kwargs, static_pos, _ = spec
+        names = self._positional_names()
+        static_idx = {i for i, _ in static_pos}
+        dyn_names = [n for i, n in enumerate(names) if i not in static_idx]
+        out = []
+        for keys in tree.leaf_paths(treedef):
+            if has_kwargs:
+                group, keys = keys[0], keys[1:]
+                if group == 1:
+                    out.append(f"{keys[0]}{tree.format_path(keys[1:])}")
+                    continue
+            i = keys[0]
+            out.append((dyn_names[i] if i < len(dyn_names) else f"args[{i}]") + tree.format_path(keys[1:]))
+        return out
+
+    def _raise_bad_argument(self, spec, leaves):
+        names = self._leaf_names(spec)
+        for name, x in zip(names, leaves):
+            try:
+                _leaf_signature(x)
+            except OverflowError as e:
+                raise ArgumentError(f"argument {name}: {e}; pass it as a numpy array of an explicit dtype "
+                                    "or mark it static") from None
+            except TypeError:
+                raise ArgumentError(_describe_bad_leaf(name, x)) from None
+
+    # ----- warnings -------------------------------------------------------------------------
+    def _note_recompile(self, key):
+        previous, self._last_key = self._last_key, key
+        if previous is None or self.stats.compiles <= AUTO_STATIC_WARN_AFTER:
+            return
+        if "recompile" in self._warned and self.stats.compiles % AUTO_STATIC_WARN_AFTER:
+            return
+        self._warned.add("recompile")
+        warnings.warn(f"{self!r} has compiled {self.stats.compiles} times; the latest call differed from the "
+                      f"previous one in {_describe_change(previous, key)}. Each distinct signature compiles "
+                      "anew: keep shapes and dtypes fixed, pass changing values as arrays rather than static "
+                      "arguments, or pad inputs to a few sizes.", stacklevel=4)
+
+    def _warn_auto_static(self, spec, error):
+        n = sum(1 for k in self._cache if k[0] == spec and len(k) > 2)
+        if n >= AUTO_STATIC_WARN_AFTER and "auto_static_many" not in self._warned:
+            self._warned.add("auto_static_many")
+            warnings.warn(f"{self!r}: a Python scalar argument is used where a concrete value is needed "
+                          f"({error.source}); it is compiled once per value and {n} values have been compiled. "
+                          "Pass it through static_argnums to make this explicit, or restructure with "
+                          "autograd_xla.fori_loop / np.where.", stacklevel=5)
+
+    def _warn_fallback(self, error):
+        key = ("fallback", getattr(error.primitive, "__name__", str(error.primitive)))
+        if key in self._warned:
+            return
+        self._warned.add(key)
+        warnings.warn(f"jit_ps({getattr(self._fun, '__name__', self._fun)}) runs as plain autograd: {error} "
+                      "Use jit_ps(f, fallback='error') to make this an error.", stacklevel=5)
+
+    # ----- introspection --------------------------------------------------------------------
+    def _entry_for(self, args, kwargs):
+        spec, leaves = self._split(args, kwargs)
+        if any(type(x) in box_types for x in leaves):
+            raise TypeError("introspection takes concrete arguments, not autograd boxes")
+        auto = self._auto_static.get(spec)
+        sig = tuple(map(_leaf_signature, leaves))
+        key = (spec, sig, tuple(leaves[i] for i in auto)) if auto else (spec, sig)
+        entry = self._cache.get(key) or self._compile(key, spec, leaves)
+        if entry.python_fallback:
+            raise UnsupportedPrimitiveError(f"{self!r} falls back to plain autograd for these arguments")
+        return entry
+
+    def graph(self, *args, **kwargs):
+        """The traced primitive graph for these arguments (print it for a listing)."""
+        return self._entry_for(args, kwargs).graph
+
+    def stablehlo(self, *args, **kwargs):
+        """The StableHLO module text given to XLA for these arguments."""
+        return self._entry_for(args, kwargs).lowered.text
+
+    def optimized_hlo(self, *args, **kwargs):
+        """XLA's optimised HLO for these arguments: shows what was fused."""
+        return self._entry_for(args, kwargs).executable.optimized_hlo()
+
+    def cost_analysis(self, *args, **kwargs):
+        return self._entry_for(args, kwargs).executable.cost_analysis()
+
+    def cache_info(self):
+        info = self.stats.as_dict()
+        info["size"] = len(self._cache)
+        info["max_size"] = self.cache_size
+        return info
+
+    def clear_cache(self):
+        with self._lock:
+            self._cache.clear()
+            self._derivatives.clear()
+
+
+def _hashable(v):
+    try:
+        hash(v)
+        return True
+    except TypeError:
+        return False
+
+
+def _describe_bad_leaf(name, x):
+    if isinstance(x, np.ndarray):
+        return (f"argument {name} is an array of dtype {x.dtype}, which XLA cannot hold; jitted functions take "
+                "numeric and boolean arrays (convert it, or pass it as a static argument)")
+    if isinstance(x, str):
+        return f"argument {name} is a string; pass strings through static_argnums/static_argnames"
+    return (f"argument {name} has type {type(x).__name__}; jitted functions take numpy arrays, Python and numpy "
+            "scalars, and tuples/lists/dicts of them. Pass other objects through static_argnums/static_argnames "
+            "(they must be hashable)")
+
+
+def _describe_change(old, new):
+    (spec0, sig0, *st0), (spec1, sig1, *st1) = old, new
+    if spec0[0] != spec1[0] or spec0[1] != spec1[1]:
+        return f"argument structure ({tree.describe(spec0[0])} -> {tree.describe(spec1[0])})"
+    if spec0[2:] != spec1[2:]:
+        return "the value of a static argument"
+    for a, b in zip(sig0, sig1):
+        if a != b:
+            if isinstance(a, tuple) and isinstance(b, tuple):
+                what = "dtype" if a[0] == b[0] else "shape"
+                return f"an argument's {what} ({_sig_str(a)} -> {_sig_str(b)})"
+            return f"an argument's type ({_sig_str(a)} -> {_sig_str(b)})"
+    if st0 != st1:
+        return "the value of a Python scalar used as a static value"
+    return "its signature"
+
+
+def _sig_str(s):
+    if isinstance(s, tuple):
+        return f"{s[1]}{list(s[0])}"
+    return f"Python {s.__name__}"
+
+
+def jit_ps(fun=None, *, static_argnums=(), static_argnames=(), fallback="python", backend=None,
+           cache_size=DEFAULT_CACHE_SIZE):
+    """Compile `fun` with XLA, once per signature; use as `jit_ps(f)` or `@jit_ps(...)`.
+
+    static_argnums / static_argnames: arguments passed by value into the trace (must be
+    hashable; each distinct value compiles separately). fallback: 'python' runs plain
+    autograd, with one warning, when the function uses a primitive without a translation
+    rule; 'error' raises instead. backend: platform name ('cpu'); None is the default.
+    """
+    if fun is None:
+        return functools.partial(jit_ps, static_argnums=static_argnums, static_argnames=static_argnames,
+                                 fallback=fallback, backend=backend, cache_size=cache_size)
+    if isinstance(fun, JittedFunction) and not (static_argnums or static_argnames):
+        return fun
+    return JittedFunction(fun, static_argnums, static_argnames, fallback, backend, cache_size)

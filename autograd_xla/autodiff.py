@@ -1,0 +1,82 @@
+"""autograd differentiating through a jitted function: `grad(jit_ps(f))` and friends.
+
+A call of a jitted function on autograd boxes is one autograd primitive, `jit_call`.
+Its VJP and JVP are themselves jitted functions, built by running autograd's own
+`make_vjp` / `make_jvp` over the user's function inside a trace; so the backward pass
+is compiled too, and because those derivative functions are jitted functions again,
+a second derivative (`grad(grad(jit_ps(f)))`, `hessian`) goes round the same loop.
+"""
+from autograd.core import make_jvp, make_vjp
+from autograd.extend import defjvp_argnums, defvjp_argnums, primitive
+
+_LEAVES = 2  # jit_call(fn, spec, *leaves): leaves start at argument 2
+
+
+@primitive
+def jit_call(fn, spec, *leaves):
+    return fn._call_flat(spec, list(leaves))
+
+
+def _with(leaves, nums, values):
+    full = list(leaves)
+    for i, v in zip(nums, values):
+        full[i] = v
+    return full
+
+
+def _restricted(fn, spec, leaves, nums):
+    """fn as a function of leaves[nums] alone. One differentiated leaf is passed bare, not in
+    a 1-tuple: autograd accumulates a tuple's gradient in place into zeros of the leaf's dtype,
+    while a bare array's gradient keeps the dtype the backward pass produced."""
+    if len(nums) == 1:
+        return (lambda x: fn._apply(spec, _with(leaves, nums, (x,)))), leaves[nums[0]]
+    return (lambda diff: fn._apply(spec, _with(leaves, nums, diff))), tuple(leaves[i] for i in nums)
+
+
+def make_vjp_function(fn, spec, nums):
+    """(leaves, g) -> gradients of fn's output . g with respect to leaves[nums]."""
+    def vjp_fn(leaves, g):
+        f, x = _restricted(fn, spec, leaves, nums)
+        vjp, _ = make_vjp(f, x)
+        grads = vjp(g)
+        return (grads,) if len(nums) == 1 else grads
+    vjp_fn.__name__ = f"vjp_{getattr(fn._fun, '__name__', 'fn')}"
+    return vjp_fn
+
+
+def make_jvp_function(fn, spec, nums):
+    """(leaves, tangents) -> the tangent of fn's output along tangents of leaves[nums]."""
+    def jvp_fn(leaves, tangents):
+        f, x = _restricted(fn, spec, leaves, nums)
+        _, out_tangent = make_jvp(f, x)(tangents[0] if len(nums) == 1 else tuple(tangents))
+        return out_tangent
+    jvp_fn.__name__ = f"jvp_{getattr(fn._fun, '__name__', 'fn')}"
+    return jvp_fn
+
+
+def _derivative(fn, kind, spec, nums):
+    from .api import JittedFunction
+
+    key = (kind, spec, nums)
+    d = fn._derivatives.get(key)
+    if d is None:
+        maker = make_vjp_function if kind == "vjp" else make_jvp_function
+        d = fn._derivatives[key] = JittedFunction(maker(fn, spec, nums), fallback=fn.fallback, backend=fn.backend,
+                                                  cache_size=fn.cache_size)
+    return d
+
+
+def _vjp(argnums, ans, args, kwargs):
+    fn, spec, leaves = args[0], args[1], args[_LEAVES:]
+    bwd = _derivative(fn, "vjp", spec, tuple(a - _LEAVES for a in argnums))
+    return lambda g: bwd(tuple(leaves), g)
+
+
+def _jvp(argnums, gs, ans, args, kwargs):
+    fn, spec, leaves = args[0], args[1], args[_LEAVES:]
+    fwd = _derivative(fn, "jvp", spec, tuple(a - _LEAVES for a in argnums))
+    return fwd(tuple(leaves), tuple(gs))
+
+
+defvjp_argnums(jit_call, _vjp)
+defjvp_argnums(jit_call, _jvp)

@@ -1,0 +1,251 @@
+"""The traced program: abstract values, variables, equations and graphs.
+
+A Graph is what tracing produces and lowering consumes. Each equation is one call of a
+primitive (numpy's or scipy's raw function that autograd wraps, or one of autograd's own
+helpers), stored with its call arguments exactly as the program passed them, except that
+every traced value is replaced by its Var. Translation rules therefore receive the same
+arguments numpy would have, and a Graph prints as a readable list of numpy calls.
+"""
+import numpy as np
+
+
+class Aval:
+    """Shape, dtype and weak type of an abstract array: everything but the data.
+
+    `weak_type` marks values that came from a Python scalar: like Python numbers under
+    numpy 2 (NEP 50) they take the dtype of whatever array they meet. The attribute names
+    are also the protocol jaxlib's runtime reads (`shape`, `dtype`, `weak_type`).
+    """
+
+    __slots__ = ("shape", "dtype", "weak_type")
+
+    def __init__(self, shape, dtype, weak_type=False):
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = np.dtype(dtype)
+        self.weak_type = weak_type
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def strong(self):
+        return Aval(self.shape, self.dtype) if self.weak_type else self
+
+    def __eq__(self, other):
+        return (isinstance(other, Aval) and self.shape == other.shape and self.dtype == other.dtype
+                and self.weak_type == other.weak_type)
+
+    def __hash__(self):
+        return hash((self.shape, self.dtype, self.weak_type))
+
+    def __str__(self):
+        return f"{short_dtype(self.dtype)}[{','.join(map(str, self.shape))}]" + ("~" if self.weak_type else "")
+
+    __repr__ = __str__
+
+
+_SHORT = {"bool": "bool", "float": "f", "int": "i", "uint": "u", "complex": "c"}
+
+
+def short_dtype(dtype):
+    dtype = np.dtype(dtype)
+    if dtype.kind == "b":
+        return "bool"
+    if dtype.kind == "V" or dtype.name == "bfloat16":
+        return dtype.name
+    return {"f": "f", "i": "i", "u": "u", "c": "c"}[dtype.kind] + str(dtype.itemsize * (4 if dtype.kind == "c" else 8))
+
+
+class UfuncMethod:
+    """A ufunc method (`numpy.add.at`, `numpy.multiply.outer`) as a primitive: hashable,
+    one object per (ufunc, method), so rules can be keyed by it."""
+
+    __slots__ = ("ufunc", "method")
+    _interned = {}
+
+    def __new__(cls, ufunc, method):
+        key = (ufunc, method)
+        self = cls._interned.get(key)
+        if self is None:
+            self = object.__new__(cls)
+            self.ufunc, self.method = ufunc, method
+            cls._interned[key] = self
+        return self
+
+    @property
+    def primitive_name(self):
+        return f"{self.ufunc.__name__}.{self.method}"
+
+    def __call__(self, *args, **kwargs):
+        return getattr(self.ufunc, self.method)(*args, **kwargs)
+
+
+def setitem(x, idx, value):
+    """`x[idx] = value` as a pure function: the primitive behind item assignment on traced
+    arrays, which rebinds the assigned name to the result."""
+    out = np.array(x, copy=True)
+    out[idx] = value
+    return out
+
+
+class Var:
+    __slots__ = ("aval", "count")
+
+    def __init__(self, aval, count):
+        self.aval, self.count = aval, count
+
+    def __repr__(self):
+        return f"v{self.count}"
+
+
+class Eqn:
+    """One primitive call. `outvars` line up with the leaves of the rule's result; a None
+    there means the rule returned one of its inputs unchanged for that leaf."""
+
+    __slots__ = ("prim", "args", "kwargs", "outvars", "out_tree", "source")
+
+    def __init__(self, prim, args, kwargs, outvars, out_tree, source):
+        self.prim, self.args, self.kwargs = prim, args, kwargs
+        self.outvars, self.out_tree, self.source = outvars, out_tree, source
+
+    def invars(self):
+        found = []
+        walk_vars((self.args, self.kwargs), found.append)
+        return found
+
+
+class Graph:
+    """A traced function: inputs, captured outer values, equations and outputs.
+
+    `outvars` holds Vars or concrete constants (a function may return a constant).
+    `captured` lists values of enclosing traces that a sub-graph (a loop body, a branch)
+    closes over; lowering passes them in after `invars`.
+    """
+
+    __slots__ = ("invars", "captured", "eqns", "outvars", "in_tree", "out_tree", "arg_names")
+
+    def __init__(self, invars, eqns, outvars, in_tree=None, out_tree=None, captured=(), arg_names=None):
+        self.invars, self.eqns, self.outvars = invars, eqns, outvars
+        self.in_tree, self.out_tree = in_tree, out_tree
+        self.captured = list(captured)
+        self.arg_names = arg_names
+
+    @property
+    def in_avals(self):
+        return [v.aval for v in self.invars]
+
+    @property
+    def out_avals(self):
+        return [v.aval if isinstance(v, Var) else Aval(np.shape(v), np.result_type(v)) for v in self.outvars]
+
+    def __str__(self):
+        return format_graph(self)
+
+
+def walk_vars(obj, visit):
+    """Call `visit` on every Var inside nested tuples/lists/dicts/slices."""
+    t = type(obj)
+    if t is Var:
+        visit(obj)
+    elif t is tuple or t is list or isinstance(obj, tuple):
+        for x in obj:
+            walk_vars(x, visit)
+    elif t is dict:
+        for x in obj.values():
+            walk_vars(x, visit)
+    elif t is slice:
+        walk_vars((obj.start, obj.stop, obj.step), visit)
+
+
+def map_vars(obj, f):
+    """Copy of `obj` with every Var replaced by f(var); containers are rebuilt only if needed."""
+    t = type(obj)
+    if t is Var:
+        return f(obj)
+    if t is tuple or t is list:
+        new = [map_vars(x, f) for x in obj]
+        return obj if all(a is b for a, b in zip(new, obj)) else t(new)
+    if t is dict:
+        return {k: map_vars(x, f) for k, x in obj.items()}
+    if t is slice:
+        return slice(*map_vars((obj.start, obj.stop, obj.step), f))
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return t(*[map_vars(x, f) for x in obj])
+    return obj
+
+
+def prim_name(prim):
+    name = getattr(prim, "primitive_name", None)
+    if name:
+        return name
+    name = getattr(prim, "__name__", None) or type(prim).__name__
+    owner = getattr(prim, "__self__", None)
+    if owner is not None and not isinstance(owner, type(np)):
+        owner_name = getattr(owner, "__name__", None) or getattr(owner, "name", None) or type(owner).__name__
+        return f"{owner_name}.{name}"
+    module = getattr(prim, "__module__", None) or ""
+    for prefix, short in (("numpy.linalg", "linalg."), ("numpy.fft", "fft."), ("scipy.special", "special."),
+                          ("scipy.linalg", "scipy.linalg."), ("scipy.stats", "stats.")):
+        if module.startswith(prefix):
+            return short + name
+    return name
+
+
+def _format_arg(x, names):
+    if isinstance(x, Var):
+        return names(x)
+    if isinstance(x, np.ndarray):
+        if x.size <= 6:
+            return f"{short_dtype(x.dtype)}{np.array2string(x, separator=',')}".replace("\n", "")
+        return f"const {short_dtype(x.dtype)}[{','.join(map(str, x.shape))}]"
+    if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
+        inner = ", ".join(_format_arg(i, names) for i in x)
+        return f"[{inner}]" if isinstance(x, list) else f"({inner}{',' if len(x) == 1 else ''})"
+    if isinstance(x, slice):
+        parts = [("" if p is None else _format_arg(p, names)) for p in (x.start, x.stop, x.step)]
+        return ":".join(parts[:2]) + (f":{parts[2]}" if x.step is not None else "")
+    if isinstance(x, np.dtype):
+        return x.name
+    if isinstance(x, type):
+        return x.__name__
+    if x is Ellipsis:
+        return "..."
+    text = repr(x)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def format_graph(graph, indent=""):
+    """Readable listing: one line per equation, with the user's source line."""
+    table = {}
+
+    def names(v):
+        if v not in table:
+            table[v] = f"v{len(table)}"
+        return table[v]
+
+    def typed(v):
+        return f"{names(v)}:{v.aval}"
+
+    lines = []
+    arg_names = graph.arg_names or [None] * len(graph.invars)
+    ins = [typed(v) + (f" ({n})" if n else "") for v, n in zip(graph.invars, arg_names)]
+    lines.append(f"{indent}inputs: {', '.join(ins) or '-'}")
+    if graph.captured:
+        lines.append(f"{indent}captured: {', '.join(typed(v) for v, _ in graph.captured)}")
+    for eqn in graph.eqns:
+        outs = ", ".join(typed(v) for v in eqn.outvars if v is not None) or "_"
+        args = [_format_arg(a, names) for a in eqn.args]
+        args += [f"{k}={_format_arg(v, names)}" for k, v in eqn.kwargs.items()]
+        where = ""
+        if eqn.source is not None:
+            where = f"  # {eqn.source.filename.rsplit('/', 1)[-1]}:{eqn.source.lineno}"
+        lines.append(f"{indent}{outs} = {prim_name(eqn.prim)}({', '.join(args)}){where}")
+        for sub in getattr(eqn.prim, "subgraphs", lambda e: ())(eqn):
+            lines.append(format_graph(sub, indent + "    "))
+    outs = [names(v) if isinstance(v, Var) else _format_arg(np.asarray(v), names) for v in graph.outvars]
+    lines.append(f"{indent}outputs: {', '.join(outs) or '-'}")
+    return "\n".join(lines)

@@ -1,0 +1,102 @@
+"""Error types, and how an error finds the user's own line of code.
+
+Every error raised while tracing names the primitive involved and points at the first
+stack frame outside autograd, numpy, scipy and this package: the line the user wrote.
+"""
+import os
+import sys
+import threading
+
+import autograd
+import numpy
+import scipy
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_LIBRARY_DIRS = tuple(
+    os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (autograd, numpy, scipy)
+) + (_PACKAGE_DIR + os.sep,)
+_STDLIB_FILES = ("contextlib.py", "functools.py", "threading.py")
+
+
+class SourceInfo:
+    __slots__ = ("filename", "lineno", "function")
+
+    def __init__(self, filename, lineno, function):
+        self.filename, self.lineno, self.function = filename, lineno, function
+
+    def line(self):
+        import linecache
+
+        return linecache.getline(self.filename, self.lineno).strip()
+
+    def __str__(self):
+        text = self.line()
+        return f'File "{self.filename}", line {self.lineno}, in {self.function}' + (f"\n    {text}" if text else "")
+
+
+_is_library = {}
+
+
+def _library_file(filename):
+    hit = _is_library.get(filename)
+    if hit is None:
+        path = os.path.abspath(filename)
+        hit = path.startswith(_LIBRARY_DIRS) or os.path.basename(path) in _STDLIB_FILES or filename.startswith("<frozen")
+        _is_library[filename] = hit
+    return hit
+
+
+def user_frame(depth=1):
+    """SourceInfo of the innermost frame that is the user's code, or None."""
+    f = sys._getframe(depth)
+    while f is not None:
+        code = f.f_code
+        if not _library_file(code.co_filename):
+            return SourceInfo(code.co_filename, f.f_lineno, code.co_name)
+        f = f.f_back
+    return None
+
+
+class JitError(Exception):
+    """Base class of errors raised by autograd_xla itself."""
+
+
+class ConcretizationError(JitError, TypeError):
+    """A traced (abstract) value was asked for a concrete Python value."""
+
+
+class UnsupportedPrimitiveError(JitError, NotImplementedError):
+    """A primitive without a translation rule was reached while tracing."""
+
+    def __init__(self, message, primitive=None, source=None):
+        super().__init__(message)
+        self.primitive, self.source = primitive, source
+
+
+class TracerLeakError(JitError):
+    """A traced value escaped the function being compiled."""
+
+
+class CompileError(JitError):
+    """XLA rejected the program; names the primitive and the user's line."""
+
+
+class ArgumentError(JitError, TypeError):
+    """An argument of a jitted function cannot be passed to XLA."""
+
+
+class _PrimitiveStack(threading.local):
+    """Names of the autograd primitives whose raw numpy code is running on traced values."""
+
+    def __init__(self):
+        self.names = []
+
+
+primitive_stack = _PrimitiveStack()
+
+
+def annotate(exc, message):
+    """Attach context to an exception without changing its type (callers may catch it)."""
+    if message not in getattr(exc, "__notes__", ()):
+        exc.add_note(message)
+    return exc

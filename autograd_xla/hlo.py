@@ -1,0 +1,379 @@
+"""StableHLO text emission: element types, SSA values, and one builder method per op.
+
+Everything here speaks StableHLO, not numpy: operands must already have the dtypes and
+shapes the op requires. Numpy semantics (promotion, broadcasting, casting) live one layer
+up, in `lowering.LoweringContext`, so that each translation rule reads as numpy.
+
+Ops are printed in MLIR's generic form (`"stablehlo.add"(%a, %b) : (...) -> ...`): one
+printer serves every op and there is no per-op pretty syntax to get wrong. Each method
+computes its result type itself, which is what lets the tracer run a translation rule to
+learn a primitive's output shape and dtype (see `tracing.abstract_eval`).
+"""
+import itertools
+
+import ml_dtypes
+import numpy as np
+
+_ELEMENT_TYPES = {
+    np.dtype(np.bool_): "i1",
+    np.dtype(np.int8): "i8",
+    np.dtype(np.int16): "i16",
+    np.dtype(np.int32): "i32",
+    np.dtype(np.int64): "i64",
+    np.dtype(np.uint8): "ui8",
+    np.dtype(np.uint16): "ui16",
+    np.dtype(np.uint32): "ui32",
+    np.dtype(np.uint64): "ui64",
+    np.dtype(np.float16): "f16",
+    np.dtype(ml_dtypes.bfloat16): "bf16",
+    np.dtype(np.float32): "f32",
+    np.dtype(np.float64): "f64",
+    np.dtype(np.complex64): "complex<f32>",
+    np.dtype(np.complex128): "complex<f64>",
+}
+SUPPORTED_DTYPES = frozenset(_ELEMENT_TYPES)
+
+
+def element_type(dtype):
+    try:
+        return _ELEMENT_TYPES[np.dtype(dtype)]
+    except KeyError:
+        raise TypeError(f"dtype {np.dtype(dtype)} has no XLA equivalent") from None
+
+
+def tensor_type(shape, dtype):
+    dims = "".join(f"{d}x" for d in shape)
+    return f"tensor<{dims}{element_type(dtype)}>"
+
+
+def i64_array(xs):
+    xs = list(xs)
+    return f"array<i64: {', '.join(str(int(x)) for x in xs)}>" if xs else "array<i64>"
+
+
+def i64_list(xs):
+    return "[" + ", ".join(str(int(x)) for x in xs) + "]"
+
+
+def i64(x):
+    return f"{int(x)} : i64"
+
+
+def boolean(x):
+    return "true" if x else "false"
+
+
+def string(s):
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def hex_dense(array):
+    """Exact bytes of a constant; a single element is read by MLIR as a splat."""
+    return '"0x' + np.ascontiguousarray(array).tobytes().hex().upper() + '"'
+
+
+def compare_type(dtype):
+    kind = np.dtype(dtype).kind
+    if kind in "fc":
+        return "FLOAT"
+    if kind in "ub":
+        return "UNSIGNED"
+    return "SIGNED"
+
+
+class Value:
+    """An SSA value of the function being built: its name and its static type."""
+
+    __slots__ = ("name", "shape", "dtype", "weak_type")
+
+    def __init__(self, name, shape, dtype, weak_type=False):
+        self.name = name
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self.weak_type = weak_type  # numpy-level promotion hint (see core.Aval); HLO ignores it
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def type(self):
+        return tensor_type(self.shape, self.dtype)
+
+    def __repr__(self):
+        return f"{self.name}: {self.type}"
+
+
+class Builder:
+    """Appends ops to one block. Child builders (regions) share the name counter, so
+    names are unique across the whole function and regions may use outer values."""
+
+    def __init__(self, counter=None, depth=2):
+        self._counter = counter if counter is not None else itertools.count()
+        self._depth = depth
+        self.lines = []
+
+    # ----- plumbing -------------------------------------------------------------------------
+    def fresh_name(self, prefix="%"):
+        return f"{prefix}{next(self._counter)}"
+
+    def child(self):
+        return type(self)(self._counter, self._depth + 2)
+
+    def emit(self, line):
+        self.lines.append("  " * self._depth + line)
+
+    def op(self, name, operands, results, attrs=None, regions=()):
+        """Emit one op; `results` is a list of (shape, dtype). Returns a list of Values."""
+        operands = list(operands)
+        names = self.fresh_name()
+        outs = [Value(names if len(results) == 1 else f"{names}#{i}", s, d) for i, (s, d) in enumerate(results)]
+        lhs = ""
+        if len(results) == 1:
+            lhs = f"{names} = "
+        elif results:
+            lhs = f"{names}:{len(results)} = "
+        text = f'{lhs}"{name}"({", ".join(v.name for v in operands)})'
+        if regions:
+            text += " (" + ", ".join(regions) + ")"
+        if attrs:
+            text += " {" + ", ".join(f"{k} = {v}" for k, v in attrs.items()) + "}"
+        in_types = ", ".join(v.type for v in operands)
+        out_types = [tensor_type(s, d) for s, d in results]
+        out_text = out_types[0] if len(out_types) == 1 else "(" + ", ".join(out_types) + ")"
+        self.emit(f"{text} : ({in_types}) -> {out_text}")
+        return outs
+
+    def op1(self, name, operands, shape, dtype, attrs=None, regions=()):
+        return self.op(name, operands, [(shape, dtype)], attrs, regions)[0]
+
+    def region(self, arg_types, body):
+        """Text of a one-block region. `body(builder, *args)` returns the values to yield."""
+        inner = self.child()
+        args = [Value(inner.fresh_name("%a"), s, d) for s, d in arg_types]
+        results = body(inner, *args)
+        results = list(results) if isinstance(results, (list, tuple)) else [results]
+        inner.emit(
+            f'"stablehlo.return"({", ".join(v.name for v in results)}) : '
+            f'({", ".join(v.type for v in results)}) -> ()'
+        )
+        pad = "  " * (self._depth + 1)
+        head = ""
+        if args:
+            head = f"{pad}^bb0({', '.join(f'{a.name}: {a.type}' for a in args)}):\n"
+        return "{\n" + head + "\n".join(inner.lines) + "\n" + "  " * self._depth + "}", results
+
+    # ----- constants and shapes -------------------------------------------------------------
+    def constant(self, array):
+        array = np.asarray(array)
+        if array.size > 1 and (array == array.flat[0]).all() and not np.isnan(array.flat[0]):
+            data = hex_dense(array.flat[:1])
+        else:
+            data = hex_dense(array)
+        attr = {"value": f"dense<{data}> : {tensor_type(array.shape, array.dtype)}"}
+        return self.op1("stablehlo.constant", [], array.shape, array.dtype, attr)
+
+    def splat(self, value, shape, dtype):
+        scalar = self.constant(np.asarray(value, dtype=dtype))
+        return scalar if not shape else self.broadcast_in_dim(scalar, shape, ())
+
+    def iota(self, shape, dtype, dimension):
+        return self.op1("stablehlo.iota", [], shape, dtype, {"iota_dimension": i64(dimension)})
+
+    def broadcast_in_dim(self, x, shape, dims):
+        shape = tuple(shape)
+        if x.shape == shape and tuple(dims) == tuple(range(len(shape))):
+            return x
+        return self.op1("stablehlo.broadcast_in_dim", [x], shape, x.dtype, {"broadcast_dimensions": i64_array(dims)})
+
+    def reshape(self, x, shape):
+        shape = tuple(shape)
+        if x.shape == shape:
+            return x
+        return self.op1("stablehlo.reshape", [x], shape, x.dtype)
+
+    def transpose(self, x, perm):
+        perm = tuple(perm)
+        if perm == tuple(range(x.ndim)):
+            return x
+        shape = tuple(x.shape[p] for p in perm)
+        return self.op1("stablehlo.transpose", [x], shape, x.dtype, {"permutation": i64_array(perm)})
+
+    def slice(self, x, starts, limits, strides=None):
+        strides = strides or [1] * x.ndim
+        shape = tuple(max(0, -(-(hi - lo) // st)) for lo, hi, st in zip(starts, limits, strides))
+        if shape == x.shape:
+            return x
+        attrs = {"start_indices": i64_array(starts), "limit_indices": i64_array(limits), "strides": i64_array(strides)}
+        return self.op1("stablehlo.slice", [x], shape, x.dtype, attrs)
+
+    def dynamic_slice(self, x, starts, sizes):
+        return self.op1("stablehlo.dynamic_slice", [x, *starts], sizes, x.dtype, {"slice_sizes": i64_array(sizes)})
+
+    def dynamic_update_slice(self, x, update, starts):
+        return self.op1("stablehlo.dynamic_update_slice", [x, update, *starts], x.shape, x.dtype)
+
+    def concatenate(self, xs, dimension):
+        if len(xs) == 1:
+            return xs[0]
+        shape = list(xs[0].shape)
+        shape[dimension] = sum(x.shape[dimension] for x in xs)
+        return self.op1("stablehlo.concatenate", xs, shape, xs[0].dtype, {"dimension": i64(dimension)})
+
+    def pad(self, x, value, low, high, interior=None):
+        interior = interior or [0] * x.ndim
+        shape = [lo + hi + d + max(0, d - 1) * it for d, lo, hi, it in zip(x.shape, low, high, interior)]
+        attrs = {"edge_padding_low": i64_array(low), "edge_padding_high": i64_array(high),
+                 "interior_padding": i64_array(interior)}
+        return self.op1("stablehlo.pad", [x, value], shape, x.dtype, attrs)
+
+    def reverse(self, x, dims):
+        if not dims:
+            return x
+        return self.op1("stablehlo.reverse", [x], x.shape, x.dtype, {"dimensions": i64_array(dims)})
+
+    # ----- elementwise ----------------------------------------------------------------------
+    def unary(self, name, x, dtype=None):
+        return self.op1(f"stablehlo.{name}", [x], x.shape, dtype or x.dtype)
+
+    def binary(self, name, x, y, dtype=None):
+        return self.op1(f"stablehlo.{name}", [x, y], x.shape, dtype or x.dtype)
+
+    def chlo(self, name, *xs, dtype=None):
+        return self.op1(f"chlo.{name}", xs, xs[0].shape, dtype or xs[0].dtype)
+
+    def compare(self, x, y, direction, kind=None):
+        attrs = {"comparison_direction": f"#stablehlo<comparison_direction {direction}>",
+                 "compare_type": f"#stablehlo<comparison_type {kind or compare_type(x.dtype)}>"}
+        return self.op1("stablehlo.compare", [x, y], x.shape, np.bool_, attrs)
+
+    def select(self, pred, on_true, on_false):
+        return self.op1("stablehlo.select", [pred, on_true, on_false], on_true.shape, on_true.dtype)
+
+    def convert(self, x, dtype):
+        dtype = np.dtype(dtype)
+        if x.dtype == dtype:
+            return x
+        return self.op1("stablehlo.convert", [x], x.shape, dtype)
+
+    def bitcast_convert(self, x, dtype):
+        return self.op1("stablehlo.bitcast_convert", [x], x.shape, dtype)
+
+    def real(self, x):
+        return self.op1("stablehlo.real", [x], x.shape, np.empty(0, x.dtype).real.dtype)
+
+    def imag(self, x):
+        return self.op1("stablehlo.imag", [x], x.shape, np.empty(0, x.dtype).real.dtype)
+
+    def complex(self, re, im):
+        return self.op1("stablehlo.complex", [re, im], re.shape, np.result_type(re.dtype, np.complex64))
+
+    def clamp(self, lo, x, hi):
+        return self.op1("stablehlo.clamp", [lo, x, hi], x.shape, x.dtype)
+
+    # ----- contractions and reductions ------------------------------------------------------
+    def dot_general(self, x, y, contracting, batching=((), ()), dtype=None):
+        (lc, rc), (lb, rb) = contracting, batching
+        free_x = [d for i, d in enumerate(x.shape) if i not in lc and i not in lb]
+        free_y = [d for i, d in enumerate(y.shape) if i not in rc and i not in rb]
+        shape = [x.shape[i] for i in lb] + free_x + free_y
+        dims = (f"lhs_batching_dimensions = {i64_list(lb)}, rhs_batching_dimensions = {i64_list(rb)}, "
+                f"lhs_contracting_dimensions = {i64_list(lc)}, rhs_contracting_dimensions = {i64_list(rc)}")
+        attrs = {"dot_dimension_numbers": f"#stablehlo.dot<{dims}>"}
+        return self.op1("stablehlo.dot_general", [x, y], shape, dtype or x.dtype, attrs)
+
+    def reduce(self, operands, inits, dims, body):
+        """Variadic reduce; `body(builder, *accumulators, *elements)` returns new accumulators."""
+        dims = sorted(dims)
+        shape = [d for i, d in enumerate(operands[0].shape) if i not in dims]
+        scalars = [((), v.dtype) for v in operands]
+        region, _ = self.region(scalars + scalars, body)
+        results = [(shape, v.dtype) for v in operands]
+        return self.op("stablehlo.reduce", [*operands, *inits], results, {"dimensions": i64_array(dims)}, [region])
+
+    def reduce_window(self, operands, inits, window, strides, padding, body):
+        def out(d, w, s, p):
+            return (d + p[0] + p[1] - w) // s + 1
+        shape = [out(d, w, s, p) for d, w, s, p in zip(operands[0].shape, window, strides, padding)]
+        scalars = [((), v.dtype) for v in operands]
+        region, _ = self.region(scalars + scalars, body)
+        pads = ", ".join(f"[{lo}, {hi}]" for lo, hi in padding)
+        attrs = {"window_dimensions": i64_array(window), "window_strides": i64_array(strides),
+                 "padding": f"dense<[{pads}]> : tensor<{len(padding)}x2xi64>"}
+        return self.op("stablehlo.reduce_window", [*operands, *inits], [(shape, v.dtype) for v in operands],
+                       attrs, [region])
+
+    def sort(self, operands, dimension, comparator, stable=True):
+        scalars = []
+        for v in operands:
+            scalars += [((), v.dtype), ((), v.dtype)]
+        region, _ = self.region(scalars, comparator)
+        attrs = {"dimension": i64(dimension), "is_stable": boolean(stable)}
+        return self.op("stablehlo.sort", operands, [(v.shape, v.dtype) for v in operands], attrs, [region])
+
+    # ----- gather / scatter -----------------------------------------------------------------
+    def gather(self, x, indices, offset_dims, collapsed, start_index_map, index_vector_dim, slice_sizes, shape):
+        dims = (f"offset_dims = {i64_list(offset_dims)}, collapsed_slice_dims = {i64_list(collapsed)}, "
+                f"start_index_map = {i64_list(start_index_map)}, index_vector_dim = {index_vector_dim}")
+        attrs = {"dimension_numbers": f"#stablehlo.gather<{dims}>", "slice_sizes": i64_array(slice_sizes),
+                 "indices_are_sorted": "false"}
+        return self.op1("stablehlo.gather", [x, indices], shape, x.dtype, attrs)
+
+    def scatter(self, x, indices, updates, window_dims, inserted, to_operand, index_vector_dim, combine):
+        dims = (f"update_window_dims = {i64_list(window_dims)}, inserted_window_dims = {i64_list(inserted)}, "
+                f"scatter_dims_to_operand_dims = {i64_list(to_operand)}, index_vector_dim = {index_vector_dim}")
+        region, _ = self.region([((), x.dtype), ((), x.dtype)], combine)
+        attrs = {"scatter_dimension_numbers": f"#stablehlo.scatter<{dims}>", "indices_are_sorted": "false",
+                 "unique_indices": "false"}
+        return self.op1("stablehlo.scatter", [x, indices, updates], x.shape, x.dtype, attrs, [region])
+
+    # ----- control flow ---------------------------------------------------------------------
+    def while_loop(self, inits, cond, body):
+        """`cond(builder, *carry)` returns a bool scalar; `body(builder, *carry)` the new carry."""
+        types = [(v.shape, v.dtype) for v in inits]
+        cond_region, _ = self.region(types, cond)
+        body_region, _ = self.region(types, body)
+        return self.op("stablehlo.while", inits, types, None, [cond_region, body_region])
+
+    def case(self, index, branches, result_types):
+        """`branches` are callables `f(builder)` returning the branch results."""
+        regions = [self.region([], branch)[0] for branch in branches]
+        return self.op("stablehlo.case", [index], result_types, None, regions)
+
+    def custom_call(self, target, operands, results, backend_config=None, api_version=4, layouts=None,
+                    extra=None):
+        attrs = {"call_target_name": string(target)}
+        if backend_config is not None:
+            attrs["backend_config"] = backend_config
+        attrs["api_version"] = f"{api_version} : i32"
+        if layouts is not None:
+            ins, outs = layouts
+            attrs["operand_layouts"] = "[" + ", ".join(_layout(l) for l in ins) + "]"
+            attrs["result_layouts"] = "[" + ", ".join(_layout(l) for l in outs) + "]"
+        attrs.update(extra or {})
+        return self.op("stablehlo.custom_call", operands, results, attrs)
+
+
+def _layout(minor_to_major):
+    n = len(minor_to_major)
+    return f"dense<{i64_list(minor_to_major)}> : tensor<{n}xindex>" if n else "dense<> : tensor<0xindex>"
+
+
+def module_text(name, params, body_lines, results, replicas=1, partitions=1, arg_attrs=None):
+    """Wrap a finished main-function body (parameters are Values) into a module."""
+    args = []
+    for i, p in enumerate(params):
+        attr = f" {arg_attrs[i]}" if arg_attrs and arg_attrs.get(i) else ""
+        args.append(f"{p.name}: {p.type}{attr}")
+    out_types = ", ".join(v.type for v in results)
+    ret = f'    "func.return"({", ".join(v.name for v in results)}) : ({out_types}) -> ()'
+    return (
+        f"module @{name} attributes {{mhlo.num_partitions = {partitions} : i32, "
+        f"mhlo.num_replicas = {replicas} : i32}} {{\n"
+        f"  func.func public @main({', '.join(args)}) -> ({out_types}) {{\n"
+        + "\n".join(body_lines) + ("\n" if body_lines else "") + ret + "\n  }\n}\n"
+    )

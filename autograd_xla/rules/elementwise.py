@@ -1,0 +1,514 @@
+"""Elementwise numpy: ufuncs, and the functions that are ufunc-like (where, clip, real...).
+
+A ufunc's rule is built from a short body that sees its operands already converted to
+numpy's loop dtypes and broadcast together (`ctx.ufunc_inputs`), so each table entry
+only says what the operation is. Where numpy's definition differs from the StableHLO op
+of the same name (floor division, remainder, hypot, logaddexp...), the body spells
+numpy's definition out, because results must match numpy, not C.
+"""
+import math
+
+import numpy as np
+
+from . import lowers, register_translation_rule
+
+_UFUNC_KWARGS = {"casting", "order", "subok"}
+
+
+def ufunc_rule(ufunc, body):
+    """Rule for `ufunc` from `body(ctx, *operands) -> Value | tuple` on loop-typed operands."""
+
+    def rule(ctx, *inputs, dtype=None, where=True, signature=None, **kwargs):
+        unknown = set(kwargs) - _UFUNC_KWARGS
+        if unknown or where is not True or signature is not None:
+            raise NotImplementedError(f"np.{ufunc.__name__} keyword arguments {sorted(unknown) or ['where']} "
+                                      "are not supported under jit_ps")
+        if len(inputs) != ufunc.nin:
+            raise TypeError(f"{ufunc.__name__}() takes {ufunc.nin} positional arguments, got {len(inputs)}")
+        values, out_dtypes = ctx.ufunc_inputs(ufunc, inputs, dtype)
+        out = body(ctx, *values)
+        outs = out if isinstance(out, tuple) else (out,)
+        outs = tuple(ctx.astype(o, dt) for o, dt in zip(outs, out_dtypes))
+        return outs if ufunc.nout > 1 else outs[0]
+
+    rule.__name__ = f"{ufunc.__name__}_rule"
+    register_translation_rule(ufunc, rule)
+    return rule
+
+
+def _op(name):
+    return lambda ctx, *xs: ctx.op1(f"stablehlo.{name}", xs, xs[0].shape, xs[0].dtype)
+
+
+def _chlo(name):
+    return lambda ctx, x: ctx.chlo(name, x)
+
+
+def _real_dtype(dtype):
+    return np.empty(0, dtype).real.dtype
+
+
+def _const_like(ctx, value, v):
+    return ctx.full(v.shape, value, v.dtype)
+
+
+def _is_float(v):
+    return v.dtype.kind in "fc"
+
+
+# ----- unary ---------------------------------------------------------------------------------
+def _abs(ctx, x):
+    if x.dtype.kind == "b":
+        return x
+    if x.dtype.kind == "u":
+        return x
+    return ctx.op1("stablehlo.abs", [x], x.shape, _real_dtype(x.dtype))
+
+
+def _sign(ctx, x):
+    if x.dtype.kind == "c":  # numpy 2: x / |x|, and 0 at 0
+        mag = ctx.convert(ctx.unary("abs", x, _real_dtype(x.dtype)), x.dtype)
+        zero = ctx.zeros_like(x)
+        safe = ctx.select(ctx.compare(mag, zero, "EQ"), _const_like(ctx, 1, x), mag)
+        return ctx.select(ctx.compare(mag, zero, "EQ"), zero, ctx.binary("divide", x, safe))
+    if x.dtype.kind == "u":
+        return ctx.convert(ctx.compare(x, ctx.zeros_like(x), "NE"), x.dtype)
+    return ctx.unary("sign", x)
+
+
+def _square(ctx, x):
+    return ctx.binary("multiply", x, x)
+
+
+def _reciprocal(ctx, x):
+    return ctx.binary("divide", _const_like(ctx, 1, x), x)
+
+
+def _log_base(base):
+    return lambda ctx, x: ctx.binary("divide", ctx.unary("log", x), _const_like(ctx, math.log(base), x))
+
+
+def _exp2(ctx, x):
+    return ctx.binary("power", _const_like(ctx, 2, x), x)
+
+
+def _scale(factor):
+    return lambda ctx, x: ctx.binary("multiply", x, _const_like(ctx, factor, x))
+
+
+def _trunc(ctx, x):
+    if not _is_float(x):
+        return x
+    return ctx.select(ctx.compare(x, ctx.zeros_like(x), "LT"), ctx.unary("ceil", x), ctx.unary("floor", x))
+
+
+def _rounding(name):
+    return lambda ctx, x: ctx.unary(name, x) if _is_float(x) else x
+
+
+def _not(ctx, x):
+    return ctx.unary("not", x)
+
+
+def _isnan(ctx, x):
+    if not _is_float(x):
+        return ctx.full(x.shape, False, np.bool_)
+    if x.dtype.kind == "c":
+        re, im = ctx.real(x), ctx.imag(x)
+        return ctx.binary("or", ctx.compare(re, re, "NE"), ctx.compare(im, im, "NE"))
+    return ctx.compare(x, x, "NE")
+
+
+def _isinf(ctx, x):
+    if not _is_float(x):
+        return ctx.full(x.shape, False, np.bool_)
+    if x.dtype.kind == "c":
+        return ctx.binary("or", _isinf(ctx, ctx.real(x)), _isinf(ctx, ctx.imag(x)))
+    return ctx.compare(ctx.unary("abs", x), _const_like(ctx, np.inf, x), "EQ")
+
+
+def _isfinite(ctx, x):
+    if not _is_float(x):
+        return ctx.full(x.shape, True, np.bool_)
+    if x.dtype.kind == "c":
+        return ctx.binary("and", _isfinite(ctx, ctx.real(x)), _isfinite(ctx, ctx.imag(x)))
+    return ctx.op1("stablehlo.is_finite", [x], x.shape, np.bool_)
+
+
+def _signbit(ctx, x):
+    if x.dtype.kind == "f":
+        bits = np.dtype(f"i{x.dtype.itemsize}")
+        as_int = ctx.bitcast_convert(x, bits)
+        return ctx.compare(as_int, ctx.zeros_like(as_int), "LT")
+    return ctx.compare(x, ctx.zeros_like(x), "LT")
+
+
+def _conj(ctx, x):
+    if x.dtype.kind != "c":
+        return x
+    return ctx.complex(ctx.real(x), ctx.unary("negate", ctx.imag(x), _real_dtype(x.dtype)))
+
+
+def _positive(ctx, x):
+    return x
+
+
+UNARY = {
+    np.negative: _op("negate"),
+    np.positive: _positive,
+    np.absolute: _abs,
+    np.fabs: _abs,
+    np.sign: _sign,
+    np.exp: _op("exponential"),
+    np.expm1: _op("exponential_minus_one"),
+    np.exp2: _exp2,
+    np.log: _op("log"),
+    np.log1p: _op("log_plus_one"),
+    np.log2: _log_base(2),
+    np.log10: _log_base(10),
+    np.sqrt: _op("sqrt"),
+    np.cbrt: _op("cbrt"),
+    np.square: _square,
+    np.reciprocal: _reciprocal,
+    np.sin: _op("sine"),
+    np.cos: _op("cosine"),
+    np.tan: _op("tan"),
+    np.arcsin: _chlo("asin"),
+    np.arccos: _chlo("acos"),
+    np.arctan: _chlo("atan"),
+    np.sinh: _chlo("sinh"),
+    np.cosh: _chlo("cosh"),
+    np.tanh: _op("tanh"),
+    np.arcsinh: _chlo("asinh"),
+    np.arccosh: _chlo("acosh"),
+    np.arctanh: _chlo("atanh"),
+    np.floor: _rounding("floor"),
+    np.ceil: _rounding("ceil"),
+    np.rint: _rounding("round_nearest_even"),
+    np.trunc: _trunc,
+    np.logical_not: _not,
+    np.invert: _not,
+    np.isnan: _isnan,
+    np.isinf: _isinf,
+    np.isfinite: _isfinite,
+    np.signbit: _signbit,
+    np.deg2rad: _scale(math.pi / 180),
+    np.rad2deg: _scale(180 / math.pi),
+    np.conjugate: _conj,
+}
+
+
+# ----- binary --------------------------------------------------------------------------------
+def _arith(name, bool_name):
+    def body(ctx, x, y):
+        if x.dtype.kind == "b":
+            return ctx.binary(bool_name, x, y)
+        return ctx.binary(name, x, y)
+    return body
+
+
+def _float_divmod(ctx, a, b):
+    """numpy's npy_divmod for floats: (floor quotient, remainder with the divisor's sign)."""
+    zero, one = ctx.zeros_like(a), _const_like(ctx, 1, a)
+    mod = ctx.binary("remainder", a, b)
+    div = ctx.binary("divide", ctx.binary("subtract", a, mod), b)
+    mod_nonzero = ctx.compare(mod, zero, "NE")
+    wrong_sign = ctx.compare(ctx.compare(b, zero, "LT"), ctx.compare(mod, zero, "LT"), "NE")
+    fix = ctx.binary("and", mod_nonzero, wrong_sign)
+    mod = ctx.select(fix, ctx.binary("add", mod, b), mod)
+    div = ctx.select(fix, ctx.binary("subtract", div, one), div)
+    mod = ctx.select(mod_nonzero, mod, _copysign(ctx, zero, b))
+    floordiv = ctx.unary("floor", div)
+    round_up = ctx.compare(ctx.binary("subtract", div, floordiv), _const_like(ctx, 0.5, a), "GT")
+    floordiv = ctx.select(round_up, ctx.binary("add", floordiv, one), floordiv)
+    quotient = ctx.binary("divide", a, b)
+    floordiv = ctx.select(ctx.compare(div, zero, "NE"), floordiv, _copysign(ctx, zero, quotient))
+    b_zero = ctx.compare(b, zero, "EQ")
+    floordiv = ctx.select(b_zero, quotient, floordiv)
+    mod = ctx.select(b_zero, ctx.binary("remainder", a, b), mod)
+    return floordiv, mod
+
+
+def _int_divmod(ctx, a, b):
+    """numpy's integer floor division and remainder, with x // 0 == x % 0 == 0."""
+    zero, one = ctx.zeros_like(a), _const_like(ctx, 1, a)
+    b_zero = ctx.compare(b, zero, "EQ")
+    safe_b = ctx.select(b_zero, one, b)
+    q = ctx.binary("divide", a, safe_b)
+    r = ctx.binary("remainder", a, safe_b)
+    if a.dtype.kind == "i":
+        fix = ctx.binary("and", ctx.compare(r, zero, "NE"),
+                         ctx.compare(ctx.compare(r, zero, "LT"), ctx.compare(safe_b, zero, "LT"), "NE"))
+        q = ctx.select(fix, ctx.binary("subtract", q, one), q)
+        r = ctx.select(fix, ctx.binary("add", r, safe_b), r)
+    return ctx.select(b_zero, zero, q), ctx.select(b_zero, zero, r)
+
+
+def _divmod(ctx, a, b):
+    return _float_divmod(ctx, a, b) if _is_float(a) else _int_divmod(ctx, a, b)
+
+
+def _floor_divide(ctx, a, b):
+    return _divmod(ctx, a, b)[0]
+
+
+def _remainder(ctx, a, b):
+    return _divmod(ctx, a, b)[1]
+
+
+def _fmod(ctx, a, b):
+    if _is_float(a):
+        return ctx.binary("remainder", a, b)
+    zero = ctx.zeros_like(a)
+    b_zero = ctx.compare(b, zero, "EQ")
+    return ctx.select(b_zero, zero, ctx.binary("remainder", a, ctx.select(b_zero, _const_like(ctx, 1, a), b)))
+
+
+def _copysign(ctx, x, y):
+    mag = ctx.unary("abs", x)
+    return ctx.select(_signbit(ctx, y), ctx.unary("negate", mag), mag)
+
+
+def _fminmax(name):
+    def body(ctx, x, y):
+        out = ctx.binary(name, x, y)
+        if not _is_float(x):
+            return out
+        return ctx.select(_isnan(ctx, x), y, ctx.select(_isnan(ctx, y), x, out))
+    return body
+
+
+def _hypot(ctx, x, y):
+    ax, ay = ctx.unary("abs", x), ctx.unary("abs", y)
+    big, small = ctx.binary("maximum", ax, ay), ctx.binary("minimum", ax, ay)
+    zero = ctx.zeros_like(big)
+    safe = ctx.select(ctx.compare(big, zero, "EQ"), _const_like(ctx, 1, big), big)
+    ratio = ctx.binary("divide", small, safe)
+    out = ctx.binary("multiply", big, ctx.unary("sqrt", ctx.binary("add", _const_like(ctx, 1, big),
+                                                                      ctx.binary("multiply", ratio, ratio))))
+    inf = ctx.compare(big, _const_like(ctx, np.inf, big), "EQ")
+    return ctx.select(inf, big, ctx.select(ctx.compare(big, zero, "EQ"), zero, out))
+
+
+def _logaddexp_base(log_of_two, exp_name, log1p):
+    """numpy's npy_logaddexp(2): exact at x == y (infinities included)."""
+    def body(ctx, x, y):
+        same = ctx.compare(x, y, "EQ")
+        d = ctx.binary("subtract", x, y)
+        m = ctx.binary("maximum", x, y)
+        tail = log1p(ctx, exp_name(ctx, ctx.unary("negate", ctx.unary("abs", d))))
+        out = ctx.select(ctx.compare(d, d, "NE"), d, ctx.binary("add", m, tail))
+        return ctx.select(same, ctx.binary("add", x, _const_like(ctx, log_of_two, x)), out)
+    return body
+
+
+_logaddexp = _logaddexp_base(math.log(2), lambda ctx, v: ctx.unary("exponential", v),
+                             lambda ctx, v: ctx.unary("log_plus_one", v))
+_logaddexp2 = _logaddexp_base(
+    1.0, _exp2,
+    lambda ctx, v: ctx.binary("divide", ctx.unary("log_plus_one", v), _const_like(ctx, math.log(2), v)))
+
+
+def _compare(direction):
+    return lambda ctx, x, y: ctx.compare(x, y, direction)
+
+
+def _logical(name):
+    def body(ctx, x, y):
+        return ctx.binary(name, ctx.astype(x, np.bool_), ctx.astype(y, np.bool_))
+    return body
+
+
+def _shift_right(ctx, x, y):
+    return ctx.binary("shift_right_arithmetic" if x.dtype.kind == "i" else "shift_right_logical", x, y)
+
+
+def _heaviside(ctx, x, h0):
+    zero = ctx.zeros_like(x)
+    out = ctx.select(ctx.compare(x, zero, "LT"), zero, _const_like(ctx, 1, x))
+    out = ctx.select(ctx.compare(x, zero, "EQ"), h0, out)
+    return ctx.select(_isnan(ctx, x), x, out)
+
+
+def _ldexp(ctx, x, e):
+    two = _const_like(ctx, 2, x)
+    return ctx.binary("multiply", x, ctx.binary("power", two, ctx.convert(e, x.dtype)))
+
+
+BINARY = {
+    np.add: _arith("add", "or"),
+    np.subtract: _arith("subtract", "xor"),
+    np.multiply: _arith("multiply", "and"),
+    np.true_divide: _op("divide"),
+    np.floor_divide: _floor_divide,
+    np.remainder: _remainder,
+    np.fmod: _fmod,
+    np.divmod: _divmod,
+    np.power: _op("power"),
+    np.float_power: _op("power"),
+    np.maximum: _arith("maximum", "or"),
+    np.minimum: _arith("minimum", "and"),
+    np.fmax: _fminmax("maximum"),
+    np.fmin: _fminmax("minimum"),
+    np.arctan2: _op("atan2"),
+    np.hypot: _hypot,
+    np.logaddexp: _logaddexp,
+    np.logaddexp2: _logaddexp2,
+    np.copysign: _copysign,
+    np.equal: _compare("EQ"),
+    np.not_equal: _compare("NE"),
+    np.less: _compare("LT"),
+    np.less_equal: _compare("LE"),
+    np.greater: _compare("GT"),
+    np.greater_equal: _compare("GE"),
+    np.logical_and: _logical("and"),
+    np.logical_or: _logical("or"),
+    np.logical_xor: _logical("xor"),
+    np.bitwise_and: _op("and"),
+    np.bitwise_or: _op("or"),
+    np.bitwise_xor: _op("xor"),
+    np.left_shift: _op("shift_left"),
+    np.right_shift: _shift_right,
+    np.heaviside: _heaviside,
+    np.ldexp: _ldexp,
+}
+
+for _table in (UNARY, BINARY):
+    for _ufunc, _body in _table.items():
+        ufunc_rule(_ufunc, _body)
+ufunc_rule(np._core.umath.clip, lambda ctx, x, lo, hi: ctx.binary("minimum", ctx.binary("maximum", x, lo), hi))
+
+
+# ----- ufunc-like functions ------------------------------------------------------------------
+@lowers(np.clip)
+def _clip(ctx, a, a_min=np._NoValue, a_max=np._NoValue, out=None, *, min=np._NoValue, max=np._NoValue, **kw):
+    lo = a_min if a_min is not np._NoValue else min
+    hi = a_max if a_max is not np._NoValue else max
+    lo = None if lo is np._NoValue else lo
+    hi = None if hi is np._NoValue else hi
+    if lo is None and hi is None:
+        raise ValueError("One of max or min must be given")
+    if lo is None:
+        return ctx_minimum(ctx, a, hi)
+    if hi is None:
+        return ctx_maximum(ctx, a, lo)
+    values, (dt,) = ctx.ufunc_inputs(np._core.umath.clip, (a, lo, hi))
+    x, lo_v, hi_v = values
+    return ctx.binary("minimum", ctx.binary("maximum", x, lo_v), hi_v)
+
+
+def ctx_minimum(ctx, a, b):
+    (x, y), _ = ctx.ufunc_inputs(np.minimum, (a, b))
+    return ctx.binary("minimum", x, y)
+
+
+def ctx_maximum(ctx, a, b):
+    (x, y), _ = ctx.ufunc_inputs(np.maximum, (a, b))
+    return ctx.binary("maximum", x, y)
+
+
+@lowers(np.where)
+def _where(ctx, condition, x=None, y=None):
+    if x is None or y is None:
+        raise NotImplementedError(
+            "np.where(condition) with one argument returns indices, whose number depends on the data; "
+            "under jit_ps use the three-argument form np.where(condition, x, y)")
+    from ..lowering import result_type
+    dtype = result_type(x, y)
+    c = ctx.asvalue(condition, np.bool_)
+    xv, yv = ctx.asvalue(x, dtype), ctx.asvalue(y, dtype)
+    return ctx.where(c, xv, yv)
+
+
+@lowers(np.real)
+def _real(ctx, val):
+    v = ctx.asvalue(val)
+    return ctx.real(v) if v.dtype.kind == "c" else v
+
+
+@lowers(np.imag)
+def _imag(ctx, val):
+    v = ctx.asvalue(val)
+    return ctx.imag(v) if v.dtype.kind == "c" else ctx.zeros_like(v)
+
+
+@lowers(np.conj)
+def _conj_fn(ctx, x):
+    return _conj(ctx, ctx.asvalue(x))
+
+
+@lowers(np.angle)
+def _angle(ctx, z, deg=False):
+    v = ctx.asvalue(z)
+    if v.dtype.kind == "c":
+        out = ctx.binary("atan2", ctx.imag(v), ctx.real(v))
+    else:
+        v = ctx.astype(v, np.result_type(v.dtype, np.float16) if v.dtype.kind == "f" else np.float64)
+        out = ctx.binary("atan2", ctx.zeros_like(v), v)
+    return _scale(180 / math.pi)(ctx, out) if deg else out
+
+
+@lowers(np.round, np.around)
+def _round(ctx, a, decimals=0, out=None):
+    v = ctx.asvalue(a)
+    if not _is_float(v):
+        return v
+    if v.dtype.kind == "c":
+        return ctx.complex(_round(ctx, ctx.real(v), decimals), _round(ctx, ctx.imag(v), decimals))
+    if decimals == 0:
+        return ctx.unary("round_nearest_even", v)
+    scale = _const_like(ctx, 10.0 ** abs(decimals), v)
+    if decimals > 0:
+        return ctx.binary("divide", ctx.unary("round_nearest_even", ctx.binary("multiply", v, scale)), scale)
+    return ctx.binary("multiply", ctx.unary("round_nearest_even", ctx.binary("divide", v, scale)), scale)
+
+
+@lowers(np.fix)
+def _fix(ctx, x, out=None):
+    return _trunc(ctx, ctx.asvalue(x))
+
+
+@lowers(np.sinc)
+def _sinc(ctx, x):
+    v = ctx.asvalue(x)
+    if not _is_float(v):
+        v = ctx.astype(v, np.float64)
+    pix = ctx.binary("multiply", v, _const_like(ctx, math.pi, v))
+    zero = ctx.compare(v, ctx.zeros_like(v), "EQ")
+    safe = ctx.select(zero, _const_like(ctx, 1, v), pix)
+    return ctx.select(zero, _const_like(ctx, 1, v), ctx.binary("divide", ctx.unary("sine", safe), safe))
+
+
+@lowers(np.nan_to_num)
+def _nan_to_num(ctx, x, copy=True, nan=0.0, posinf=None, neginf=None):
+    v = ctx.asvalue(x)
+    if not _is_float(v):
+        return v
+    if v.dtype.kind == "c":
+        args = (copy, nan, posinf, neginf)
+        return ctx.complex(_nan_to_num(ctx, ctx.real(v), *args), _nan_to_num(ctx, ctx.imag(v), *args))
+    info = np.finfo(v.dtype)
+    posinf = info.max if posinf is None else posinf
+    neginf = info.min if neginf is None else neginf
+    out = ctx.select(ctx.compare(v, v, "NE"), _const_like(ctx, nan, v), v)
+    out = ctx.select(ctx.compare(out, _const_like(ctx, np.inf, v), "EQ"), _const_like(ctx, posinf, v), out)
+    return ctx.select(ctx.compare(out, _const_like(ctx, -np.inf, v), "EQ"), _const_like(ctx, neginf, v), out)
+
+
+@lowers(np.isclose)
+def _isclose(ctx, a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    from ..lowering import result_type
+    dt = result_type(a, b, 1.0)
+    x, y = ctx.asvalue(a, dt), ctx.asvalue(b, dt)
+    shape = np.broadcast_shapes(x.shape, y.shape)
+    x, y = ctx.broadcast_to(x, shape), ctx.broadcast_to(y, shape)
+    rdt = _real_dtype(dt)
+    diff = ctx.unary("abs", ctx.binary("subtract", x, y), rdt)
+    tol = ctx.binary("add", ctx.full(shape, atol, rdt),
+                     ctx.binary("multiply", ctx.full(shape, rtol, rdt), ctx.unary("abs", y, rdt)))
+    close = ctx.compare(diff, tol, "LE")
+    both_inf_equal = ctx.binary("and", ctx.compare(x, y, "EQ"), _isinf(ctx, x))
+    out = ctx.binary("or", ctx.binary("and", close, _isfinite(ctx, y)), both_inf_equal)
+    if equal_nan:
+        out = ctx.binary("or", out, ctx.binary("and", _isnan(ctx, x), _isnan(ctx, y)))
+    return out

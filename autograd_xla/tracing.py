@@ -1,0 +1,681 @@
+"""Tracing: run a function on abstract arrays and record the primitives it calls.
+
+A `Tracer` stands for an array whose shape and dtype are known and whose data is not.
+The function under `jit_ps` runs once per signature with Tracers for its array arguments.
+Calls reach us in three ways, and all end in `bind(primitive, args, kwargs)`:
+
+1. autograd primitives (`autograd.numpy.tanh`, scipy wrappers, autograd's VJP helpers):
+   while a trace is active, the `f_raw` closure cell of every autograd primitive is
+   swapped for an interceptor, so the call is seen with its own arguments before numpy
+   runs. autograd's boxes and VJP tables are untouched, so `grad` traced over Tracers
+   records its backward pass too.
+2. bare numpy ufuncs and functions on a Tracer (`onp.sum(t)` in autograd's own VJPs):
+   numpy's `__array_ufunc__` / `__array_function__` protocols.
+3. Tracer methods and operators (`t + 1`, `t.T`, `t[idx]`, `t += g`).
+
+`bind` looks up the primitive's translation rule and runs it on a scratch lowering
+context to learn the result's shape and dtype: the rule is the single source of truth
+for both, so the traced graph cannot disagree with the code it lowers to.
+"""
+import contextlib
+import gc
+import itertools
+import operator
+import threading
+import types
+
+import numpy as np
+from autograd.extend import VSpace
+from autograd.numpy.numpy_boxes import ArrayBox
+from autograd.tracer import box_types, trace_primitives_map
+
+from . import hlo, rules, tree
+from .core import Aval, Eqn, Graph, UfuncMethod, Var, map_vars, prim_name, setitem
+from .errors import (ConcretizationError, TracerLeakError, UnsupportedPrimitiveError, annotate,
+                     primitive_stack, user_frame)
+from .lowering import LoweringContext, ModuleState
+
+
+class _State(threading.local):
+    def __init__(self):
+        self.traces = []
+
+
+_state = _State()
+
+
+def current_trace():
+    traces = _state.traces
+    return traces[-1] if traces else None
+
+
+def is_tracing():
+    return bool(_state.traces)
+
+
+class Trace:
+    """The graph under construction for one function (or one control-flow body)."""
+
+    def __init__(self, parent=None):
+        self.parent = parent
+        self.eqns = []
+        self.invars = []
+        self.arg_names = []
+        self.captured = {}  # outer Var -> (inner Var, outer Tracer)
+        self._counter = parent._counter if parent is not None else itertools.count()
+
+    def new_var(self, aval):
+        return Var(aval, next(self._counter))
+
+    def new_arg(self, aval, name=None):
+        var = self.new_var(aval)
+        self.invars.append(var)
+        self.arg_names.append(name)
+        return Tracer(var, self)
+
+    def lift(self, tracer):
+        """This trace's view of `tracer`: itself, or a captured input if it belongs to an
+        enclosing trace (a loop body closing over a value of the function around it)."""
+        if tracer._trace is self:
+            return tracer
+        if self.parent is None or not tracer._trace.is_active():
+            raise TracerLeakError(
+                f"a traced array ({tracer.aval}) from a finished or unrelated trace was used here:\n"
+                f"{user_frame(2)}\nTraced values must not be stored outside the function being compiled "
+                "(in globals, closures or caches) and reused in a later call.")
+        outer = self.parent.lift(tracer)
+        hit = self.captured.get(outer._var)
+        if hit is None:
+            hit = self.captured[outer._var] = (self.new_var(outer.aval.strong()), outer)
+        return Tracer(hit[0], self)
+
+    def is_active(self):
+        return self in _state.traces
+
+    def depends_on_args(self, var):
+        """Indices of the inputs that `var` was computed from (for error messages)."""
+        needed = {var}
+        for eqn in reversed(self.eqns):
+            if any(v in needed for v in eqn.outvars if v is not None):
+                needed.update(eqn.invars())
+        return [i for i, v in enumerate(self.invars) if v in needed]
+
+    def to_graph(self, outs, out_tree=None):
+        outvars = [self.output(x) for x in outs]
+        captured = [(inner, outer) for inner, outer in self.captured.values()]
+        return Graph(list(self.invars), list(self.eqns), outvars, out_tree=out_tree, captured=captured,
+                     arg_names=list(self.arg_names))
+
+    def output(self, x):
+        if isinstance(x, Tracer):
+            return self.lift(x)._var
+        if type(x) in box_types:
+            raise TracerLeakError(
+                "the function returned an autograd Box: a value being differentiated by an enclosing "
+                "grad() escaped through the output of a jitted function. Call grad outside jit_ps "
+                "(jit_ps(grad(f))) or return plain arrays.")
+        if isinstance(x, (np.ndarray, np.generic, bool, int, float, complex)):
+            if np.asarray(x).dtype not in hlo.SUPPORTED_DTYPES:
+                raise TypeError(f"output of dtype {np.asarray(x).dtype} cannot be returned from a jitted function")
+            return x
+        raise TypeError(f"jitted functions return arrays, scalars and containers of them; got {type(x).__name__}")
+
+
+@contextlib.contextmanager
+def new_trace(parent=None):
+    trace = Trace(parent)
+    with intercepting():
+        _state.traces.append(trace)
+        try:
+            yield trace
+        finally:
+            _state.traces.pop()
+
+
+# ----- binding a primitive -------------------------------------------------------------------
+def bind(prim, args, kwargs, rule=None):
+    """Record one call of `prim` on traced arguments; returns traced results."""
+    trace = current_trace()
+    if trace is None:
+        raise TracerLeakError(f"'{prim_name(prim)}' was called on a traced array outside of any trace:\n"
+                              f"{user_frame(2)}")
+    rule = rule or rules.lookup(prim)
+    if rule is None:
+        raise unsupported(prim)
+    if rule.kind == "trace":
+        return rule.fn(*args, **kwargs)
+    args, kwargs = _replace_tracers((args, kwargs), trace)
+    try:
+        leaves, out_tree, passthrough = abstract_eval(rule, args, kwargs)
+    except Exception as e:
+        src = user_frame(2)
+        raise annotate(e, f"in primitive '{prim_name(prim)}'" + (f", traced from\n{src}" if src else ""))
+    outs, outvars = [], []
+    for aval, same_as in zip(leaves, passthrough):
+        if same_as is not None:
+            outs.append(Tracer(same_as, trace))
+            outvars.append(None)
+        else:
+            var = trace.new_var(aval)
+            outs.append(Tracer(var, trace))
+            outvars.append(var)
+    if any(v is not None for v in outvars):
+        trace.eqns.append(Eqn(prim, args, kwargs, outvars, out_tree, user_frame(2)))
+    return tree.unflatten(out_tree, outs)
+
+
+def abstract_eval(rule, args, kwargs):
+    """Run `rule` on placeholder Values: the avals of its results, their structure, and for
+    each result the input Var it simply passes through (or None)."""
+    ctx = LoweringContext(ModuleState(abstract=True))
+    env = {}
+
+    def placeholder(var):
+        value = env.get(var)
+        if value is None:
+            a = var.aval
+            value = env[var] = hlo.Value(f"%in{len(env)}", a.shape, a.dtype, a.weak_type)
+        return value
+
+    a, k = map_vars((args, kwargs), placeholder)
+    out = rule.fn(ctx, *a, **k)
+    leaves, out_tree = tree.flatten(out)
+    inputs = {id(v): var for var, v in env.items()}
+    avals, passthrough = [], []
+    for v in leaves:
+        if not isinstance(v, hlo.Value):
+            raise TypeError(f"translation rule returned {type(v).__name__}, expected Values")
+        avals.append(Aval(v.shape, v.dtype))
+        passthrough.append(inputs.get(id(v)))
+    return avals, out_tree, passthrough
+
+
+def _replace_tracers(obj, trace):
+    t = type(obj)
+    if t is Tracer:
+        return trace.lift(obj)._var
+    if t is tuple or t is list:
+        new = [_replace_tracers(x, trace) for x in obj]
+        return obj if all(a is b for a, b in zip(new, obj)) else t(new)
+    if t is dict:
+        return {k: _replace_tracers(x, trace) for k, x in obj.items()}
+    if t is slice:
+        return slice(*_replace_tracers((obj.start, obj.stop, obj.step), trace))
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return t(*[_replace_tracers(x, trace) for x in obj])
+    return obj
+
+
+def unsupported(prim):
+    inner = [prim_name(p) for p in primitive_stack.names]
+    via = f" (reached inside autograd primitive '{inner[-1]}')" if inner else ""
+    return UnsupportedPrimitiveError(
+        f"no translation rule for '{prim_name(prim)}'{via}, called from\n{user_frame(2)}\n"
+        "Register one with autograd_xla.register_translation_rule, or call this function outside jit_ps.",
+        prim, user_frame(2))
+
+
+def _has_tracer(args, kwargs):
+    for a in args:
+        t = type(a)
+        if t is Tracer:
+            return True
+        if (t is list or t is tuple) and any(type(x) is Tracer for x in a):
+            return True
+    if kwargs:
+        return _has_tracer(tuple(kwargs.values()), None)
+    return False
+
+
+def _has_box(args):
+    return any(type(a) in box_types for a in args)
+
+
+# ----- the Tracer ----------------------------------------------------------------------------
+def _is_weak(x):
+    t = type(x)
+    return t in (bool, int, float, complex) or (t is Tracer and x._var.aval.weak_type)
+
+
+def _operator(ufunc, swap=False):
+    def method(self, other):
+        if type(other) in box_types:
+            return NotImplemented
+        a, b = (other, self) if swap else (self, other)
+        out = bind(ufunc, (a, b), {})
+        if _is_weak(a) and _is_weak(b):
+            out._var.aval = Aval(out.shape, out.dtype, weak_type=True)
+        return out
+    method.__name__ = ufunc.__name__
+    return method
+
+
+def _inplace(ufunc):
+    def method(self, other):
+        if type(other) in box_types:
+            return NotImplemented
+        if self._var.aval.weak_type:  # Python numbers are immutable: x += 1 rebinds, never mutates
+            return _operator(ufunc)(self, other)
+        result = bind(ufunc, (self, other), {})
+        _assign(self, result, ufunc.__name__)
+        return self
+    return method
+
+
+def _assign(target, result, what):
+    """In-place update of `target` with numpy's rules: same shape, same_kind casting."""
+    if result.shape != target.shape:
+        raise ValueError(f"non-broadcastable output operand with shape {target.shape} doesn't match the "
+                         f"broadcast shape {result.shape}")
+    if result.dtype != target.dtype:
+        if not np.can_cast(result.dtype, target.dtype, "same_kind"):
+            raise TypeError(f"Cannot cast ufunc '{what}' output from {result.dtype!r} to {target.dtype!r} "
+                            "with casting rule 'same_kind'")
+        result = np.astype(result, target.dtype)
+    target._var = result._var
+
+
+def _concrete(kind):
+    def method(self, *args):
+        raise concretization_error(self, kind)
+    return method
+
+
+class Tracer:
+    """An abstract array inside a trace. Behaves like an ndarray for everything that does not
+    need the data; asking for data raises a ConcretizationError that says what to do."""
+
+    __slots__ = ("_var", "_trace")
+    __array_priority__ = 50.0
+
+    def __init__(self, var, trace):
+        self._var, self._trace = var, trace
+
+    aval = property(lambda self: self._var.aval)
+    shape = property(lambda self: self._var.aval.shape)
+    dtype = property(lambda self: self._var.aval.dtype)
+    ndim = property(lambda self: len(self._var.aval.shape))
+    size = property(lambda self: self._var.aval.size)
+    itemsize = property(lambda self: self._var.aval.dtype.itemsize)
+    nbytes = property(lambda self: self._var.aval.size * self._var.aval.dtype.itemsize)
+    T = property(lambda self: np.transpose(self))
+    mT = property(lambda self: np.swapaxes(self, -1, -2))
+    real = property(lambda self: np.real(self))
+    imag = property(lambda self: np.imag(self))
+
+    def __repr__(self):
+        return f"Traced<{self.aval}>"
+
+    __str__ = __repr__
+
+    def __hash__(self):
+        return id(self)
+
+    # ----- numpy protocols ------------------------------------------------------------------
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        out = kwargs.pop("out", None)
+        if any(type(x) in box_types for x in inputs) or (out and any(type(x) in box_types for x in out)):
+            return NotImplemented
+        prim = ufunc if method == "__call__" else UfuncMethod(ufunc, method)
+        if method == "at":
+            target = inputs[0]
+            if type(target) is not Tracer:
+                raise concretization_error(inputs[2], f"np.{ufunc.__name__}.at into a concrete array")
+            _assign(target, bind(prim, inputs, kwargs), f"{ufunc.__name__}.at")
+            return None
+        result = bind(prim, inputs, kwargs)
+        if out is None:
+            return result
+        outs = out if isinstance(out, tuple) else (out,)
+        results = result if isinstance(result, tuple) else (result,)
+        for o, r in zip(outs, results):
+            if type(o) is not Tracer:
+                raise concretization_error(r, f"np.{ufunc.__name__}(..., out=<numpy array>)")
+            _assign(o, r, ufunc.__name__)
+        return out if isinstance(out, tuple) and len(out) > 1 else outs[0]
+
+    def __array_function__(self, func, types_, args, kwargs):
+        if any(t in box_types for t in types_):
+            return NotImplemented
+        meta = METADATA.get(func)
+        if meta is not None:
+            return meta(*args, **kwargs)
+        rule = rules.lookup(func)
+        if rule is not None:
+            return bind(func, args, kwargs, rule)
+        impl = getattr(func, "_implementation", None)
+        if impl is None:
+            raise unsupported(func)
+        primitive_stack.names.append(func)
+        try:
+            return impl(*args, **kwargs)
+        except ConcretizationError as e:
+            raise unsupported(func) from e
+        finally:
+            primitive_stack.names.pop()
+
+    def __array__(self, dtype=None, copy=None):
+        raise concretization_error(self, "np.asarray(x) / np.array(x)")
+
+    __bool__ = _concrete("bool(x), `if x:` or `while x:`")
+    __float__ = _concrete("float(x)")
+    __int__ = _concrete("int(x)")
+    __complex__ = _concrete("complex(x)")
+    __index__ = _concrete("using x as an index, size or range bound")
+    item = _concrete("x.item()")
+    tolist = _concrete("x.tolist()")
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of unsized object")
+        return self.shape[0]
+
+    def __iter__(self):
+        if not self.shape:
+            raise TypeError("iteration over a 0-d array")
+        return (self[i] for i in range(self.shape[0]))
+
+    def __getitem__(self, idx):
+        return bind(operator.getitem, (self, idx), {})
+
+    def __setitem__(self, idx, value):
+        if type(value) in box_types:
+            raise TypeError("assigning a differentiated value into a traced array is not differentiable; "
+                            "build the array with np.concatenate/np.stack/np.where instead")
+        _assign(self, bind(setitem, (self, idx, value), {}), "setitem")
+
+    # ----- methods that are numpy functions -------------------------------------------------
+    def astype(self, dtype, order="K", casting="unsafe", subok=True, copy=True):
+        return np.astype(self, dtype)
+
+    def reshape(self, *shape, order="C"):
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+            shape = shape[0]
+        return np.reshape(self, shape, order=order)
+
+    def transpose(self, *axes):
+        if len(axes) == 1 and (axes[0] is None or not isinstance(axes[0], (int, np.integer))):
+            axes = axes[0]
+        return np.transpose(self, axes or None)
+
+    def view(self, dtype=None, type=None):
+        if dtype is None or isinstance(dtype, builtins_type) and issubclass(dtype, np.ndarray):
+            return self
+        raise UnsupportedPrimitiveError("reinterpreting a traced array's bytes (view with a dtype) is not supported")
+
+    def copy(self, order="C"):
+        return self
+
+    def flatten(self, order="C"):
+        return np.ravel(self, order=order)
+
+    def fill(self, value):
+        _assign(self, np.full(self.shape, value, dtype=self.dtype), "fill")
+
+    def sort(self, axis=-1, kind=None, order=None):
+        _assign(self, np.sort(self, axis=axis), "sort")
+
+    def __neg__(self):
+        return np.negative(self)
+
+    def __pos__(self):
+        return np.positive(self)
+
+    def __abs__(self):
+        return np.absolute(self)
+
+    def __invert__(self):
+        return np.invert(self)
+
+
+builtins_type = type
+
+_NUMPY_METHODS = ["all", "any", "argmax", "argmin", "argsort", "clip", "conj", "conjugate", "cumprod", "cumsum",
+                  "diagonal", "dot", "max", "mean", "min", "nonzero", "prod", "ptp", "ravel", "repeat", "round",
+                  "squeeze", "std", "sum", "swapaxes", "take", "trace", "var", "searchsorted", "compress",
+                  "argpartition", "partition"]
+for _name in _NUMPY_METHODS:
+    setattr(Tracer, _name, (lambda f: lambda self, *a, **k: f(self, *a, **k))(getattr(np, _name)))
+
+_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "truediv": np.true_divide,
+           "floordiv": np.floor_divide, "mod": np.remainder, "pow": np.power, "matmul": np.matmul,
+           "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor, "lshift": np.left_shift,
+           "rshift": np.right_shift, "divmod": np.divmod}
+for _name, _uf in _BINARY.items():
+    setattr(Tracer, f"__{_name}__", _operator(_uf))
+    setattr(Tracer, f"__r{_name}__", _operator(_uf, swap=True))
+    if _name not in ("divmod",):
+        setattr(Tracer, f"__i{_name}__", _inplace(_uf))
+for _name, _uf in {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+                   "ge": np.greater_equal}.items():
+    setattr(Tracer, f"__{_name}__", _operator(_uf))
+
+
+def _result_type(*xs):
+    args = []
+    for x in xs:
+        if type(x) is Tracer:
+            args.append({"b": False, "i": 0, "u": 0, "f": 0.0, "c": 0j}[x.dtype.kind] if x.aval.weak_type else x.dtype)
+        else:
+            args.append(x)
+    return np.result_type(*args)
+
+
+METADATA = {
+    np.shape: lambda a: a.shape,
+    np.ndim: lambda a: a.ndim,
+    np.size: lambda a, axis=None: a.size if axis is None else a.shape[axis],
+    np.result_type: _result_type,
+    np.iscomplexobj: lambda x: x.dtype.kind == "c",
+    np.isrealobj: lambda x: x.dtype.kind != "c",
+    np.may_share_memory: lambda a, b, max_work=None: False,
+    np.shares_memory: lambda a, b, max_work=None: False,
+}
+
+
+# ----- errors that need the trace ------------------------------------------------------------
+def concretization_error(tracer, what):
+    """Explain which argument the value comes from and what to do instead."""
+    trace = tracer._trace if type(tracer) is Tracer else current_trace()
+    deps, names, scalars = [], [], []
+    if trace is not None and type(tracer) is Tracer:
+        deps = trace.depends_on_args(tracer._var)
+        for i in deps:
+            name = trace.arg_names[i] or f"argument {i}"
+            names.append(f"'{name}' ({trace.invars[i].aval})")
+            if trace.invars[i].aval.weak_type:
+                scalars.append(i)
+    src = user_frame(2)
+    origin = f" computed from {', '.join(names)}" if names else ""
+    aval = tracer.aval if type(tracer) is Tracer else "?"
+    msg = (f"{what} needs a concrete value, but this is a traced array {aval}{origin}.\n"
+           f"{src}\n"
+           "Inside jit_ps only shapes and dtypes are known. Mark the argument static "
+           "(jit_ps(f, static_argnums=...) or static_argnames=..., one compile per value), "
+           "or express the data-dependent part with autograd_xla.cond / switch / while_loop / fori_loop "
+           "or np.where.")
+    err = ConcretizationError(msg)
+    err.scalar_args = scalars if scalars and len(scalars) == len(deps) else []
+    err.source = src
+    return err
+
+
+# ----- autograd integration ------------------------------------------------------------------
+def _full(shape, value, dtype):
+    return bind(np.full, (shape, value), {"dtype": dtype})
+
+
+class TracerVSpace(VSpace):
+    """autograd's vector space of a traced array: zeros and ones are traced constants, so
+    gradient accumulation (`x += y` in autograd's mut_add) stays inside the graph."""
+
+    def __init__(self, value):
+        self.shape = value.shape
+        self.dtype = value.dtype
+        self.iscomplex = value.dtype.kind == "c"
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape)) * (2 if self.iscomplex else 1)
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def zeros(self):
+        return _full(self.shape, 0, self.dtype)
+
+    def ones(self):
+        return _full(self.shape, (1 + 1j) if self.iscomplex else 1, self.dtype)
+
+    def standard_basis(self):
+        for idx in np.ndindex(*self.shape):
+            for v in ([1.0, 1.0j] if self.iscomplex else [1.0]):
+                basis = np.zeros(self.shape, dtype=self.dtype)
+                basis[idx] = v
+                yield basis
+
+    def randn(self):
+        return np.random.randn(*self.shape).astype(self.dtype)
+
+    def _inner_prod(self, x, y):
+        if self.iscomplex:
+            return np.real(np.dot(np.conj(np.ravel(x)), np.ravel(y)))
+        return np.dot(np.ravel(x), np.ravel(y))
+
+    def _covector(self, x):
+        return np.conj(x) if self.iscomplex else x
+
+
+ArrayBox.register(Tracer)
+VSpace.register(Tracer, TracerVSpace)
+
+
+# ----- interception of autograd primitives ---------------------------------------------------
+_PRIMITIVE_CODE = None
+_patched = []           # (cell, raw, interceptor)
+_scanned_size = -1
+_install_depth = 0
+_install_lock = threading.Lock()
+
+
+def _primitive_code():
+    global _PRIMITIVE_CODE
+    if _PRIMITIVE_CODE is None:
+        import autograd.numpy as anp
+
+        code = anp.tanh.__code__
+        if "f_raw" not in code.co_freevars:
+            raise RuntimeError("autograd's primitive wrapper changed: no 'f_raw' closure cell "
+                               f"(autograd_xla supports autograd 1.9.x)")
+        _PRIMITIVE_CODE = code
+    return _PRIMITIVE_CODE
+
+
+def _make_interceptor(f_wrapped, raw):
+    traces = _state
+
+    def f_raw(*args, **kwargs):
+        if not traces.traces or not _has_tracer(args, kwargs) or _has_box(args):
+            return raw(*args, **kwargs)
+        rule = rules.lookup(raw)
+        if rule is not None:
+            return bind(raw, args, kwargs, rule)
+        primitive_stack.names.append(f_wrapped)
+        try:
+            return raw(*args, **kwargs)
+        finally:
+            primitive_stack.names.pop()
+
+    f_raw.__wrapped_raw__ = raw
+    return f_raw
+
+
+def _scan_primitives():
+    """Find every autograd primitive wrapper alive (user-defined ones too)."""
+    global _scanned_size
+    code = _primitive_code()
+    known = {id(cell) for cell, _, _ in _patched}
+    index = code.co_freevars.index("f_raw")
+    for obj in gc.get_objects():
+        if type(obj) is types.FunctionType and obj.__code__ is code:
+            cell = obj.__closure__[index]
+            if id(cell) in known:
+                continue
+            raw = cell.cell_contents
+            raw = getattr(raw, "__wrapped_raw__", raw)
+            _patched.append((cell, raw, _make_interceptor(obj, raw)))
+            known.add(id(cell))
+    _scanned_size = len(trace_primitives_map)
+
+
+def _parse_einsum_input(operands):
+    """autograd's einsum VJP parses subscripts with numpy's parser, which calls asarray on
+    the operands; parse zero-strided stand-ins instead and hand back the traced operands."""
+    from numpy._core.einsumfunc import _parse_einsum_input as parse
+
+    if not any(type(x) is Tracer for x in operands):
+        return parse(operands)
+    stand_ins = [np.broadcast_to(np.empty((), np.int8), x.shape) if type(x) is Tracer else x for x in operands]
+    in_subs, out_subs, _ = parse(stand_ins)
+    arrays = list(operands[1:]) if isinstance(operands[0], str) else list(operands[0::2])
+    return in_subs, out_subs, arrays
+
+
+def _module_patches():
+    """Module globals of autograd that look at concrete data, swapped while tracing."""
+    from autograd.numpy import numpy_wrapper
+    return [(numpy_wrapper, "_parse_einsum_input", _parse_einsum_input)]
+
+
+_saved_globals = []
+
+
+@contextlib.contextmanager
+def intercepting():
+    global _install_depth
+    with _install_lock:
+        if _install_depth == 0:
+            if _scanned_size != len(trace_primitives_map):
+                _scan_primitives()
+            for cell, _, interceptor in _patched:
+                cell.cell_contents = interceptor
+            for module, name, replacement in _module_patches():
+                _saved_globals.append((module, name, getattr(module, name)))
+                setattr(module, name, replacement)
+        _install_depth += 1
+    try:
+        yield
+    finally:
+        with _install_lock:
+            _install_depth -= 1
+            if _install_depth == 0:
+                for cell, raw, _ in _patched:
+                    cell.cell_contents = raw
+                while _saved_globals:
+                    module, name, original = _saved_globals.pop()
+                    setattr(module, name, original)
+
+
+def primitive_wrappers():
+    """(autograd wrapper, raw function) of every primitive found: for the coverage report."""
+    if _scanned_size != len(trace_primitives_map):
+        with _install_lock:
+            if _install_depth == 0:
+                _scan_primitives()
+    raws = {}
+    for cell, raw, _ in _patched:
+        raws[id(raw)] = raw
+    return list(raws.values())
+
+
+# ----- tracing a whole function --------------------------------------------------------------
+def trace_function(fun, in_avals, arg_names=None, parent=None):
+    """Trace `fun(*tracers)`; returns (Graph, out_tree)."""
+    with new_trace(parent) as trace:
+        names = arg_names or [None] * len(in_avals)
+        tracers = [trace.new_arg(aval, name) for aval, name in zip(in_avals, names)]
+        out = fun(*tracers)
+        leaves, out_tree = tree.flatten(out)
+        graph = trace.to_graph(leaves, out_tree)
+    return graph, out_tree

@@ -1,0 +1,104 @@
+"""Container structure of arguments and results: flatten to leaves and back.
+
+The containers are the ones autograd differentiates through (tuple, list, dict and
+namedtuples such as numpy's EighResult) plus None as an empty node. A treedef is a nested
+tuple, so it is hashable and cheap to compare: it is part of every cache key.
+
+autograd's SequenceBox and DictBox are flattened as the containers they wrap; their
+children are read through the box (`box[i]`), which autograd records, so gradients flow
+back into the container exactly as they would through user code indexing it.
+"""
+from autograd.builtins import DictBox, SequenceBox
+
+LEAF = "*"
+
+
+def _is_namedtuple(t):
+    return issubclass(t, tuple) and hasattr(t, "_fields")
+
+
+def flatten(obj):
+    leaves = []
+    return leaves, _flatten(obj, leaves)
+
+
+def _flatten(obj, leaves):
+    t = type(obj)
+    if t is tuple or t is list:
+        return (t, tuple([_flatten(x, leaves) for x in obj]))
+    if t is dict:
+        return (dict, tuple(obj), tuple([_flatten(x, leaves) for x in obj.values()]))
+    if obj is None:
+        return (None,)
+    if t is SequenceBox:
+        inner = type(obj._value)
+        return (inner, tuple([_flatten(obj[i], leaves) for i in range(len(obj))]))
+    if t is DictBox:
+        keys = tuple(obj._value)
+        return (dict, keys, tuple([_flatten(obj[k], leaves) for k in keys]))
+    if issubclass(t, tuple) and _is_namedtuple(t):
+        return (t, tuple([_flatten(x, leaves) for x in obj]))
+    leaves.append(obj)
+    return LEAF
+
+
+def unflatten(treedef, leaves):
+    it = iter(leaves)
+    out = _unflatten(treedef, it)
+    return out
+
+
+def _unflatten(treedef, it):
+    if treedef is LEAF:
+        return next(it)
+    kind = treedef[0]
+    if kind is None:
+        return None
+    if kind is dict:
+        return {k: _unflatten(c, it) for k, c in zip(treedef[1], treedef[2])}
+    children = [_unflatten(c, it) for c in treedef[1]]
+    if kind is tuple or kind is list:
+        return kind(children)
+    return kind(*children)
+
+
+def leaf_paths(treedef, prefix=()):
+    """Key path of every leaf (a tuple of indices and dict keys), for error messages."""
+    if treedef is LEAF:
+        return [prefix]
+    kind = treedef[0]
+    if kind is None:
+        return []
+    if kind is dict:
+        return [p for k, c in zip(treedef[1], treedef[2]) for p in leaf_paths(c, prefix + (k,))]
+    return [p for i, c in enumerate(treedef[1]) for p in leaf_paths(c, prefix + (i,))]
+
+
+def format_path(keys):
+    return "".join(f"[{k!r}]" for k in keys)
+
+
+def num_leaves(treedef):
+    if treedef is LEAF:
+        return 1
+    if treedef[0] is None:
+        return 0
+    children = treedef[2] if treedef[0] is dict else treedef[1]
+    return sum(num_leaves(c) for c in children)
+
+
+def describe(treedef):
+    """Short human form of a structure, for recompile warnings."""
+    if treedef is LEAF:
+        return "*"
+    kind = treedef[0]
+    if kind is None:
+        return "None"
+    if kind is dict:
+        return "{" + ", ".join(f"{k!r}: {describe(c)}" for k, c in zip(treedef[1], treedef[2])) + "}"
+    inner = ", ".join(describe(c) for c in treedef[1])
+    if kind is list:
+        return f"[{inner}]"
+    if kind is tuple:
+        return f"({inner}{',' if len(treedef[1]) == 1 else ''})"
+    return f"{kind.__name__}({inner})"
