@@ -178,9 +178,24 @@ def _check_jaxlib():
                       f"the installed jaxlib reports {version}; install the pinned jaxlib version")
 
 
+def _register_lapack():
+    """jaxlib's LAPACK kernels (lapack_*_ffi custom calls) for CPU linear algebra.
+    `_lapack.initialize()` binds scipy's LAPACK symbols; calling a kernel without it crashes."""
+    from jaxlib import lapack
+
+    lapack._lapack.initialize()
+    for platform, targets in lapack.registrations().items():
+        for name, capsule, api_version in targets:
+            xc.register_custom_call_target(name, capsule, platform=platform, api_version=api_version)
+
+
 def _make_cpu():
+    """The CPU client is synchronous: execution runs on the calling thread, which measured
+    faster per call than the asynchronous client for the small programs autograd code makes
+    (shared/notes/jaxlib-runtime.md section 10)."""
     _check_jaxlib()
     client = xc.make_cpu_client(asynchronous=False)
+    _register_lapack()
     return Backend("cpu", client)
 
 
