@@ -24,23 +24,28 @@ from .hlo import SUPPORTED_DTYPES as _SUPPORTED
 from .errors import ArgumentError, ConcretizationError, UnsupportedPrimitiveError
 
 rules.load_all()
+_trace_state = tracing._state
+_FLAT_SPECS = {}
 
 _PY_SCALARS = {bool: np.dtype(np.bool_), int: np.dtype(np.int64), float: np.dtype(np.float64),
                complex: np.dtype(np.complex128)}
 
 #: Default bound on the number of compiled signatures one jitted function keeps.
 DEFAULT_CACHE_SIZE = 64
-#: Python scalars that must be concrete are made static automatically; beyond this many
-#: distinct values per function a warning says so, since each value costs a compile.
-AUTO_STATIC_WARN_AFTER = 8
+#: A function traced for this many signatures (and every multiple) warns, saying what
+#: changed between the last two: each new signature costs a trace and usually a compile.
+RETRACE_WARN_AFTER = 8
 
 
 class CacheStats:
-    __slots__ = ("hits", "compiles", "trace_seconds", "lower_seconds", "compile_seconds", "fallbacks",
+    """Per-function counters. `traces` counts signatures traced; `compiles` counts XLA
+    compilations (a trace whose program text matches one already compiled reuses it)."""
+
+    __slots__ = ("hits", "traces", "compiles", "trace_seconds", "lower_seconds", "compile_seconds", "fallbacks",
                  "evictions")
 
     def __init__(self):
-        self.hits = self.compiles = self.fallbacks = self.evictions = 0
+        self.hits = self.traces = self.compiles = self.fallbacks = self.evictions = 0
         self.trace_seconds = self.lower_seconds = self.compile_seconds = 0.0
 
     def as_dict(self):
@@ -52,11 +57,12 @@ class CacheStats:
 
 
 class _Entry:
-    __slots__ = ("executable", "out_tree", "graph", "lowered", "python_fallback")
+    __slots__ = ("executable", "out_tree", "graph", "lowered", "python_fallback", "guards")
 
     def __init__(self, executable, out_tree, graph, lowered, python_fallback=False):
         self.executable, self.out_tree, self.graph = executable, out_tree, graph
         self.lowered, self.python_fallback = lowered, python_fallback
+        self.guards = graph.guards if graph is not None else []
 
 
 def _leaf_signature(x):
@@ -136,8 +142,13 @@ class JittedFunction:
 
     # ----- the call path --------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
-        if tracing.is_tracing():  # inside another trace: inline, the outer function compiles us
+        if _trace_state.traces:  # inside another trace: inline, the outer function compiles us
             return self._fun(*args, **kwargs)
+        if not kwargs and not self._static_argnums and all(type(a) is np.ndarray for a in args):
+            spec = _FLAT_SPECS.get(len(args))  # the common case: positional arrays only
+            if spec is None:
+                spec = _FLAT_SPECS[len(args)] = (tree.flatten(args)[1], False, (), ())
+            return self._call_flat(spec, args)
         spec, leaves = self._split(args, kwargs)
         for x in leaves:
             if type(x) in box_types:
@@ -184,7 +195,7 @@ class JittedFunction:
             sig = tuple(map(_leaf_signature, leaves))
         except (TypeError, OverflowError):
             self._raise_bad_argument(spec, leaves)
-        key = (spec, sig, tuple(leaves[i] for i in auto)) if auto else (spec, sig)
+        key = (spec, sig, tuple(leaves[i] for i in sorted(auto))) if auto else (spec, sig)
         entry = self._cache.get(key)
         if entry is None:
             entry = self._compile(key, spec, leaves)
@@ -194,7 +205,26 @@ class JittedFunction:
             return self._apply(spec, leaves)
         if auto:
             leaves = [x for i, x in enumerate(leaves) if i not in auto]
-        return tree.unflatten(entry.out_tree, entry.executable(leaves))
+        outs = entry.executable(leaves)
+        if entry.guards:
+            if not all(outs[-len(entry.guards):]):
+                return self._guard_failed(entry, spec, leaves)
+            outs = outs[:-len(entry.guards)]
+        return outs[0] if entry.out_tree is tree.LEAF else tree.unflatten(entry.out_tree, outs)
+
+    def _guard_failed(self, entry, spec, leaves):
+        """A traced slice fell outside its array: numpy's answer has another shape, so this
+        call runs as plain autograd."""
+        failed = [src for src, ok in zip(entry.guards, entry.executable(leaves)[-len(entry.guards):]) if not ok]
+        key = ("guard", str(failed[0]))
+        if key not in self._warned:
+            self._warned.add(key)
+            warnings.warn(f"{self!r}: a slice with traced bounds reaches outside its array at\n{failed[0]}\n"
+                          "numpy would return a shorter array there, so this call ran as plain autograd.",
+                          stacklevel=4)
+        self.stats.fallbacks += 1
+        full = list(leaves)
+        return self._apply(spec, full)
 
     def _apply(self, spec, leaves):
         """Call the user's function with the original arguments rebuilt from `leaves`."""
@@ -215,7 +245,7 @@ class JittedFunction:
             entry = self._cache.get(key)
             if entry is not None:
                 return entry
-            entry = self._build(spec, leaves)
+            key, entry = self._build(key, spec, leaves)
             self._cache[key] = entry
             while len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
@@ -223,30 +253,29 @@ class JittedFunction:
             self._note_recompile(key)
             return entry
 
-    def _build(self, spec, leaves):
+    def _build(self, key, spec, leaves):
+        """Trace and compile; a Python scalar that must be concrete becomes static and the
+        trace is retried (the key then includes its value). Returns (key, entry)."""
         while True:
             auto = self._auto_static.get(spec, frozenset())
             try:
-                return self._trace_and_compile(spec, leaves, auto)
+                return key, self._trace_and_compile(spec, leaves, auto)
             except ConcretizationError as e:
-                extra = set(getattr(e, "scalar_args", ())) - auto
+                dynamic = [i for i in range(len(leaves)) if i not in auto]
+                extra = {dynamic[i] for i in getattr(e, "scalar_args", ())} - auto
                 if not extra:
                     raise
-                dynamic = [i for i in range(len(leaves)) if i not in auto]
-                self._auto_static[spec] = auto | {dynamic[i] for i in extra}
-                self._warn_auto_static(spec, e)
-                # the cache key of this call now includes the static values: recompute it
-                new_auto = self._auto_static[spec]
-                key = (spec, tuple(map(_leaf_signature, leaves)), tuple(leaves[i] for i in new_auto))
+                auto = self._auto_static[spec] = auto | extra
+                key = (spec, key[1], tuple(leaves[i] for i in sorted(auto)))
                 hit = self._cache.get(key)
                 if hit is not None:
-                    return hit
+                    return key, hit
             except UnsupportedPrimitiveError as e:
                 if self.fallback == "error":
                     raise
                 self._warn_fallback(e)
                 self.stats.fallbacks += 1
-                return _Entry(None, None, None, None, python_fallback=True)
+                return key, _Entry(None, None, None, None, python_fallback=True)
 
     def _trace_and_compile(self, spec, leaves, auto):
         names = self._leaf_names(spec)
@@ -265,12 +294,13 @@ class JittedFunction:
         backend = backend_mod.get_backend(self.backend)
         lowered = lowering.lower(graph, getattr(self._fun, "__name__", "jit_fn"), backend.platform)
         t2 = time.perf_counter()
-        exe = backend.compile(lowered.text)
+        exe, compiled = backend.compile(lowered.text)
         executable = backend_mod.Executable(backend, exe, graph.in_avals, lowered.out_avals, lowered.consts,
                                             lowered.text)
         t3 = time.perf_counter()
         s = self.stats
-        s.compiles += 1
+        s.traces += 1
+        s.compiles += compiled
         s.trace_seconds += t1 - t0
         s.lower_seconds += t2 - t1
         s.compile_seconds += t3 - t2
@@ -306,25 +336,24 @@ class JittedFunction:
 
     # ----- warnings -------------------------------------------------------------------------
     def _note_recompile(self, key):
+        """Warn when one function keeps meeting new signatures, saying what changed."""
         previous, self._last_key = self._last_key, key
-        if previous is None or self.stats.compiles <= AUTO_STATIC_WARN_AFTER:
+        n = self.stats.traces
+        if previous is None or n < RETRACE_WARN_AFTER or n % RETRACE_WARN_AFTER:
             return
-        if "recompile" in self._warned and self.stats.compiles % AUTO_STATIC_WARN_AFTER:
-            return
-        self._warned.add("recompile")
-        warnings.warn(f"{self!r} has compiled {self.stats.compiles} times; the latest call differed from the "
-                      f"previous one in {_describe_change(previous, key)}. Each distinct signature compiles "
-                      "anew: keep shapes and dtypes fixed, pass changing values as arrays rather than static "
-                      "arguments, or pad inputs to a few sizes.", stacklevel=4)
-
-    def _warn_auto_static(self, spec, error):
-        n = sum(1 for k in self._cache if k[0] == spec and len(k) > 2)
-        if n >= AUTO_STATIC_WARN_AFTER and "auto_static_many" not in self._warned:
-            self._warned.add("auto_static_many")
-            warnings.warn(f"{self!r}: a Python scalar argument is used where a concrete value is needed "
-                          f"({error.source}); it is compiled once per value and {n} values have been compiled. "
-                          "Pass it through static_argnums to make this explicit, or restructure with "
-                          "autograd_xla.fori_loop / np.where.", stacklevel=5)
+        change = _describe_change(previous, key)
+        if key[0] in self._auto_static:
+            names = self._leaf_names(key[0])
+            scalars = ", ".join(f"'{names[i]}'" for i in sorted(self._auto_static[key[0]]))
+            advice = (f"The Python scalar {scalars} is used where a concrete value is needed, so the function is "
+                      "traced once per value (XLA compilation is reused when only the data differs). To trace "
+                      "once: pass the arrays it slices as arguments (slices with traced bounds of fixed length "
+                      "compile to dynamic slices), or make it static explicitly with static_argnums.")
+        else:
+            advice = ("Each distinct signature is traced and compiled anew: keep shapes and dtypes fixed, pass "
+                      "changing values as arrays rather than static arguments, or pad inputs to a few sizes.")
+        warnings.warn(f"{self!r} has been traced for {n} signatures; the latest differed from the previous one in "
+                      f"{change}. {advice}", stacklevel=5)
 
     def _warn_fallback(self, error):
         key = ("fallback", getattr(error.primitive, "__name__", str(error.primitive)))
@@ -341,7 +370,7 @@ class JittedFunction:
             raise TypeError("introspection takes concrete arguments, not autograd boxes")
         auto = self._auto_static.get(spec)
         sig = tuple(map(_leaf_signature, leaves))
-        key = (spec, sig, tuple(leaves[i] for i in auto)) if auto else (spec, sig)
+        key = (spec, sig, tuple(leaves[i] for i in sorted(auto))) if auto else (spec, sig)
         entry = self._cache.get(key) or self._compile(key, spec, leaves)
         if entry.python_fallback:
             raise UnsupportedPrimitiveError(f"{self!r} falls back to plain autograd for these arguments")

@@ -6,6 +6,7 @@ Its VJP and JVP are themselves jitted functions, built by running autograd's own
 is compiled too, and because those derivative functions are jitted functions again,
 a second derivative (`grad(grad(jit_ps(f)))`, `hessian`) goes round the same loop.
 """
+from autograd.builtins import tuple as differentiable_tuple
 from autograd.core import make_jvp, make_vjp
 from autograd.extend import defjvp_argnums, defvjp_argnums, primitive
 
@@ -39,7 +40,9 @@ def make_vjp_function(fn, spec, nums):
         f, x = _restricted(fn, spec, leaves, nums)
         vjp, _ = make_vjp(f, x)
         grads = vjp(g)
-        return (grads,) if len(nums) == 1 else grads
+        # a tuple built with autograd.builtins.tuple stays differentiable (a SequenceBox when
+        # its elements are boxes), which higher derivatives of this function need
+        return differentiable_tuple([grads] if len(nums) == 1 else grads)
     vjp_fn.__name__ = f"vjp_{getattr(fn._fun, '__name__', 'fn')}"
     return vjp_fn
 

@@ -77,7 +77,8 @@ class Backend:
 
     # ----- compilation ----------------------------------------------------------------------
     def compile(self, text, options=None, devices=None):
-        """Compile StableHLO text; identical programs share one executable."""
+        """Compile StableHLO text; identical programs share one executable. Returns
+        (executable, whether XLA compiled it now rather than reusing a cached one)."""
         key = hashlib.sha256(text.encode()).hexdigest()
         opts_key = options.SerializeAsString() if options is not None else b""
         cache_key = (key, opts_key, tuple(d.id for d in devices) if devices else None)
@@ -85,7 +86,7 @@ class Backend:
             exe = self._programs.get(cache_key)
             if exe is not None:
                 self._programs.move_to_end(cache_key)
-                return exe
+                return exe, False
         devs = xc.DeviceList(tuple(devices or [self.default_device]))
         try:
             exe = self.client.compile_and_load(text, devs, options or xc.CompileOptions())
@@ -95,7 +96,7 @@ class Backend:
             self._programs[cache_key] = exe
             while len(self._programs) > self.program_cache_size:
                 self._programs.popitem(last=False)
-        return exe
+        return exe, True
 
 
 class Executable:

@@ -126,13 +126,14 @@ class Graph:
     closes over; lowering passes them in after `invars`.
     """
 
-    __slots__ = ("invars", "captured", "eqns", "outvars", "in_tree", "out_tree", "arg_names")
+    __slots__ = ("invars", "captured", "eqns", "outvars", "in_tree", "out_tree", "arg_names", "guards")
 
-    def __init__(self, invars, eqns, outvars, in_tree=None, out_tree=None, captured=(), arg_names=None):
+    def __init__(self, invars, eqns, outvars, in_tree=None, out_tree=None, captured=(), arg_names=None, guards=()):
         self.invars, self.eqns, self.outvars = invars, eqns, outvars
         self.in_tree, self.out_tree = in_tree, out_tree
         self.captured = list(captured)
         self.arg_names = arg_names
+        self.guards = list(guards)  # SourceInfo of each trailing boolean output that must hold
 
     @property
     def in_avals(self):
@@ -146,36 +147,52 @@ class Graph:
         return format_graph(self)
 
 
-def walk_vars(obj, visit):
-    """Call `visit` on every Var inside nested tuples/lists/dicts/slices."""
+class DynamicSlice:
+    """`start:start+size` along one axis with a traced start and a length fixed when tracing
+    (x[i:i + k], or x[b*n:(b+1)*n] whose bounds differ by a constant)."""
+
+    __slots__ = ("start", "size")
+
+    def __init__(self, start, size):
+        self.start, self.size = start, size
+
+    def __repr__(self):
+        return f"dslice({self.start!r}, {self.size})"
+
+
+def map_structure(obj, leaf_type, f):
+    """Copy of `obj` with every `leaf_type` inside nested tuples/lists/dicts/slices replaced
+    by f(leaf); containers are rebuilt only when something inside changed."""
     t = type(obj)
-    if t is Var:
-        visit(obj)
-    elif t is tuple or t is list or isinstance(obj, tuple):
-        for x in obj:
-            walk_vars(x, visit)
-    elif t is dict:
-        for x in obj.values():
-            walk_vars(x, visit)
-    elif t is slice:
-        walk_vars((obj.start, obj.stop, obj.step), visit)
+    if t is leaf_type:
+        return f(obj)
+    if t is tuple or t is list:
+        new = [map_structure(x, leaf_type, f) for x in obj]
+        return obj if all(a is b for a, b in zip(new, obj)) else t(new)
+    if t is dict:
+        return {k: map_structure(x, leaf_type, f) for k, x in obj.items()}
+    if t is slice:
+        parts = (obj.start, obj.stop, obj.step)
+        new = map_structure(parts, leaf_type, f)
+        return obj if new is parts else slice(*new)
+    if t is DynamicSlice:
+        start = map_structure(obj.start, leaf_type, f)
+        return obj if start is obj.start else DynamicSlice(start, obj.size)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return t(*[map_structure(x, leaf_type, f) for x in obj])
+    return obj
 
 
 def map_vars(obj, f):
-    """Copy of `obj` with every Var replaced by f(var); containers are rebuilt only if needed."""
-    t = type(obj)
-    if t is Var:
-        return f(obj)
-    if t is tuple or t is list:
-        new = [map_vars(x, f) for x in obj]
-        return obj if all(a is b for a, b in zip(new, obj)) else t(new)
-    if t is dict:
-        return {k: map_vars(x, f) for k, x in obj.items()}
-    if t is slice:
-        return slice(*map_vars((obj.start, obj.stop, obj.step), f))
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-        return t(*[map_vars(x, f) for x in obj])
-    return obj
+    return map_structure(obj, Var, f)
+
+
+def walk_vars(obj, visit):
+    """Call `visit` on every Var inside `obj`."""
+    def see(v):
+        visit(v)
+        return v
+    map_structure(obj, Var, see)
 
 
 def prim_name(prim):
@@ -214,6 +231,8 @@ def _format_arg(x, names):
         return x.__name__
     if x is Ellipsis:
         return "..."
+    if isinstance(x, DynamicSlice):
+        return f"{_format_arg(x.start, names)}:+{x.size}"
     text = repr(x)
     return text if len(text) <= 40 else text[:37] + "..."
 

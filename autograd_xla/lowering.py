@@ -19,7 +19,9 @@ from .errors import annotate
 #: parameters held on the device, instead of literals baked into the program text.
 LIFT_BYTES = 1024
 
-_WEAK_PYTYPE = {"b": bool, "i": int, "u": int, "f": float, "c": complex}
+# Python bools promote exactly like np.bool_ (the lowest kind), and ufunc.resolve_dtypes
+# accepts only int/float/complex as weak Python types.
+_WEAK_PYTYPE = {"b": np.dtype(np.bool_), "i": int, "u": int, "f": float, "c": complex}
 _PY_SCALARS = (bool, int, float, complex)
 _DEFAULT_DTYPE = {bool: np.dtype(bool), int: np.dtype(np.int64), float: np.dtype(np.float64),
                   complex: np.dtype(np.complex128)}
@@ -31,7 +33,7 @@ def promotion_type(x):
         return _WEAK_PYTYPE[x.dtype.kind] if x.weak_type else x.dtype
     t = type(x)
     if t in _PY_SCALARS:
-        return t
+        return t if t is not bool else np.dtype(np.bool_)
     if isinstance(x, (np.ndarray, np.generic)):
         return x.dtype
     return np.asarray(x).dtype
@@ -45,6 +47,9 @@ def shape_of(x):
 def resolve_ufunc(ufunc, types, out_dtype=None):
     """Loop dtypes numpy would pick: (input dtypes, output dtypes)."""
     n_in, n_out = ufunc.nin, ufunc.nout
+    if all(isinstance(t, type) for t in types):  # only Python scalars: numpy makes them arrays
+        types = tuple(_DEFAULT_DTYPE[t] for t in types)
+    types = tuple(_DEFAULT_DTYPE[bool] if t is bool else t for t in types)  # no weak-bool type in numpy
     sig = tuple(types) + ((np.dtype(out_dtype),) * n_out if out_dtype is not None else (None,) * n_out)
     dts = ufunc.resolve_dtypes(sig)
     return tuple(dts[:n_in]), tuple(dts[n_in:])

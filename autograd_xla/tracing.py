@@ -30,10 +30,11 @@ from autograd.numpy.numpy_boxes import ArrayBox
 from autograd.tracer import box_types, trace_primitives_map
 
 from . import hlo, rules, tree
-from .core import Aval, Eqn, Graph, UfuncMethod, Var, map_vars, prim_name, setitem
+from .core import Aval, DynamicSlice, Eqn, Graph, UfuncMethod, Var, map_structure, map_vars, prim_name, setitem
 from .errors import (ConcretizationError, TracerLeakError, UnsupportedPrimitiveError, annotate,
                      primitive_stack, user_frame)
 from .lowering import LoweringContext, ModuleState
+from .rules.dynamic import dynamic_getitem, dynamic_update
 
 
 class _State(threading.local):
@@ -62,6 +63,8 @@ class Trace:
         self.invars = []
         self.arg_names = []
         self.captured = {}  # outer Var -> (inner Var, outer Tracer)
+        self.affine = {}    # Var of a traced integer scalar -> (constant, ((Var, coefficient), ...))
+        self.guards = []    # (bool Tracer, SourceInfo): conditions the compiled code assumes
         self._counter = parent._counter if parent is not None else itertools.count()
 
     def new_var(self, aval):
@@ -191,19 +194,7 @@ def abstract_eval(rule, args, kwargs):
 
 
 def _replace_tracers(obj, trace):
-    t = type(obj)
-    if t is Tracer:
-        return trace.lift(obj)._var
-    if t is tuple or t is list:
-        new = [_replace_tracers(x, trace) for x in obj]
-        return obj if all(a is b for a, b in zip(new, obj)) else t(new)
-    if t is dict:
-        return {k: _replace_tracers(x, trace) for k, x in obj.items()}
-    if t is slice:
-        return slice(*_replace_tracers((obj.start, obj.stop, obj.step), trace))
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-        return t(*[_replace_tracers(x, trace) for x in obj])
-    return obj
+    return map_structure(obj, Tracer, lambda x: trace.lift(x)._var)
 
 
 def unsupported(prim):
@@ -245,9 +236,96 @@ def _operator(ufunc, swap=False):
         out = bind(ufunc, (a, b), {})
         if _is_weak(a) and _is_weak(b):
             out._var.aval = Aval(out.shape, out.dtype, weak_type=True)
+        if ufunc in _AFFINE_OPS and not out.shape and out.dtype.kind in "iu":
+            _record_affine(ufunc, a, b, out)
         return out
     method.__name__ = ufunc.__name__
     return method
+
+
+# ----- integer arithmetic on traced scalars, for slices of traced length ---------------------
+# `x[b*n:(b+1)*n]` has a traced start but a fixed length n. Integer scalars are tracked as
+# affine forms c + sum(k_i * v_i) over traced integer "base" values, so the length of a
+# slice is known when its bounds differ by a constant.
+_AFFINE_OPS = (np.add, np.subtract, np.multiply)
+
+
+def _affine(x):
+    if isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)):
+        return int(x), ()
+    if type(x) is Tracer and not x.shape and x.dtype.kind in "iu":
+        return x._trace.affine.get(x._var) or (0, ((x._var, 1),))
+    return None
+
+
+def _combine(op, a, b):
+    (ca, ta), (cb, tb) = a, b
+    if op is np.multiply:
+        if ta and tb:
+            return None
+        (c, t), k = (b, ca) if not ta else (a, cb)
+        return c * k, tuple((v, n * k) for v, n in t if n * k)
+    sign = 1 if op is np.add else -1
+    terms = dict(ta)
+    for v, n in tb:
+        terms[v] = terms.get(v, 0) + sign * n
+    return ca + sign * cb, tuple(sorted(((v, n) for v, n in terms.items() if n), key=lambda p: p[0].count))
+
+
+def _record_affine(op, a, b, out):
+    operands = [x for x in (a, b) if type(x) is Tracer]
+    if any(x._trace is not out._trace for x in operands):
+        return
+    fa, fb = _affine(a), _affine(b)
+    if fa is not None and fb is not None:
+        form = _combine(op, fa, fb)
+        if form is not None:
+            out._trace.affine[out._var] = form
+
+
+def _traced_slice(c):
+    return type(c) is slice and (type(c.start) is Tracer or type(c.stop) is Tracer or type(c.step) is Tracer)
+
+
+def _dynamic_index(idx):
+    """Slices with traced bounds become DynamicSlice(start, length) when the length is
+    fixed; anything else that needs a concrete bound raises ConcretizationError."""
+    comps = idx if type(idx) is tuple else (idx,)
+    if not any(_traced_slice(c) for c in comps):
+        return None
+    out = []
+    for c in comps:
+        if not _traced_slice(c):
+            out.append(c)
+            continue
+        traced = next(p for p in (c.start, c.stop, c.step) if type(p) is Tracer)
+        if c.step is not None and (type(c.step) is Tracer or c.step != 1):
+            raise concretization_error(traced, "a slice with a traced bound and a step other than 1")
+        start = 0 if c.start is None else c.start
+        if c.stop is None:
+            raise concretization_error(traced, "x[i:] with a traced start (its length depends on i)")
+        fa, fb = _affine(start), _affine(c.stop)
+        if fa is None or fb is None:
+            raise TypeError("slice indices must be integers or None")
+        length, terms = _combine(np.subtract, fb, fa)
+        if terms:
+            raise concretization_error(traced, "a slice x[a:b] whose length b - a depends on traced values")
+        out.append(DynamicSlice(start, max(length, 0)))
+    return tuple(out) if type(idx) is tuple else out[0]
+
+
+def _guard_in_bounds(x, idx):
+    """Record that each traced slice lies inside x (numpy would shorten it otherwise)."""
+    from .rules.dynamic import _axes
+
+    trace = current_trace()
+    if trace.parent is not None:  # inside a loop body: jax's clamping semantics (README)
+        return
+    comps = idx if type(idx) is tuple else (idx,)
+    for c, axis in zip(comps, _axes(comps, x.ndim)):
+        if type(c) is DynamicSlice and type(c.start) is Tracer:
+            ok = np.logical_and(c.start >= 0, c.start <= x.shape[axis] - c.size)
+            trace.guards.append((ok, user_frame(3)))
 
 
 def _inplace(ufunc):
@@ -321,7 +399,12 @@ class Tracer:
             target = inputs[0]
             if type(target) is not Tracer:
                 raise concretization_error(inputs[2], f"np.{ufunc.__name__}.at into a concrete array")
-            _assign(target, bind(prim, inputs, kwargs), f"{ufunc.__name__}.at")
+            dynamic = _dynamic_index(inputs[1])
+            if dynamic is not None and ufunc is np.add:
+                result = bind(dynamic_update, (target, dynamic, inputs[2], True), {})
+            else:
+                result = bind(prim, inputs, kwargs)
+            _assign(target, result, f"{ufunc.__name__}.at")
             return None
         result = bind(prim, inputs, kwargs)
         if out is None:
@@ -376,12 +459,21 @@ class Tracer:
         return (self[i] for i in range(self.shape[0]))
 
     def __getitem__(self, idx):
+        dynamic = _dynamic_index(idx)
+        if dynamic is not None:
+            _guard_in_bounds(self, dynamic)
+            return bind(dynamic_getitem, (self, dynamic), {})
         return bind(operator.getitem, (self, idx), {})
 
     def __setitem__(self, idx, value):
         if type(value) in box_types:
             raise TypeError("assigning a differentiated value into a traced array is not differentiable; "
                             "build the array with np.concatenate/np.stack/np.where instead")
+        dynamic = _dynamic_index(idx)
+        if dynamic is not None:
+            _guard_in_bounds(self, dynamic)
+            _assign(self, bind(dynamic_update, (self, dynamic, value, False), {}), "setitem")
+            return
         _assign(self, bind(setitem, (self, idx, value), {}), "setitem")
 
     # ----- methods that are numpy functions -------------------------------------------------
@@ -622,10 +714,14 @@ def _parse_einsum_input(operands):
     return in_subs, out_subs, arrays
 
 
+#: More (module, attribute, replacement) triples for `_module_patches`, added by rule modules.
+MODULE_PATCHES = []
+
+
 def _module_patches():
     """Module globals of autograd that look at concrete data, swapped while tracing."""
     from autograd.numpy import numpy_wrapper
-    return [(numpy_wrapper, "_parse_einsum_input", _parse_einsum_input)]
+    return [(numpy_wrapper, "_parse_einsum_input", _parse_einsum_input)] + MODULE_PATCHES
 
 
 _saved_globals = []
@@ -677,5 +773,6 @@ def trace_function(fun, in_avals, arg_names=None, parent=None):
         tracers = [trace.new_arg(aval, name) for aval, name in zip(in_avals, names)]
         out = fun(*tracers)
         leaves, out_tree = tree.flatten(out)
-        graph = trace.to_graph(leaves, out_tree)
+        graph = trace.to_graph(leaves + [g for g, _ in trace.guards], out_tree)
+        graph.guards = [src for _, src in trace.guards]
     return graph, out_tree

@@ -1,0 +1,193 @@
+"""jit_ps as a user meets it: call forms, argument structures, the per-signature cache,
+static arguments, results, and introspection."""
+import numpy as onp
+import pytest
+
+import autograd.numpy as np
+from autograd import grad
+from autograd_xla import ArgumentError, jit_ps
+from helpers import assert_close
+
+rs = onp.random.RandomState(0)
+
+
+def mlp(params, x):
+    for W, b in params:
+        x = np.tanh(x @ W + b)
+    return x
+
+
+def test_decorator_and_call_forms():
+    @jit_ps
+    def f(x):
+        return np.sin(x) * 2
+
+    @jit_ps(static_argnums=1)
+    def g(x, n):
+        return x ** n
+
+    x = rs.randn(4)
+    assert_close(f(x), onp.sin(x) * 2)
+    assert_close(g(x, 3), x ** 3)
+    assert_close(jit_ps(grad(lambda x: np.sum(np.sin(x))))(x), onp.cos(x))
+    assert f.__name__ == "f" and "jit_ps" in repr(f)
+
+
+def test_containers_in_and_out():
+    params = [(rs.randn(3, 4), rs.randn(4)), (rs.randn(4, 2), rs.randn(2))]
+    x = rs.randn(5, 3)
+    assert_close(jit_ps(mlp)(params, x), mlp(params, x))
+
+    def structured(d, t):
+        return {"sum": d["a"] + t[0], "pair": (t[1] * 2, [d["b"]])}
+    d, t = {"a": rs.randn(3), "b": rs.randn(2)}, (rs.randn(3), rs.randn(1))
+    assert_close(jit_ps(structured)(d, t), structured(d, t))
+
+
+def test_grad_wrt_container_matches_autograd():
+    params = [(rs.randn(3, 4), rs.randn(4)), (rs.randn(4, 2), rs.randn(2))]
+    x = rs.randn(5, 3)
+
+    def loss(params, x):
+        return np.sum(mlp(params, x) ** 2)
+    expected = grad(loss)(params, x)
+    assert_close(jit_ps(grad(loss))(params, x), expected)
+    assert_close(grad(jit_ps(loss))(params, x), expected)
+
+
+def test_keyword_arguments_and_defaults():
+    def f(x, scale=2.0, *, shift=0.0):
+        return x * scale + shift
+    jf = jit_ps(f)
+    x = rs.randn(3)
+    assert_close(jf(x), f(x))
+    assert_close(jf(x, scale=3.0, shift=1.0), f(x, scale=3.0, shift=1.0))
+    assert_close(jf(x, 0.5), f(x, 0.5))
+
+
+def test_scalars_follow_numpy_promotion():
+    f = jit_ps(lambda x, s: x * s)
+    x32 = rs.randn(3).astype(onp.float32)
+    assert f(x32, 2.0).dtype == onp.float32                 # Python float is weak
+    assert f(x32, onp.float64(2.0)).dtype == onp.float64    # numpy scalar is not
+    assert f(x32, onp.array(2.0)).dtype == onp.float64      # neither is a 0-d array
+    assert f(onp.arange(3, dtype=onp.int32), 2).dtype == onp.int32
+    assert f(onp.arange(3, dtype=onp.int32), 2.5).dtype == onp.float64
+    assert jit_ps(lambda s, t: s / t)(3, 2) == 1.5
+
+
+def test_zero_d_results_are_numpy_scalars_and_arrays_are_writable():
+    f = jit_ps(lambda x: (np.sum(x), x * 2))
+    s, y = f(onp.arange(3.0))
+    assert isinstance(s, onp.float64) and s == 3.0
+    assert isinstance(y, onp.ndarray) and y.flags.writeable
+    y[0] = 100.0  # results are the caller's to modify
+    assert f(onp.arange(3.0))[1][0] == 0.0
+
+
+def test_one_compile_per_signature():
+    f = jit_ps(lambda x: x * 2)
+    a = rs.randn(3)
+    for _ in range(5):
+        f(a)
+    assert f.cache_info()["traces"] == 1 and f.cache_info()["hits"] == 4
+    f(rs.randn(3))                                 # same signature, new values
+    assert f.cache_info()["traces"] == 1
+
+
+@pytest.mark.parametrize("change", ["dtype", "shape", "static", "weak", "ndim"])
+def test_recompile_on_signature_change(change):
+    f = jit_ps(lambda x, n: x * n, static_argnums=1)
+    f(rs.randn(3), 2)
+    other = {
+        "dtype": lambda: f(rs.randn(3).astype(onp.float32), 2),
+        "shape": lambda: f(rs.randn(4), 2),
+        "static": lambda: f(rs.randn(3), 3),
+        "weak": lambda: f(1.0, 2),
+        "ndim": lambda: f(rs.randn(3, 1), 2),
+    }[change]
+    other()
+    assert f.cache_info()["traces"] == 2
+
+
+def test_recompile_on_container_structure():
+    f = jit_ps(lambda xs: sum(x.sum() for x in xs))
+    f([rs.randn(2), rs.randn(2)])
+    f((rs.randn(2), rs.randn(2)))          # tuple instead of list
+    f([rs.randn(2), rs.randn(2), rs.randn(2)])
+    f([rs.randn(2), rs.randn(2)])          # back to the first: cached
+    assert f.cache_info()["traces"] == 3
+
+
+def test_static_argnames_and_unhashable_static():
+    f = jit_ps(lambda x, mode: x * 2 if mode == "double" else x * 3, static_argnames="mode")
+    x = rs.randn(3)
+    assert_close(f(x, mode="double"), x * 2)
+    assert_close(f(x, "triple"), x * 3)          # by position, same parameter
+    assert f.cache_info()["traces"] == 2
+    g = jit_ps(lambda x, opts: x * opts[0], static_argnums=1)
+    with pytest.raises(ArgumentError, match="hashable"):
+        g(x, [2])
+    assert_close(g(x, (2,)), x * 2)               # still usable afterwards
+
+
+def test_cache_is_bounded():
+    f = jit_ps(lambda x: x + 1, cache_size=3)
+    for n in range(1, 6):
+        f(onp.ones(n))
+    info = f.cache_info()
+    assert info["size"] == 3 and info["evictions"] == 2
+
+
+def test_closed_over_array_is_captured_once():
+    data = rs.randn(200, 50)            # large enough to become a device-resident constant
+    f = jit_ps(lambda w: np.sum(np.dot(data, w)))
+    w = rs.randn(50)
+    assert_close(f(w), onp.sum(data @ w))
+    lowered = f.stablehlo(w)
+    assert lowered.count("tensor<200x50xf64>") >= 1
+    assert "%k0" in lowered                          # passed as a resident parameter, not a literal
+    entry = next(iter(f._cache.values()))
+    assert len(entry.executable.consts) == 1
+
+
+def test_introspection():
+    def f(x, W):
+        return np.sum(np.tanh(np.dot(x, W)))
+    x, W = rs.randn(2, 3), rs.randn(3, 4)
+    jf = jit_ps(f)
+    text = str(jf.graph(x, W))
+    assert "tanh" in text and "dot" in text and "(x)" in text and "test_api.py" in text
+    assert "stablehlo.dot_general" in jf.stablehlo(x, W)
+    assert "fusion" in jf.optimized_hlo(x, W)
+    info = jf.cache_info()
+    assert info["traces"] == 1 and info["trace_seconds"] > 0 and info["compile_seconds"] > 0
+    assert jf.cost_analysis(x, W)["flops"] > 0
+
+
+def test_nested_jit_is_inlined():
+    inner = jit_ps(lambda x: np.exp(x))
+    outer = jit_ps(lambda x: inner(x) + 1)
+    x = rs.randn(3)
+    assert_close(outer(x), onp.exp(x) + 1)
+    assert inner.cache_info()["traces"] == 0
+
+
+def test_methods_can_be_jitted():
+    class Model:
+        def __init__(self, scale):
+            self.scale = scale
+
+        @jit_ps(static_argnums=0)
+        def __call__(self, x):
+            return x * self.scale
+
+        __hash__ = object.__hash__
+    m = Model(3.0)
+    assert_close(m(onp.ones(2)), onp.full(2, 3.0))
+
+
+def test_empty_and_zero_d_inputs():
+    f = jit_ps(lambda x, s: (x * 2, np.sum(x), s + 1))
+    out = f(onp.zeros((0, 3)), onp.float32(1.5))
+    assert out[0].shape == (0, 3) and out[1] == 0.0 and out[2].dtype == onp.float32

@@ -1,0 +1,127 @@
+"""autograd and jit_ps composed in every direction, to any order, agree with plain autograd;
+derivatives of a jitted function run compiled, not as a silent Python fallback."""
+import numpy as onp
+import pytest
+
+import autograd.numpy as np
+from autograd import elementwise_grad, grad, hessian, jacobian, make_jvp, make_vjp, value_and_grad
+from autograd.core import primitive_vjps
+from autograd_xla import jit_ps
+from helpers import assert_close
+
+rs = onp.random.RandomState(1)
+
+
+def loss(w, X, y):
+    logits = X @ w
+    return np.mean(np.logaddexp(0.0, -y * logits)) + 0.01 * np.sum(w ** 2)
+
+
+X = rs.randn(30, 4)
+y = onp.sign(rs.randn(30))
+w = rs.randn(4)
+
+
+def f_vec(x):
+    return np.tanh(x) * np.sin(x[::-1]) + x ** 3
+
+
+def test_jit_of_grad():
+    assert_close(jit_ps(grad(loss))(w, X, y), grad(loss)(w, X, y))
+    assert_close(jit_ps(value_and_grad(loss))(w, X, y), value_and_grad(loss)(w, X, y))
+
+
+def test_grad_of_jit_runs_compiled():
+    jl = jit_ps(loss)
+    expected = grad(loss)(w, X, y)
+    assert_close(grad(jl)(w, X, y), expected)
+    (backward,) = jl._derivatives.values()
+    assert backward.cache_info()["traces"] == 1
+    assert_close(grad(jl)(w + 1, X, y), grad(loss)(w + 1, X, y))
+    assert backward.cache_info()["traces"] == 1 and backward.cache_info()["hits"] == 1
+
+
+def test_backward_pass_does_not_run_python_primitives(monkeypatch):
+    """Once compiled, grad(jit_ps(f)) calls no autograd VJP maker in Python."""
+    jl = jit_ps(loss)
+    grad(jl)(w, X, y)
+    calls = []
+    for prim in list(primitive_vjps):
+        maker = primitive_vjps[prim]
+        monkeypatch.setitem(primitive_vjps, prim, (lambda m, p: lambda *a, **k: calls.append(p) or m(*a, **k))(maker, prim))
+    grad(jl)(w * 2, X, y)
+    names = {getattr(p, "__name__", "") for p in calls}
+    assert names <= {"jit_call"}, names
+
+
+def test_forward_mode_of_jit():
+    v = rs.randn(4)
+    assert_close(make_jvp(jit_ps(loss))(w, X, y)(v), make_jvp(loss)(w, X, y)(v))
+    x = rs.randn(5)
+    t = rs.randn(5)
+    assert_close(make_jvp(jit_ps(f_vec))(x)(t), make_jvp(f_vec)(x)(t))
+
+
+def test_jacobian_and_hessian_of_jit():
+    x = rs.randn(5)
+    assert_close(jacobian(jit_ps(f_vec))(x), jacobian(f_vec)(x))
+    assert_close(hessian(jit_ps(loss))(w, X, y), hessian(loss)(w, X, y))
+    assert_close(elementwise_grad(jit_ps(f_vec))(x), elementwise_grad(f_vec)(x))
+
+
+def test_jit_of_hessian_and_jacobian():
+    x = rs.randn(5)
+    assert_close(jit_ps(hessian(loss))(w, X, y), hessian(loss)(w, X, y))
+    assert_close(jit_ps(jacobian(f_vec))(x), jacobian(f_vec)(x))
+
+
+def test_higher_order_through_jit():
+    f = lambda x: np.sum(np.sin(x) ** 3 * np.exp(-x))
+    x = rs.randn(3)
+    assert_close(grad(grad(jit_ps(lambda s: f(s * x))))(0.7), grad(grad(lambda s: f(s * x)))(0.7))
+    third = grad(grad(grad(jit_ps(lambda s: np.sin(s) ** 3))))
+    assert_close(third(0.3), grad(grad(grad(lambda s: np.sin(s) ** 3)))(0.3))
+    assert_close(jit_ps(grad(grad(lambda s: f(s * x))))(0.7), grad(grad(lambda s: f(s * x)))(0.7))
+
+
+def test_mixed_nesting():
+    inner = jit_ps(lambda x: np.sum(np.tanh(x) ** 2))
+    outer = jit_ps(grad(lambda x: inner(x * 2)))
+    x = rs.randn(4)
+    assert_close(outer(x), grad(lambda x: np.sum(np.tanh(x * 2) ** 2))(x))
+    assert_close(grad(lambda x: jit_ps(grad(inner))(x) @ x)(x),
+                 grad(lambda x: grad(lambda z: np.sum(np.tanh(z) ** 2))(x) @ x)(x))
+
+
+def test_make_vjp_of_jit_with_tuple_output():
+    from autograd.builtins import tuple as atuple
+
+    def f(x):  # autograd differentiates tuple outputs built with autograd.builtins.tuple
+        return atuple((np.sin(x), np.sum(x ** 2)))
+    x = rs.randn(3)
+    vjp_j, ans_j = make_vjp(jit_ps(f))(x)
+    vjp_p, ans_p = make_vjp(f)(x)
+    assert_close(ans_j, ans_p)
+    g = (rs.randn(3), 0.5)
+    assert_close(vjp_j(g), vjp_p(g))
+
+
+def test_grad_with_respect_to_several_arguments():
+    both = lambda w, X: grad(lambda pair: loss(pair[0], pair[1], y))((w, X))
+    assert_close(jit_ps(both)(w, X), both(w, X))
+    assert_close(grad(lambda pair: jit_ps(loss)(pair[0], pair[1], y))((w, X)), both(w, X))
+
+
+@pytest.mark.parametrize("dtype", [onp.float32, onp.float64])
+def test_gradient_dtypes_match_autograd(dtype):
+    x = rs.randn(4).astype(dtype)
+    f = lambda x: np.sum(np.tanh(x) * 2.0)
+    assert jit_ps(grad(f))(x).dtype == grad(f)(x).dtype
+    assert grad(jit_ps(f))(x).dtype == grad(f)(x).dtype
+
+
+def test_grad_of_python_scalar_argument():
+    f = lambda s, x: np.sum(np.sin(s * x))
+    x = rs.randn(3)
+    assert_close(grad(jit_ps(f))(0.3, x), grad(f)(0.3, x))
+    assert_close(jit_ps(grad(f))(0.3, x), grad(f)(0.3, x))
