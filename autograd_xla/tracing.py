@@ -676,6 +676,9 @@ def _make_interceptor(f_wrapped, raw):
         primitive_stack.names.append(f_wrapped)
         try:
             return raw(*args, **kwargs)
+        except ConcretizationError as e:
+            # the primitive's own implementation needs data: it has no traceable form
+            raise unsupported(raw) from e
         finally:
             primitive_stack.names.pop()
 
