@@ -66,6 +66,7 @@ def _derivative(fn, kind, spec, nums):
         maker = make_vjp_function if kind == "vjp" else make_jvp_function
         d = fn._derivatives[key] = JittedFunction(maker(fn, spec, nums), fallback=fn.fallback, backend=fn.backend,
                                                   cache_size=fn.cache_size)
+        d._warned = fn._warned  # one warning per problem, not one per derivative
     return d
 
 

@@ -9,11 +9,11 @@ surfaces it relies on are checked once, at client creation, with a clear error.
 Clients are created on demand per platform, so an accelerator client can sit beside
 the CPU one without the tracer or lowering knowing.
 """
-import collections
 import hashlib
 import os
 import threading
 import warnings
+import weakref
 
 import numpy as np
 
@@ -55,9 +55,8 @@ class Backend:
         self.devices = client.devices()
         self.default_device = self.devices[0]
         self._shardings = {}
-        self._programs = collections.OrderedDict()
+        self._programs = weakref.WeakValueDictionary()
         self._programs_lock = threading.Lock()
-        self.program_cache_size = 256
 
     def sharding(self, device=None):
         device = device or self.default_device
@@ -77,36 +76,44 @@ class Backend:
 
     # ----- compilation ----------------------------------------------------------------------
     def compile(self, text, options=None, devices=None):
-        """Compile StableHLO text; identical programs share one executable. Returns
-        (executable, whether XLA compiled it now rather than reusing a cached one)."""
+        """Compile StableHLO text. Identical programs share one executable while anything
+        uses it: the cache holds weak references, so an executable is freed together with
+        the last jitted function (cache entry) using it. Returns (Program, compiled_now)."""
         key = hashlib.sha256(text.encode()).hexdigest()
         opts_key = options.SerializeAsString() if options is not None else b""
         cache_key = (key, opts_key, tuple(d.id for d in devices) if devices else None)
         with self._programs_lock:
-            exe = self._programs.get(cache_key)
-            if exe is not None:
-                self._programs.move_to_end(cache_key)
-                return exe, False
+            program = self._programs.get(cache_key)
+            if program is not None:
+                return program, False
         devs = xc.DeviceList(tuple(devices or [self.default_device]))
         try:
             exe = self.client.compile_and_load(text, devs, options or xc.CompileOptions())
         except xc.XlaRuntimeError as e:
             raise CompileError(f"XLA could not compile the program: {e}") from None
+        program = Program(exe)
         with self._programs_lock:
-            self._programs[cache_key] = exe
-            while len(self._programs) > self.program_cache_size:
-                self._programs.popitem(last=False)
-        return exe, True
+            self._programs[cache_key] = program
+        return program, True
+
+
+class Program:
+    """A loaded executable; weakly cached by program text (see Backend.compile)."""
+
+    __slots__ = ("exe", "__weakref__")
+
+    def __init__(self, exe):
+        self.exe = exe
 
 
 class Executable:
     """One compiled signature, with everything the call path needs prepared up front."""
 
-    __slots__ = ("backend", "exe", "in_avals", "consts", "handlers", "out_avals", "_put_args", "_converters",
-                 "text", "transfers")
+    __slots__ = ("backend", "program", "exe", "in_avals", "consts", "handlers", "out_avals", "_put_args",
+                 "_converters", "text", "transfers")
 
-    def __init__(self, backend, exe, in_avals, out_avals, consts, text):
-        self.backend, self.exe, self.text = backend, exe, text
+    def __init__(self, backend, program, in_avals, out_avals, consts, text):
+        self.backend, self.program, self.exe, self.text = backend, program, program.exe, text
         self.in_avals = [Aval(a.shape, a.dtype) for a in in_avals]
         self.out_avals = [Aval(s, d) for s, d in out_avals]
         self.consts = [backend.put(c) for c in consts]

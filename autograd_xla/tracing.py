@@ -199,7 +199,7 @@ def _replace_tracers(obj, trace):
 
 def unsupported(prim):
     inner = [prim_name(p) for p in primitive_stack.names]
-    via = f" (reached inside autograd primitive '{inner[-1]}')" if inner else ""
+    via = f" (reached inside autograd primitive '{inner[-1]}')" if inner and inner[-1] != prim_name(prim) else ""
     return UnsupportedPrimitiveError(
         f"no translation rule for '{prim_name(prim)}'{via}, called from\n{user_frame(2)}\n"
         "Register one with autograd_xla.register_translation_rule, or call this function outside jit_ps.",
