@@ -28,6 +28,14 @@ from .errors import CompileError  # noqa: E402
 JAXLIB_API_VERSION = 467  # xla_client._version of the jaxlib we are pinned to
 
 _HOST_SEMANTICS = xc.HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL
+_IN_PLACE = xc.HostBufferSemantics.ZERO_COPY
+#: Large, 64-byte aligned, C-contiguous arguments of a synchronous CPU execution are read in
+#: place instead of copied (4 MB: ~15 µs instead of ~450 µs): the executable runs to
+#: completion before the call returns and never returns a parameter's buffer (XLA copies
+#: returned parameters), so nothing can observe the sharing. Misaligned data must not be
+#: passed this way: PJRT then copies it on a worker thread, and the synchronous client was
+#: seen to start executing before that copy finished (wrong results).
+IN_PLACE_MIN_BYTES = 1 << 16
 
 
 class _Sharding(xc.SingleDeviceSharding):
@@ -120,18 +128,21 @@ class Executable:
         sharding = backend.sharding()
         self.handlers = [xc.array_result_handler(a, sharding, True, _skip_checks=True) for a in self.out_avals]
         device = backend.default_device
-        self._put_args = (sharding, [device])
+        self._put_args = (sharding, [device], backend.platform == "cpu")
         self._converters = [_converter(a) for a in self.out_avals]
         self.transfers = 0
 
     def __call__(self, leaves):
-        sharding, devices = self._put_args
+        sharding, devices, in_place_ok = self._put_args
         put = xc.batched_device_put
         buffers = []
         for aval, x in zip(self.in_avals, leaves):
+            semantics = _HOST_SEMANTICS
             if type(x) is not np.ndarray:
                 x = np.asarray(x, dtype=aval.dtype)
-            buffers.append(put(aval, sharding, [x], devices, enable_x64=True, host_buffer_semantics=_HOST_SEMANTICS))
+            elif in_place_ok and x.nbytes >= IN_PLACE_MIN_BYTES and x.flags.c_contiguous and not x.ctypes.data % 64:
+                semantics = _IN_PLACE
+            buffers.append(put(aval, sharding, [x], devices, enable_x64=True, host_buffer_semantics=semantics))
         if self.consts:
             buffers.extend(self.consts)
         try:

@@ -9,6 +9,7 @@ printer serves every op and there is no per-op pretty syntax to get wrong. Each 
 computes its result type itself, which is what lets the tracer run a translation rule to
 learn a primitive's output shape and dtype (see `tracing.abstract_eval`).
 """
+import functools
 import itertools
 
 import ml_dtypes
@@ -36,11 +37,16 @@ SUPPORTED_DTYPES = frozenset(_ELEMENT_TYPES)
 
 def element_type(dtype):
     try:
+        return _ELEMENT_TYPES[dtype]
+    except (KeyError, TypeError):
+        pass
+    try:
         return _ELEMENT_TYPES[np.dtype(dtype)]
     except KeyError:
         raise TypeError(f"dtype {np.dtype(dtype)} has no XLA equivalent") from None
 
 
+@functools.lru_cache(maxsize=8192)
 def tensor_type(shape, dtype):
     dims = "".join(f"{d}x" for d in shape)
     return f"tensor<{dims}{element_type(dtype)}>"
@@ -112,17 +118,20 @@ class Builder:
     """Appends ops to one block. Child builders (regions) share the name counter, so
     names are unique across the whole function and regions may use outer values."""
 
-    def __init__(self, counter=None, depth=2):
+    def __init__(self, counter=None, depth=2, transposed=None):
         self._counter = counter if counter is not None else itertools.count()
         self._depth = depth
         self.lines = []
+        # name of a transpose result -> (operand, permutation), shared with child regions, so
+        # dot_general can read through transposes (see _fold_transpose)
+        self._transposed = transposed if transposed is not None else {}
 
     # ----- plumbing -------------------------------------------------------------------------
     def fresh_name(self, prefix="%"):
         return f"{prefix}{next(self._counter)}"
 
     def child(self):
-        return type(self)(self._counter, self._depth + 2)
+        return type(self)(self._counter, self._depth + 2, self._transposed)
 
     def emit(self, line):
         self.lines.append("  " * self._depth + line)
@@ -143,7 +152,7 @@ class Builder:
         if attrs:
             text += " {" + ", ".join(f"{k} = {v}" for k, v in attrs.items()) + "}"
         in_types = ", ".join(v.type for v in operands)
-        out_types = [tensor_type(s, d) for s, d in results]
+        out_types = [tensor_type(tuple(s), d) for s, d in results]
         out_text = out_types[0] if len(out_types) == 1 else "(" + ", ".join(out_types) + ")"
         self.emit(f"{text} : ({in_types}) -> {out_text}")
         return outs
@@ -201,7 +210,9 @@ class Builder:
         if perm == tuple(range(x.ndim)):
             return x
         shape = tuple(x.shape[p] for p in perm)
-        return self.op1("stablehlo.transpose", [x], shape, x.dtype, {"permutation": i64_array(perm)})
+        out = self.op1("stablehlo.transpose", [x], shape, x.dtype, {"permutation": i64_array(perm)})
+        self._transposed[out.name] = (x, perm)
+        return out
 
     def slice(self, x, starts, limits, strides=None):
         strides = strides or [1] * x.ndim
@@ -278,6 +289,8 @@ class Builder:
     # ----- contractions and reductions ------------------------------------------------------
     def dot_general(self, x, y, contracting, batching=((), ()), dtype=None):
         (lc, rc), (lb, rb) = contracting, batching
+        x, lc, lb = self._fold_transpose(x, lc, lb)
+        y, rc, rb = self._fold_transpose(y, rc, rb)
         free_x = [d for i, d in enumerate(x.shape) if i not in lc and i not in lb]
         free_y = [d for i, d in enumerate(y.shape) if i not in rc and i not in rb]
         shape = [x.shape[i] for i in lb] + free_x + free_y
@@ -285,6 +298,20 @@ class Builder:
                 f"lhs_contracting_dimensions = {i64_list(lc)}, rhs_contracting_dimensions = {i64_list(rc)}")
         attrs = {"dot_dimension_numbers": f"#stablehlo.dot<{dims}>"}
         return self.op1("stablehlo.dot_general", [x, y], shape, dtype or x.dtype, attrs)
+
+    def _fold_transpose(self, v, contracting, batching):
+        """Read a dot operand through a transpose by renumbering its dimensions, when that
+        keeps the order of its free dimensions. autograd's matmul VJP transposes before it
+        multiplies (`swapaxes(X) @ g`); XLA's CPU backend materialises such a transpose before
+        a matrix-vector product, so we fold it here, as a dot's transpose rule would."""
+        hit = self._transposed.get(v.name)
+        if hit is None:
+            return v, contracting, batching
+        source, perm = hit
+        free = [perm[d] for d in range(v.ndim) if d not in contracting and d not in batching]
+        if free != sorted(free):
+            return v, contracting, batching
+        return source, [perm[d] for d in contracting], [perm[d] for d in batching]
 
     def reduce(self, operands, inits, dims, body):
         """Variadic reduce; `body(builder, *accumulators, *elements)` returns new accumulators."""

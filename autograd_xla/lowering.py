@@ -83,12 +83,12 @@ class ModuleState:
 class LoweringContext(hlo.Builder):
     """A builder with numpy semantics: the `ctx` of every translation rule."""
 
-    def __init__(self, module, counter=None, depth=2):
-        super().__init__(counter, depth)
+    def __init__(self, module, counter=None, depth=2, transposed=None):
+        super().__init__(counter, depth, transposed)
         self.module = module
 
     def child(self):
-        return type(self)(self.module, self._counter, self._depth + 2)
+        return type(self)(self.module, self._counter, self._depth + 2, self._transposed)
 
     @property
     def platform(self):
@@ -215,13 +215,17 @@ def lower_eqns(ctx, eqns, env):
                     raise AssertionError(
                         f"translation rule for '{prim_name(eqn.prim)}' produced {value.type}, "
                         f"but at trace time it produced {hlo.tensor_type(var.aval.shape, var.aval.dtype)}")
+                if var.aval.weak_type != value.weak_type:  # the tracer's weak typing (s * 2 of a Python scalar)
+                    value = hlo.Value(value.name, value.shape, value.dtype, var.aval.weak_type)
                 env[var] = value
 
 
 def lower_subgraph(ctx, graph, args, captured):
     """Emit a (sub)graph inline; returns its output Values."""
     env = {v: a for v, a in zip(graph.invars, args)}
-    env.update({inner: value for (inner, _), value in zip(graph.captured, captured)})
+    for (inner, _), value in zip(graph.captured, captured):  # weak as traced; the outer Value stays as it is
+        weak = inner.aval.weak_type
+        env[inner] = value if value.weak_type == weak else hlo.Value(value.name, value.shape, value.dtype, weak)
     for v in graph.invars:
         env[v].weak_type = v.aval.weak_type
     lower_eqns(ctx, prune(graph).eqns, env)

@@ -191,3 +191,34 @@ def test_empty_and_zero_d_inputs():
     f = jit_ps(lambda x, s: (x * 2, np.sum(x), s + 1))
     out = f(onp.zeros((0, 3)), onp.float32(1.5))
     assert out[0].shape == (0, 3) and out[1] == 0.0 and out[2].dtype == onp.float32
+
+
+def test_executables_are_freed_with_the_jitted_function():
+    import gc
+    import weakref
+
+    f = jit_ps(lambda x: np.sin(x) * 3.25 + 0.125)   # a program no other test compiles
+    x = rs.randn(7, 3)
+    f(x)
+    grad(jit_ps(lambda x: np.sum(np.sin(x) * 3.25)))(x)
+    program = weakref.ref(next(iter(f._cache.values())).executable.program)
+    assert program() is not None
+    del f
+    gc.collect()
+    assert program() is None
+
+
+@pytest.mark.parametrize("offset", [0, 8, 16, 48])
+def test_large_inputs_at_any_alignment(offset):
+    """Large aligned arguments are read in place, others copied; both must be exact."""
+    buf = onp.empty(300 * 100 + 16)
+    start = ((-buf.ctypes.data % 64) + offset) // 8
+    X = buf[start:start + 300 * 100].reshape(300, 100)
+    X[:] = rs.randn(300, 100)
+    w = rs.randn(100)
+    f = jit_ps(lambda X, w: np.tanh(X @ w) + X.sum(0)[:3].sum())
+    expected = onp.tanh(X @ w) + X.sum(0)[:3].sum()
+    for _ in range(20):
+        assert_close(f(X, w), expected)
+    X[0, 0] += 1.0                   # the caller may modify arguments between calls
+    assert_close(f(X, w), onp.tanh(X @ w) + X.sum(0)[:3].sum())
