@@ -1,0 +1,1014 @@
+"""Linear algebra: numpy.linalg and scipy.linalg, as autograd wraps and differentiates them.
+
+How each primitive is computed (CPU). numpy and scipy call the same LAPACK routines, so
+values agree with them to rounding (bit for bit in most of the tests):
+
+* cholesky, cho_factor, scipy cholesky: LAPACK potrf. Elsewhere: `stablehlo.cholesky`.
+* solve_triangular, cho_solve and the triangular halves of every LU solve: BLAS trsm.
+  Elsewhere: `stablehlo.triangular_solve`. Both of these paths are portable.
+* det, slogdet, inv, solve, matrix_power (n < 0), solve_banded: LAPACK getrf, then the
+  row permutation applied and two triangular solves (what LAPACK's getrs does). Banded
+  matrices are expanded to dense ones: same pivoting as gbsv/gtsv, O(n^3) not O(n l u).
+* eigh, eigvalsh: syevd / heevd. eig, eigvals: geev. svd, svdvals, pinv, matrix norms
+  2 / -2 / 'nuc': gesdd. qr: geqrf + orgqr / ungqr.
+* sqrtm, solve_sylvester: complex Schur form (gees), then the triangular recurrences
+  (Bjorck-Hammarling square root; Bartels-Stewart) one column per iteration of a
+  `stablehlo.while`, each column one triangular solve.
+The LAPACK calls are jaxlib's `lapack_*_ffi` kernels, which only exist on CPU: those rules
+raise NotImplementedError on other platforms.
+
+Where numpy/scipy raise LinAlgError on the data (a matrix that is not positive definite,
+a singular matrix to inv/solve/solve_triangular/solve_banded, an eigen or SVD solver that
+did not converge), compiled code cannot raise: the affected matrices of a batch come out
+as NaN, as jax does. det and slogdet of singular matrices are exact like numpy's (0 and
+(0, -inf)).
+
+Where numpy/scipy choose the result dtype from the data, we cannot:
+* eig / eigvals always return complex results (numpy returns real arrays when every
+  eigenvalue happens to be real).
+* sqrtm of a real matrix is real; where scipy would switch to a complex result (a real
+  negative eigenvalue) the matrix comes out as NaN: pass a complex matrix instead.
+"""
+import functools
+import operator
+import warnings
+
+import numpy as np
+import scipy.linalg
+from autograd.numpy import linalg as _autograd_linalg
+from autograd.numpy import numpy_wrapper as _anp
+from autograd.tracer import getval
+from numpy.linalg import LinAlgError
+
+from .. import tracing
+from ..hlo import Value
+from . import lowers, traces
+from .shape import diagonal, embed_diagonal
+
+_LAPACK_PREFIX = {np.dtype(np.float32): "s", np.dtype(np.float64): "d",
+                  np.dtype(np.complex64): "c", np.dtype(np.complex128): "z"}
+_I32 = np.dtype(np.int32)
+
+#: Tests set this to lower cholesky and triangular solves the way non-CPU platforms do.
+FORCE_PORTABLE = False
+
+
+# ----- dtypes and operands -------------------------------------------------------------------
+def _real(dtype):
+    return np.empty(0, dtype).real.dtype
+
+
+def _complex(dtype):
+    return np.result_type(dtype, np.complex64)
+
+
+def linalg_dtype(*dtypes):
+    """The dtype LAPACK computes in: numpy's common type, integers and bools as float64."""
+    dt = np.result_type(*dtypes)
+    if dt.kind in "biu":
+        return np.dtype(np.float64)
+    if dt not in _LAPACK_PREFIX:
+        raise TypeError(f"array type {dt} is unsupported in linalg")
+    return dt
+
+
+def _dtype_of(x):
+    return x.dtype if isinstance(x, Value) else np.asarray(x).dtype
+
+
+def _square(ctx, a, dtype=None):
+    v = ctx.asvalue(a)
+    if v.ndim < 2:
+        raise LinAlgError(f"{v.ndim}-dimensional array given. Array must be at least two-dimensional")
+    if v.shape[-1] != v.shape[-2]:
+        raise LinAlgError("Last 2 dimensions of the array must be square")
+    return ctx.astype(v, dtype or linalg_dtype(v.dtype))
+
+
+def numpy_if_empty(fn):
+    """A rule decorator: with a zero-size array among the operands the result does not
+    depend on any data, so numpy/scipy compute it (and raise its errors) at trace time."""
+    def deco(rule):
+        @functools.wraps(rule)
+        def wrapped(ctx, *args, **kwargs):
+            values = [x for x in _leaves((args, kwargs)) if isinstance(x, Value)]
+            if any(v.size == 0 for v in values):
+                stand_in_args, stand_in_kwargs = _map_values((args, kwargs), _stand_in)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    out = fn(*stand_in_args, **stand_in_kwargs)
+                return _map_arrays(out, lambda x: ctx.const(np.asarray(x)))
+            return rule(ctx, *args, **kwargs)
+        return wrapped
+    return deco
+
+
+def _stand_in(v):
+    """Data for an operand of a result that depends on no data: identities for square
+    matrices (nonsingular, positive definite), ones otherwise."""
+    if v.ndim >= 2 and v.shape[-1] == v.shape[-2]:
+        return np.broadcast_to(np.eye(v.shape[-1], dtype=v.dtype), v.shape).copy()
+    return np.ones(v.shape, v.dtype)
+
+
+def _leaves(obj):
+    if isinstance(obj, (tuple, list)):
+        return [y for x in obj for y in _leaves(x)]
+    if isinstance(obj, dict):
+        return [y for x in obj.values() for y in _leaves(x)]
+    return [obj]
+
+
+def _map_values(obj, f):
+    if isinstance(obj, Value):
+        return f(obj)
+    if isinstance(obj, dict):
+        return {k: _map_values(x, f) for k, x in obj.items()}
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_map_values(x, f) for x in obj)
+    return obj
+
+
+def _map_arrays(out, f):
+    if isinstance(out, tuple) and hasattr(out, "_fields"):
+        return type(out)(*[_map_arrays(x, f) for x in out])
+    if isinstance(out, (tuple, list)):
+        return type(out)(_map_arrays(x, f) for x in out)
+    return f(out)
+
+
+# ----- small matrix helpers ------------------------------------------------------------------
+def _conj(ctx, x):
+    if x.dtype.kind != "c":
+        return x
+    return ctx.complex(ctx.real(x), ctx.unary("negate", ctx.imag(x), _real(x.dtype)))
+
+
+def _mT(ctx, x):
+    perm = list(range(x.ndim))
+    perm[-1], perm[-2] = perm[-2], perm[-1]
+    return ctx.transpose(x, perm)
+
+
+def _adjoint(ctx, x):
+    return _conj(ctx, _mT(ctx, x))
+
+
+def _mm(ctx, a, b):
+    """Batched matrix product; a and b have the same batch dimensions."""
+    nb = a.ndim - 2
+    return ctx.dot_general(a, b, ([nb + 1], [nb]), (list(range(nb)), list(range(nb))))
+
+
+def _eye(ctx, shape, dtype):
+    nd = len(shape)
+    same = ctx.compare(ctx.iota(shape, _I32, nd - 2), ctx.iota(shape, _I32, nd - 1), "EQ")
+    return ctx.convert(same, dtype) if np.dtype(dtype).kind != "c" else \
+        ctx.convert(ctx.convert(same, _real(dtype)), dtype)
+
+
+def _diag(ctx, x):
+    return diagonal(ctx, x, 0, x.ndim - 2, x.ndim - 1)
+
+
+def _tri_mask(ctx, shape, lower, k=0):
+    """Boolean mask of the lower (col <= row + k) or upper (col >= row + k) triangle."""
+    nd = len(shape)
+    rows = ctx.iota(shape, _I32, nd - 2)
+    cols = ctx.iota(shape, _I32, nd - 1)
+    if k:
+        rows = ctx.binary("add", rows, ctx.full(shape, k, _I32))
+    return ctx.compare(cols, rows, "LE" if lower else "GE")
+
+
+def _triangle(ctx, x, lower):
+    return ctx.select(_tri_mask(ctx, x.shape, lower), x, ctx.zeros_like(x))
+
+
+def _bcast_batch(ctx, ok, x):
+    return ctx.broadcast_in_dim(ok, x.shape, list(range(ok.ndim)))
+
+
+def nan_unless(ctx, ok, *xs):
+    """Each x (batch + core) with NaN in the matrices whose `ok` (batch) is false."""
+    outs = tuple(ctx.select(_bcast_batch(ctx, ok, x), x, ctx.full(x.shape, np.nan, x.dtype)) for x in xs)
+    return outs if len(outs) > 1 else outs[0]
+
+
+def _all(ctx, pred, axes):
+    return ctx.reduce_with(pred, axes, "and", True)
+
+
+def _info_ok(ctx, info):
+    return ctx.compare(info, ctx.zeros_like(info), "EQ")
+
+
+# ----- LAPACK custom calls -------------------------------------------------------------------
+def _use_lapack(ctx):
+    return ctx.platform == "cpu" and not FORCE_PORTABLE
+
+
+def _require_cpu(ctx, what):
+    if ctx.platform != "cpu":
+        raise NotImplementedError(f"{what} is lowered to LAPACK (jaxlib's lapack_*_ffi kernels), which exists "
+                                  f"only on CPU; platform {ctx.platform!r} is not supported yet. Compute it "
+                                  "outside jit_ps, or with backend='cpu'.")
+
+
+def _column_major(ndim):
+    return (ndim - 2, ndim - 1) + tuple(range(ndim - 3, -1, -1))
+
+
+def lapack(ctx, routine, operands, results, **attrs):
+    """Call jaxlib's `lapack_<s|d|c|z><routine>_ffi`. Matrices (operands and results of the
+    operands' largest rank) are column-major, as LAPACK wants; leading dimensions are a
+    batch the kernel loops over. Attributes are one-character LAPACK flags."""
+    _require_cpu(ctx, f"LAPACK {routine}")
+    target = f"lapack_{_LAPACK_PREFIX[operands[0].dtype]}{routine}_ffi"
+    nd = max(v.ndim for v in operands)
+
+    def layout(ndim):
+        return _column_major(ndim) if ndim == nd else tuple(range(ndim - 1, -1, -1))
+
+    config = "{" + ", ".join(f"{k} = {ord(v)} : ui8" for k, v in sorted(attrs.items())) + "}"
+    return ctx.custom_call(target, list(operands), [(tuple(s), np.dtype(d)) for s, d in results],
+                           backend_config=config,
+                           layouts=([layout(v.ndim) for v in operands], [layout(len(s)) for s, _ in results]))
+
+
+# ----- factorizations and solves shared by several rules ---------------------------------------
+def cholesky_factor(ctx, a, lower):
+    """(factor, ok): the factor in the `lower`/upper triangle, a's own entries in the other."""
+    batch = a.shape[:-2]
+    if _use_lapack(ctx):
+        f, info = lapack(ctx, "potrf", [a], [(a.shape, a.dtype), (batch, _I32)], uplo="L" if lower else "U")
+        return f, _info_ok(ctx, info)
+    f = ctx.op1("stablehlo.cholesky", [a], a.shape, a.dtype, {"lower": "true" if lower else "false"})
+    f = ctx.select(_tri_mask(ctx, a.shape, lower), f, a)
+    d = ctx.real(_diag(ctx, f)) if a.dtype.kind == "c" else _diag(ctx, f)
+    ok = _all(ctx, ctx.compare(d, ctx.zeros_like(d), "GT"), [d.ndim - 1])  # NaN compares false
+    return f, ok
+
+
+_TRANSPOSE = {"N": "NO_TRANSPOSE", "T": "TRANSPOSE", "C": "ADJOINT"}
+
+
+def triangular_solve(ctx, a, b, lower, trans="N", unit=False):
+    """x with op(a) x = b; a (..., n, n) triangular, b (..., n, k), equal batch dims."""
+    if a.dtype.kind != "c" and trans == "C":
+        trans = "T"
+    if _use_lapack(ctx):
+        return lapack(ctx, "trsm", [a, b], [(b.shape, b.dtype)], side="L", uplo="L" if lower else "U",
+                      trans_x=trans, diag="U" if unit else "N")[0]
+    attrs = {"left_side": "true", "lower": "true" if lower else "false",
+             "unit_diagonal": "true" if unit else "false",
+             "transpose_a": f"#stablehlo<transpose {_TRANSPOSE[trans]}>"}
+    return ctx.op1("stablehlo.triangular_solve", [a, b], b.shape, b.dtype, attrs)
+
+
+def lu_factor(ctx, a):
+    """(lu, 1-based int32 pivots, info) of LAPACK getrf."""
+    batch = a.shape[:-2]
+    k = min(a.shape[-2:])
+    return lapack(ctx, "getrf", [a], [(a.shape, a.dtype), (batch + (k,), _I32), (batch, _I32)])
+
+
+def pivots_to_permutation(ctx, piv, n):
+    """LAPACK's row interchanges (row i swapped with row piv[i], in order) as the
+    permutation `perm` with A[perm] = L U, built in a loop over the k interchanges."""
+    batch = piv.shape[:-1]
+    nb, k = len(batch), piv.shape[-1]
+    shape = batch + (n,)
+    piv0 = ctx.binary("subtract", piv, ctx.full(piv.shape, 1, _I32))
+
+    def cond(b, i, perm):
+        return b.compare(i, b.scalar(k, _I32), "LT")
+
+    def body(b, i, perm):
+        zero = b.scalar(0, _I32)
+        p = b.dynamic_slice(piv0, [zero] * nb + [i], batch + (1,))
+        perm_i = b.dynamic_slice(perm, [zero] * nb + [i], batch + (1,))
+        idx = b.iota(shape, _I32, nb)
+        at_p = b.compare(idx, b.broadcast_in_dim(p, shape, range(nb + 1)), "EQ")
+        perm_p = b.reduce_with(b.select(at_p, perm, b.zeros_like(perm)), [nb], "add", 0)
+        at_i = b.compare(idx, b.broadcast_in_dim(i, shape, []), "EQ")
+        new = b.select(at_i, b.broadcast_in_dim(perm_p, shape, range(nb)),
+                       b.select(at_p, b.broadcast_in_dim(perm_i, shape, range(nb + 1)), perm))
+        return b.binary("add", i, b.scalar(1, _I32)), new
+
+    _, perm = ctx.while_loop([ctx.scalar(0, _I32), ctx.iota(shape, _I32, nb)], cond, body)
+    return perm
+
+
+def _take_rows(ctx, b, perm):
+    """b[..., perm[..., i], :] for every i: one gather over the flattened batch."""
+    batch, (n, k) = b.shape[:-2], b.shape[-2:]
+    count = int(np.prod(batch, dtype=np.int64))
+    flat = ctx.reshape(b, (count * n, k))
+    offsets = ctx.binary("multiply", ctx.iota((count, n), _I32, 0), ctx.full((count, n), n, _I32))
+    index = ctx.binary("add", offsets, ctx.reshape(perm, (count, n)))
+    rows = ctx.gather(flat, ctx.reshape(index, (count * n, 1)), [1], [0], [0], 1, [1, k], (count * n, k))
+    return ctx.reshape(rows, b.shape)
+
+
+def lu_solve(ctx, a, b):
+    """x with a x = b (a (..., n, n), b (..., n, k), equal batch dims), NaN where a is singular."""
+    lu, piv, info = lu_factor(ctx, a)
+    perm = pivots_to_permutation(ctx, piv, a.shape[-1])
+    y = triangular_solve(ctx, lu, _take_rows(ctx, b, perm), lower=True, unit=True)
+    x = triangular_solve(ctx, lu, y, lower=False)
+    return nan_unless(ctx, _info_ok(ctx, info), x)
+
+
+def inverse(ctx, a):
+    lu, piv, info = lu_factor(ctx, a)
+    n = a.shape[-1]
+    perm = pivots_to_permutation(ctx, piv, n)
+    onehot = ctx.compare(ctx.broadcast_in_dim(perm, a.shape, range(a.ndim - 1)),
+                         ctx.iota(a.shape, _I32, a.ndim - 1), "EQ")  # rows of the identity, permuted
+    b = ctx.convert(ctx.convert(onehot, _real(a.dtype)), a.dtype)
+    y = triangular_solve(ctx, lu, b, lower=True, unit=True)
+    x = triangular_solve(ctx, lu, y, lower=False)
+    return nan_unless(ctx, _info_ok(ctx, info), x)
+
+
+def svd_parts(ctx, a, full_matrices, compute_uv):
+    """(s, u, vh, ok) of LAPACK gesdd; u and vh are None without compute_uv."""
+    batch, (m, n) = a.shape[:-2], a.shape[-2:]
+    k = min(m, n)
+    mode = ("A" if full_matrices else "S") if compute_uv else "N"
+    ucols, vrows = (m, n) if (compute_uv and full_matrices) else (k, k)
+    _, s, u, vh, info = lapack(ctx, "gesdd", [a], [(a.shape, a.dtype), (batch + (k,), _real(a.dtype)),
+                                                   (batch + (m, ucols), a.dtype), (batch + (vrows, n), a.dtype),
+                                                   (batch, _I32)], mode=mode)
+    ok = _info_ok(ctx, info)
+    if not compute_uv:
+        return nan_unless(ctx, ok, s), None, None, ok
+    s, u, vh = nan_unless(ctx, ok, s, u, vh)
+    return s, u, vh, ok
+
+
+def eigh_parts(ctx, a, lower, vectors=True):
+    batch = a.shape[:-2]
+    routine = "heevd" if a.dtype.kind == "c" else "syevd"
+    v, w, info = lapack(ctx, routine, [a], [(a.shape, a.dtype), (a.shape[:-1], _real(a.dtype)), (batch, _I32)],
+                        mode="V" if vectors else "N", uplo="L" if lower else "U")
+    w, v = nan_unless(ctx, _info_ok(ctx, info), w, v)
+    return w, v
+
+
+def eig_parts(ctx, a, vectors=True):
+    batch = a.shape[:-2]
+    cdt = _complex(a.dtype)
+    flags = dict(compute_left="N", compute_right="V" if vectors else "N")
+    if a.dtype.kind == "c":
+        w, _, vr, info = lapack(ctx, "geev", [a], [(a.shape[:-1], a.dtype), (a.shape, cdt), (a.shape, cdt),
+                                                   (batch, _I32)], **flags)
+    else:
+        wr, wi, _, vr, info = lapack(ctx, "geev", [a], [(a.shape[:-1], a.dtype), (a.shape[:-1], a.dtype),
+                                                        (a.shape, cdt), (a.shape, cdt), (batch, _I32)], **flags)
+        w = ctx.complex(wr, wi)
+    w, vr = nan_unless(ctx, _info_ok(ctx, info), w, vr)
+    return w, vr
+
+
+def schur_complex(ctx, a):
+    """(T, Z) with a = Z T Z^H, T upper triangular (complex Schur form, LAPACK gees)."""
+    a = ctx.astype(a, _complex(a.dtype))
+    batch = a.shape[:-2]
+    t, z, _, _, info = lapack(ctx, "gees", [a], [(a.shape, a.dtype), (a.shape, a.dtype), (a.shape[:-1], a.dtype),
+                                                 (batch, _I32), (batch, _I32)], mode="V", sort="N")
+    return nan_unless(ctx, _info_ok(ctx, info), t, z)
+
+
+def _real_eigenvalues(ctx, a):
+    """(wr, wi) of a real matrix from its real Schur form: wi is exactly 0 for real ones."""
+    batch = a.shape[:-2]
+    _, _, wr, wi, _, _ = lapack(ctx, "gees", [a], [(a.shape, a.dtype), (a.shape, a.dtype), (a.shape[:-1], a.dtype),
+                                                   (a.shape[:-1], a.dtype), (batch, _I32), (batch, _I32)],
+                                mode="N", sort="N")
+    return wr, wi
+
+
+def _column_loop(ctx, count, init, step):
+    """for j in range(count): x = step(builder, j, x); one stablehlo.while."""
+    def cond(b, j, x):
+        return b.compare(j, b.scalar(count, _I32), "LT")
+
+    def body(b, j, x):
+        return b.binary("add", j, b.scalar(1, _I32)), step(b, j, x)
+
+    return ctx.while_loop([ctx.scalar(0, _I32), init], cond, body)[1]
+
+
+def triangular_sylvester(ctx, ta, tb, f):
+    """y with ta y + y tb = f for upper triangular ta (..., n, n), tb (..., m, m): column j
+    solves (ta + tb[j, j] I) y[:, j] = f[:, j] - y[:, :j] tb[:j, j] (columns >= j of y are
+    still zero, so the full product gives the partial sum)."""
+    batch, (n, m) = f.shape[:-2], f.shape[-2:]
+    nb = len(batch)
+    eye = _eye(ctx, batch + (n, n), f.dtype)
+
+    def step(b, j, y):
+        zero = b.scalar(0, _I32)
+        col = b.dynamic_slice(tb, [zero] * nb + [zero, j], batch + (m, 1))
+        tjj = b.dynamic_slice(tb, [zero] * nb + [j, j], batch + (1, 1))
+        fj = b.dynamic_slice(f, [zero] * nb + [zero, j], batch + (n, 1))
+        rhs = b.binary("subtract", fj, _mm(b, y, col))
+        shifted = b.binary("add", ta, b.binary("multiply", eye, b.broadcast_in_dim(tjj, eye.shape, range(nb + 2))))
+        yj = triangular_solve(b, shifted, rhs, lower=False)
+        return b.dynamic_update_slice(y, yj, [zero] * nb + [zero, j])
+
+    return _column_loop(ctx, m, ctx.zeros_like(f), step)
+
+
+def triangular_sqrtm(ctx, t):
+    """Upper triangular r with r @ r = t (principal branch on the diagonal). Column j solves
+    (r[:j, :j] + r[j, j] I) r[:j, j] = t[:j, j]; in full size, rows >= j get an identity
+    diagonal and a zero right-hand side so they stay zero."""
+    batch, n = t.shape[:-2], t.shape[-1]
+    nb = len(batch)
+    root = ctx.unary("sqrt", _diag(ctx, t))  # (..., n)
+    vec = batch + (n,)
+    idx = ctx.iota(vec, _I32, nb)
+
+    def step(b, j, r):
+        zero = b.scalar(0, _I32)
+        rjj = b.dynamic_slice(root, [zero] * nb + [j], batch + (1,))
+        rjj_v = b.broadcast_in_dim(rjj, vec, range(nb + 1))
+        jj = b.broadcast_in_dim(j, vec, [])
+        above = b.compare(idx, jj, "LT")
+        shift = b.select(above, rjj_v, b.full(vec, 1, t.dtype))
+        mat = b.binary("add", r, embed_diagonal(b, shift))
+        # r[k, k] + r[j, j] = 0 (a repeated zero eigenvalue): divide by 1 instead, so that
+        # 0 / 0 gives 0 as in scipy
+        denom_zero = b.compare(_diag(b, mat), b.zeros_like(shift), "EQ")
+        mat = b.binary("add", mat, embed_diagonal(b, b.select(denom_zero, b.full(vec, 1, t.dtype),
+                                                              b.zeros_like(shift))))
+        tcol = b.reshape(b.dynamic_slice(t, [zero] * nb + [zero, j], batch + (n, 1)), vec)
+        rhs = b.select(above, tcol, b.zeros_like(tcol))
+        x = b.reshape(triangular_solve(b, mat, b.reshape(rhs, vec + (1,)), lower=False), vec)
+        # a zero denominator with a nonzero numerator: no square root exists (scipy: inf)
+        nonzero = b.compare(x, b.zeros_like(x), "NE")
+        x = b.select(b.binary("and", denom_zero, nonzero), b.full(vec, np.inf, t.dtype), x)
+        col = b.select(b.compare(idx, jj, "EQ"), rjj_v, x)
+        return b.dynamic_update_slice(r, b.reshape(col, vec + (1,)), [zero] * nb + [zero, j])
+
+    return _column_loop(ctx, n, ctx.zeros_like(t), step)
+
+
+# ----- numpy.linalg --------------------------------------------------------------------------
+@lowers(np.linalg.cholesky)
+@numpy_if_empty(np.linalg.cholesky)
+def _cholesky(ctx, a, /, *, upper=False):
+    v = _square(ctx, a)
+    f, ok = cholesky_factor(ctx, v, lower=not upper)
+    return nan_unless(ctx, ok, _triangle(ctx, f, lower=not upper))
+
+
+def slogdet_parts(ctx, a):
+    lu, piv, info = lu_factor(ctx, a)
+    nb = a.ndim - 2
+    d = _diag(ctx, lu)
+    absd = ctx.unary("abs", d, _real(a.dtype))
+    logdet = ctx.reduce_with(ctx.unary("log", absd), [nb], "add", 0)
+    swaps = ctx.compare(piv, ctx.binary("add", ctx.iota(piv.shape, _I32, nb), ctx.full(piv.shape, 1, _I32)), "NE")
+    odd = ctx.binary("remainder", ctx.reduce_with(ctx.convert(swaps, _I32), [nb], "add", 0),
+                     ctx.full(logdet.shape, 2, _I32))
+    parity = ctx.select(ctx.compare(odd, ctx.zeros_like(odd), "EQ"), ctx.full(logdet.shape, 1, a.dtype),
+                        ctx.full(logdet.shape, -1, a.dtype))
+    if a.dtype.kind == "c":
+        unit = ctx.binary("divide", d, ctx.convert(absd, a.dtype))
+    else:
+        unit = ctx.unary("sign", d)
+    sign = ctx.binary("multiply", parity, ctx.reduce_with(unit, [nb], "multiply", 1))
+    singular = ctx.compare(info, ctx.zeros_like(info), "GT")  # numpy: sign 0, logdet -inf
+    sign = ctx.select(singular, ctx.zeros_like(sign), sign)
+    logdet = ctx.select(singular, ctx.full(logdet.shape, -np.inf, logdet.dtype), logdet)
+    return sign, logdet
+
+
+@lowers(np.linalg.slogdet)
+@numpy_if_empty(np.linalg.slogdet)
+def _slogdet(ctx, a):
+    sign, logdet = slogdet_parts(ctx, _square(ctx, a))
+    return np.linalg._linalg.SlogdetResult(sign, logdet)
+
+
+@lowers(np.linalg.det)
+@numpy_if_empty(np.linalg.det)
+def _det(ctx, a):
+    v = _square(ctx, a)
+    sign, logdet = slogdet_parts(ctx, v)  # numpy's det is sign * exp(logdet) too
+    return ctx.binary("multiply", sign, ctx.convert(ctx.unary("exponential", logdet), v.dtype))
+
+
+@lowers(np.linalg.inv)
+@numpy_if_empty(np.linalg.inv)
+def _inv(ctx, a):
+    return inverse(ctx, _square(ctx, a))
+
+
+@lowers(np.linalg.solve)
+@numpy_if_empty(np.linalg.solve)
+def _solve(ctx, a, b):
+    av, bv = ctx.asvalue(a), ctx.asvalue(b)
+    dt = linalg_dtype(av.dtype, bv.dtype)
+    av = _square(ctx, av, dt)
+    bv = ctx.astype(bv, dt)
+    n = av.shape[-1]
+    vector = bv.ndim == 1
+    if vector:
+        bv = ctx.reshape(bv, (n, 1))
+    if bv.ndim < 2 or bv.shape[-2] != n:
+        raise ValueError(f"solve: Input operand 1 has a mismatch in its core dimension 0, with gufunc signature "
+                         f"(m,m),(m,n)->(m,n) (b has shape {bv.shape}, a has {n} rows)")
+    batch = tuple(np.broadcast_shapes(av.shape[:-2], bv.shape[:-2]))
+    x = lu_solve(ctx, ctx.broadcast_to(av, batch + av.shape[-2:]), ctx.broadcast_to(bv, batch + bv.shape[-2:]))
+    return ctx.reshape(x, batch + (n,)) if vector else x
+
+
+@lowers(np.linalg.eigh)
+@numpy_if_empty(np.linalg.eigh)
+def _eigh(ctx, a, UPLO="L"):
+    if UPLO not in ("L", "U"):
+        raise ValueError("UPLO argument must be 'L' or 'U'")
+    w, v = eigh_parts(ctx, _square(ctx, a), lower=UPLO == "L")
+    return np.linalg._linalg.EighResult(w, v)
+
+
+@lowers(np.linalg.eigvalsh)
+@numpy_if_empty(np.linalg.eigvalsh)
+def _eigvalsh(ctx, a, UPLO="L"):
+    if UPLO not in ("L", "U"):
+        raise ValueError("UPLO argument must be 'L' or 'U'")
+    return eigh_parts(ctx, _square(ctx, a), lower=UPLO == "L", vectors=False)[0]
+
+
+@lowers(np.linalg.eig)
+@numpy_if_empty(np.linalg.eig)
+def _eig(ctx, a):
+    w, v = eig_parts(ctx, _square(ctx, a))
+    return np.linalg._linalg.EigResult(w, v)
+
+
+@lowers(np.linalg.eigvals)
+@numpy_if_empty(np.linalg.eigvals)
+def _eigvals(ctx, a):
+    return eig_parts(ctx, _square(ctx, a), vectors=False)[0]
+
+
+def _matrices(ctx, a):
+    v = ctx.asvalue(a)
+    if v.ndim < 2:
+        raise LinAlgError(f"{v.ndim}-dimensional array given. Array must be at least two-dimensional")
+    return ctx.astype(v, linalg_dtype(v.dtype))
+
+
+@lowers(np.linalg.svd)
+@numpy_if_empty(np.linalg.svd)
+def _svd(ctx, a, full_matrices=True, compute_uv=True, hermitian=False):
+    if hermitian:
+        raise NotImplementedError("np.linalg.svd(..., hermitian=True) is not supported under jit_ps; "
+                                  "use hermitian=False (same values, computed by gesdd)")
+    s, u, vh, _ = svd_parts(ctx, _matrices(ctx, a), bool(full_matrices), bool(compute_uv))
+    return np.linalg._linalg.SVDResult(u, s, vh) if compute_uv else s
+
+
+@lowers(np.linalg.svdvals)
+@numpy_if_empty(np.linalg.svdvals)
+def _svdvals(ctx, x, /):
+    return svd_parts(ctx, _matrices(ctx, x), False, False)[0]
+
+
+@lowers(np.linalg.pinv)
+@numpy_if_empty(np.linalg.pinv)
+def _pinv(ctx, a, rcond=None, hermitian=False, *, rtol=np._NoValue):
+    if hermitian:
+        raise NotImplementedError("np.linalg.pinv(..., hermitian=True) is not supported under jit_ps; "
+                                  "use hermitian=False")
+    v = _matrices(ctx, a)
+    if rcond is None:
+        rcond = 1e-15 if rtol is np._NoValue else \
+            max(v.shape[-2:]) * np.finfo(v.dtype).eps if rtol is None else rtol
+    elif rtol is not np._NoValue:
+        raise ValueError("`rtol` and `rcond` can't be both set.")
+    s, u, vh, _ = svd_parts(ctx, _conj(ctx, v), False, True)
+    nb = s.ndim - 1
+    rc = rcond if isinstance(rcond, Value) else ctx.const(np.asarray(rcond))
+    cdt = np.result_type(rc.dtype, s.dtype)  # numpy: rcond[..., newaxis] is an array, not a weak scalar
+    smax = ctx.reduce_with(s, [nb], "maximum", -np.inf)
+    cutoff = ctx.binary("multiply", ctx.broadcast_to(ctx.astype(rc, cdt), smax.shape), ctx.astype(smax, cdt))
+    large = ctx.compare(ctx.astype(s, cdt), ctx.broadcast_in_dim(cutoff, s.shape, range(nb)), "GT")
+    inv_s = ctx.select(large, ctx.binary("divide", ctx.full(s.shape, 1, s.dtype), s), ctx.zeros_like(s))
+    ut = _mT(ctx, u)
+    scaled = ctx.binary("multiply", ctx.broadcast_in_dim(ctx.astype(inv_s, u.dtype), ut.shape, range(nb + 1)), ut)
+    return _mm(ctx, _mT(ctx, vh), scaled)
+
+
+@lowers(np.linalg.qr)
+@numpy_if_empty(np.linalg.qr)
+def _qr(ctx, a, mode="reduced"):
+    """geqrf, then orgqr/ungqr for Q, as numpy does (autograd does not differentiate qr)."""
+    if mode not in ("reduced", "complete", "r"):
+        raise NotImplementedError(f"np.linalg.qr(..., mode={mode!r}) is not supported under jit_ps; "
+                                  "use 'reduced', 'complete' or 'r'")
+    v = _matrices(ctx, a)
+    batch, (m, n) = v.shape[:-2], v.shape[-2:]
+    k = min(m, n)
+    nb = len(batch)
+    raw, taus = lapack(ctx, "geqrf", [v], [(v.shape, v.dtype), (batch + (k,), v.dtype)])
+    rows = m if mode == "complete" else k
+    r = _triangle(ctx, ctx.slice(raw, [0] * (nb + 2), list(batch) + [rows, n]) if rows < m else raw, lower=False)
+    if mode == "r":
+        return r
+    cols = m if mode == "complete" else k
+    reflectors = ctx.slice(raw, [0] * (nb + 2), list(batch) + [m, cols]) if cols <= n else \
+        ctx.pad(raw, ctx.scalar(0, v.dtype), [0] * (nb + 2), [0] * (nb + 1) + [cols - n])
+    q = lapack(ctx, "ungqr" if v.dtype.kind == "c" else "orgqr", [reflectors, taus], [(reflectors.shape, v.dtype)])[0]
+    return np.linalg._linalg.QRResult(q, r)
+
+
+@lowers(np.linalg.matrix_power)
+def _matrix_power(ctx, a, n):
+    v = ctx.asvalue(a)
+    if v.ndim < 2:
+        raise LinAlgError(f"{v.ndim}-dimensional array given. Array must be at least two-dimensional")
+    if v.shape[-1] != v.shape[-2]:
+        raise LinAlgError("Last 2 dimensions of the array must be square")
+    if isinstance(n, Value):
+        raise TypeError("matrix_power: the exponent must be a Python integer (static), not a traced array")
+    n = operator.index(n)
+    if v.dtype.kind == "b":
+        raise NotImplementedError("matrix_power of boolean matrices is not supported under jit_ps")
+    if n == 0:
+        return _eye(ctx, v.shape, v.dtype)
+    if n < 0:
+        v = inverse(ctx, ctx.astype(v, linalg_dtype(v.dtype))) if v.size else ctx.astype(v, linalg_dtype(v.dtype))
+        n = -n
+    if n == 1:
+        return v
+    if n == 2:
+        return _mm(ctx, v, v)
+    if n == 3:
+        return _mm(ctx, _mm(ctx, v, v), v)
+    z = result = None  # numpy's order of products, so rounding agrees
+    while n > 0:
+        z = v if z is None else _mm(ctx, z, z)
+        n, bit = divmod(n, 2)
+        if bit:
+            result = z if result is None else _mm(ctx, result, z)
+    return result
+
+
+# ----- norms ---------------------------------------------------------------------------------
+def _abs(ctx, x):
+    return ctx.unary("abs", x, _real(x.dtype)) if x.dtype.kind in "fc" else x
+
+
+def _sum(ctx, x, axes):
+    return ctx.reduce_with(x, axes, "add", 0)
+
+
+def _abs_squared(ctx, x):
+    if x.dtype.kind == "c":
+        re, im = ctx.real(x), ctx.imag(x)
+        return ctx.binary("add", ctx.binary("multiply", re, re), ctx.binary("multiply", im, im))
+    return ctx.binary("multiply", x, x)
+
+
+def _vector_norm(ctx, x, ord, axis):
+    ax = [axis]
+    if ord == np.inf:
+        return ctx.reduce_with(_abs(ctx, x), ax, "maximum", 0)
+    if ord == -np.inf:
+        return ctx.reduce_with(_abs(ctx, x), ax, "minimum", np.inf)
+    if ord == 0:
+        nz = ctx.compare(x, ctx.zeros_like(x), "NE")
+        return _sum(ctx, ctx.convert(nz, _real(x.dtype)), ax)
+    if ord == 1:
+        return _sum(ctx, _abs(ctx, x), ax)
+    if ord is None or ord == 2:
+        return ctx.unary("sqrt", _sum(ctx, _abs_squared(ctx, x), ax))
+    if isinstance(ord, str):
+        raise ValueError(f"Invalid norm order '{ord}' for vectors")
+    a = _abs(ctx, x)
+    powered = _sum(ctx, ctx.binary("power", a, ctx.full(a.shape, ord, a.dtype)), ax)
+    inv = np.reciprocal(np.asarray(ord, dtype=powered.dtype))
+    return ctx.binary("power", powered, ctx.full(powered.shape, inv, powered.dtype))
+
+
+def _matrix_norm(ctx, x, ord, row, col):
+    if ord in (2, -2, "nuc"):
+        rest = [i for i in range(x.ndim) if i not in (row, col)]
+        y = ctx.transpose(x, rest + [row, col])
+        s = svd_parts(ctx, y, False, False)[0]
+        last = [s.ndim - 1]
+        if ord == 2:
+            return ctx.reduce_with(s, last, "maximum", 0)
+        if ord == -2:
+            return ctx.reduce_with(s, last, "minimum", np.inf)
+        return _sum(ctx, s, last)
+    if ord in (1, -1):
+        red = _sum(ctx, _abs(ctx, x), [row])
+        c = col - 1 if col > row else col
+        return ctx.reduce_with(red, [c], "maximum", 0) if ord == 1 else ctx.reduce_with(red, [c], "minimum", np.inf)
+    if ord in (np.inf, -np.inf):
+        red = _sum(ctx, _abs(ctx, x), [col])
+        r = row - 1 if row > col else row
+        return ctx.reduce_with(red, [r], "maximum", 0) if ord == np.inf else \
+            ctx.reduce_with(red, [r], "minimum", np.inf)
+    if ord in (None, "fro", "f"):
+        return ctx.unary("sqrt", _sum(ctx, _abs_squared(ctx, x), [row, col]))
+    raise ValueError("Invalid norm order for matrices.")
+
+
+def _norm_axes(axis, nd):
+    if axis is None:
+        return tuple(range(nd))
+    if not isinstance(axis, tuple):
+        try:
+            axis = int(axis)
+        except Exception as e:
+            raise TypeError("'axis' must be None, an integer or a tuple of integers") from e
+        return (axis,)
+    return axis
+
+
+def norm_value(ctx, x, ord=None, axis=None, keepdims=False):
+    if x.dtype.kind not in "fc":
+        x = ctx.astype(x, np.float64)
+    nd = x.ndim
+    if axis is None and (ord is None or (ord in ("f", "fro") and nd == 2) or (ord == 2 and nd == 1)):
+        out = ctx.unary("sqrt", _sum(ctx, _abs_squared(ctx, x), range(nd)))
+        return ctx.reshape(out, (1,) * nd) if keepdims else out
+    axes = _norm_axes(axis, nd)
+    if len(axes) == 1:
+        a = axes[0]
+        if not -nd <= a < nd:
+            raise np.exceptions.AxisError(f"axis {a} is out of bounds for array of dimension {nd}")
+        a %= nd
+        out = _vector_norm(ctx, x, ord, a)
+        return ctx.reshape(out, [1 if i == a else d for i, d in enumerate(x.shape)]) if keepdims else out
+    if len(axes) == 2:
+        row, col = axes
+        for ax in (row, col):
+            if not -nd <= ax < nd:
+                raise np.exceptions.AxisError(f"axis {ax} is out of bounds for array of dimension {nd}")
+        row, col = row % nd, col % nd
+        if row == col:
+            raise ValueError("Duplicate axes given.")
+        out = _matrix_norm(ctx, x, ord, row, col)
+        if keepdims:
+            return ctx.reshape(out, [1 if i in (row, col) else d for i, d in enumerate(x.shape)])
+        return out
+    raise ValueError("Improper number of dimensions to norm.")
+
+
+@lowers(np.linalg.norm)
+@numpy_if_empty(np.linalg.norm)
+def _norm(ctx, x, ord=None, axis=None, keepdims=False):
+    return norm_value(ctx, ctx.asvalue(x), ord, axis, keepdims)
+
+
+@lowers(np.linalg.vector_norm)
+@numpy_if_empty(np.linalg.vector_norm)
+def _vector_norm_rule(ctx, x, /, *, axis=None, keepdims=False, ord=2):
+    v = ctx.asvalue(x)
+    if axis is None:
+        flat = ctx.reshape(v, (v.size,))
+        out = norm_value(ctx, flat, ord, 0)
+        return ctx.reshape(out, (1,) * v.ndim) if keepdims else out
+    if isinstance(axis, tuple) and len(axis) != 1:
+        axes = [a % v.ndim for a in axis]
+        rest = [i for i in range(v.ndim) if i not in axes]
+        moved = ctx.transpose(v, rest + axes)
+        flat = ctx.reshape(moved, tuple(v.shape[i] for i in rest) + (int(np.prod([v.shape[a] for a in axes])),))
+        out = norm_value(ctx, flat, ord, flat.ndim - 1)
+        if keepdims:
+            return ctx.reshape(out, [1 if i in axes else d for i, d in enumerate(v.shape)])
+        return out
+    return norm_value(ctx, v, ord, axis, keepdims)
+
+
+@lowers(np.linalg.matrix_norm)
+@numpy_if_empty(np.linalg.matrix_norm)
+def _matrix_norm_rule(ctx, x, /, *, keepdims=False, ord="fro"):
+    return norm_value(ctx, ctx.asvalue(x), ord, (-2, -1), keepdims)
+
+
+# ----- scipy.linalg --------------------------------------------------------------------------
+def _trans_flag(trans):
+    """scipy reads trans as {'N': 0, 'T': 1, 'C': 2}.get(trans, trans), then (for C-ordered
+    arrays) 2 as 'C', any other true value as 'T' and false ones as 'N'. autograd's VJP
+    passes trans='H' for complex matrices, which therefore means 'T'."""
+    t = {"N": 0, "T": 1, "C": 2}.get(trans, trans)
+    if isinstance(t, Value):
+        raise TypeError("solve_triangular: trans must be static, not a traced array")
+    return "C" if t == 2 else "T" if t else "N"
+
+
+def _rhs(ctx, b, n, dtype, what):
+    """b as (..., n, k): scipy treats a 1-D b as one vector, anything else as matrices."""
+    bv = ctx.astype(ctx.asvalue(b), dtype)
+    vector = bv.ndim == 1
+    if vector:
+        bv = ctx.reshape(bv, (bv.shape[0], 1))
+    if bv.ndim < 2 or bv.shape[-2] != n:
+        raise ValueError(f"{what}: shapes of a ({n}, {n}) and b {tuple(bv.shape[:-1]) if vector else bv.shape} "
+                         "are incompatible")
+    return bv, vector
+
+
+def _scipy_square(ctx, a, dtype, what):
+    v = ctx.astype(ctx.asvalue(a), dtype)
+    if v.ndim < 2 or v.shape[-1] != v.shape[-2]:
+        raise ValueError(f"{what}: expected square matrix, got shape {v.shape}")
+    return v
+
+
+def _batched(ctx, a, b):
+    batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    return ctx.broadcast_to(a, batch + a.shape[-2:]), ctx.broadcast_to(b, batch + b.shape[-2:])
+
+
+def _unrhs(ctx, x, vector):
+    return ctx.reshape(x, x.shape[:-1]) if vector else x
+
+
+@lowers(scipy.linalg.solve_triangular)
+@numpy_if_empty(scipy.linalg.solve_triangular)
+def _solve_triangular(ctx, a, b, trans=0, lower=False, unit_diagonal=False, overwrite_b=False, check_finite=True):
+    dt = linalg_dtype(_dtype_of(a), _dtype_of(b))
+    av = _scipy_square(ctx, a, dt, "solve_triangular")
+    bv, vector = _rhs(ctx, b, av.shape[-1], dt, "solve_triangular")
+    av, bv = _batched(ctx, av, bv)
+    x = triangular_solve(ctx, av, bv, lower=bool(lower), trans=_trans_flag(trans), unit=bool(unit_diagonal))
+    if not unit_diagonal:  # scipy: LinAlgError "singular matrix"
+        d = _diag(ctx, av)
+        x = nan_unless(ctx, _all(ctx, ctx.compare(d, ctx.zeros_like(d), "NE"), [d.ndim - 1]), x)
+    return _unrhs(ctx, x, vector)
+
+
+def _cho_factor_matrix(a, lower=False):
+    """The factor half of scipy.linalg.cho_factor, as its own primitive."""
+    return scipy.linalg.cho_factor(a, lower=lower)[0]
+
+
+@lowers(_cho_factor_matrix)
+@numpy_if_empty(_cho_factor_matrix)
+def _cho_factor_matrix_rule(ctx, a, lower=False):
+    v = _scipy_square(ctx, a, linalg_dtype(_dtype_of(a)), "cho_factor")
+    f, ok = cholesky_factor(ctx, v, bool(lower))
+    return nan_unless(ctx, ok, f)
+
+
+@traces(scipy.linalg.cho_factor)
+def _cho_factor(a, lower=False, overwrite_a=False, check_finite=True):
+    return tracing.bind(_cho_factor_matrix, (a,), {"lower": lower}), lower
+
+
+@lowers(scipy.linalg.cholesky)
+@numpy_if_empty(scipy.linalg.cholesky)
+def _scipy_cholesky(ctx, a, lower=False, overwrite_a=False, check_finite=True):
+    v = _scipy_square(ctx, a, linalg_dtype(_dtype_of(a)), "cholesky")
+    f, ok = cholesky_factor(ctx, v, bool(lower))
+    return nan_unless(ctx, ok, _triangle(ctx, f, bool(lower)))
+
+
+@lowers(scipy.linalg.cho_solve)
+@numpy_if_empty(scipy.linalg.cho_solve)
+def _cho_solve(ctx, c_and_lower, b, overwrite_b=False, check_finite=True):
+    c, lower = c_and_lower
+    dt = linalg_dtype(_dtype_of(c), _dtype_of(b))
+    cv = _scipy_square(ctx, c, dt, "cho_solve")
+    bv, vector = _rhs(ctx, b, cv.shape[-1], dt, "cho_solve")
+    cv, bv = _batched(ctx, cv, bv)
+    if lower:  # L L^H x = b
+        y = triangular_solve(ctx, cv, bv, lower=True)
+        x = triangular_solve(ctx, cv, y, lower=True, trans="C")
+    else:  # U^H U x = b
+        y = triangular_solve(ctx, cv, bv, lower=False, trans="C")
+        x = triangular_solve(ctx, cv, y, lower=False)
+    return _unrhs(ctx, x, vector)
+
+
+def _banded_to_dense(ctx, ab, lower, upper):
+    """a[i, j] = ab[upper + i - j, j]: row r of ab is the diagonal at offset upper - r."""
+    batch, n = ab.shape[:-2], ab.shape[-1]
+    nb = len(batch)
+    shape = batch + (n, n)
+    rows = ctx.iota(shape, _I32, nb)
+    cols = ctx.iota(shape, _I32, nb + 1)
+    offset = ctx.binary("subtract", cols, rows)
+    dense = ctx.zeros_like(ctx.full(shape, 0, ab.dtype))
+    for r in range(lower + upper + 1):
+        band = ctx.slice(ab, [0] * nb + [r, 0], list(batch) + [r + 1, n])  # (..., 1, n)
+        spread = ctx.broadcast_in_dim(ctx.reshape(band, batch + (n,)), shape, list(range(nb)) + [nb + 1])
+        on = ctx.compare(offset, ctx.full(shape, upper - r, _I32), "EQ")
+        dense = ctx.select(on, spread, dense)
+    return dense
+
+
+@lowers(scipy.linalg.solve_banded)
+@numpy_if_empty(scipy.linalg.solve_banded)
+def _solve_banded(ctx, l_and_u, ab, b, overwrite_ab=False, overwrite_b=False, check_finite=True):
+    lower, upper = (int(x) for x in np.asarray(l_and_u).reshape(-1))
+    dt = linalg_dtype(_dtype_of(ab), _dtype_of(b))
+    abv = ctx.astype(ctx.asvalue(ab), dt)
+    if abv.ndim < 2:
+        raise ValueError(f"solve_banded: ab must be at least 2-D, got shape {abv.shape}")
+    if lower + upper + 1 != abv.shape[-2]:
+        raise ValueError(f"invalid values for the number of lower and upper diagonals: l+u+1 "
+                         f"({lower + upper + 1}) does not equal ab.shape[0] ({abv.shape[-2]})")
+    n = abv.shape[-1]
+    bv, vector = _rhs(ctx, b, n, dt, "solve_banded")
+    a = _banded_to_dense(ctx, abv, lower, upper)
+    a, bv = _batched(ctx, a, bv)
+    return _unrhs(ctx, lu_solve(ctx, a, bv), vector)
+
+
+def _complex_operands(ctx, *xs):
+    dt = linalg_dtype(*[_dtype_of(x) for x in xs])
+    return dt, [ctx.astype(ctx.asvalue(x), _complex(dt)) for x in xs]
+
+
+@lowers(scipy.linalg.solve_sylvester)
+@numpy_if_empty(scipy.linalg.solve_sylvester)
+def _solve_sylvester(ctx, a, b, q):
+    dt, (av, bv, qv) = _complex_operands(ctx, a, b, q)
+    for name, v in (("a", av), ("b", bv)):
+        if v.ndim < 2 or v.shape[-1] != v.shape[-2]:
+            raise ValueError(f"solve_sylvester: {name} must be square, got shape {v.shape}")
+    n, m = av.shape[-1], bv.shape[-1]
+    if qv.ndim < 2 or qv.shape[-2:] != (n, m):
+        raise ValueError(f"solve_sylvester: q must have shape (..., {n}, {m}), got {qv.shape}")
+    batch = tuple(np.broadcast_shapes(av.shape[:-2], bv.shape[:-2], qv.shape[:-2]))
+    av, bv, qv = (ctx.broadcast_to(v, batch + v.shape[-2:]) for v in (av, bv, qv))
+    ta, u = schur_complex(ctx, av)
+    tb, v = schur_complex(ctx, bv)
+    f = _mm(ctx, _mm(ctx, _adjoint(ctx, u), qv), v)
+    y = triangular_sylvester(ctx, ta, tb, f)
+    x = _mm(ctx, _mm(ctx, u, y), _adjoint(ctx, v))
+    return ctx.real(x) if dt.kind != "c" else x
+
+
+@lowers(scipy.linalg.sqrtm)
+def _sqrtm(ctx, A, disp=np._NoValue, blocksize=np._NoValue):
+    if disp is not np._NoValue and not disp:
+        raise NotImplementedError("sqrtm(..., disp=False) (the error estimate) is not supported under jit_ps")
+    v = ctx.asvalue(A)
+    if v.size == 1 and v.ndim < 2:  # scipy returns [[exp(a)]] here
+        return ctx.reshape(ctx.unary("exponential", ctx.astype(v, np.float64)), (1, 1))
+    if v.ndim < 2:
+        raise LinAlgError("The input array must be at least two-dimensional")
+    if v.shape[-1] != v.shape[-2]:
+        raise LinAlgError("Last 2 dimensions of the array must be square")
+    dt = np.dtype(np.float32) if v.dtype == np.float16 else linalg_dtype(v.dtype)
+    v = ctx.astype(v, dt)
+    if v.size == 0:
+        return v
+    if v.shape[-2:] == (1, 1):  # scipy: np.emath.sqrt, complex for negative reals (NaN here)
+        return ctx.unary("sqrt", v)
+    t, z = schur_complex(ctx, v)
+    x = _mm(ctx, _mm(ctx, z, triangular_sqrtm(ctx, t)), _adjoint(ctx, z))
+    if dt.kind == "c":
+        return x
+    wr, wi = _real_eigenvalues(ctx, v)
+    negative = ctx.binary("and", ctx.compare(wi, ctx.zeros_like(wi), "EQ"),
+                          ctx.compare(wr, ctx.zeros_like(wr), "LT"))
+    real_root = ctx.unary("not", ctx.reduce_with(negative, [wr.ndim - 1], "or", False))
+    return nan_unless(ctx, real_root, ctx.real(x))
+
+
+# ----- autograd's VJPs that look at data -----------------------------------------------------
+def _is_traced_zeros(t):
+    """Whether the traced array is a literal zeros made by the trace (autograd's vspace
+    zeros for an unused output, np.zeros_like)."""
+    for eqn in reversed(t._trace.eqns):
+        if t._var in eqn.outvars:
+            if eqn.prim is np.full:
+                fill = eqn.args[1] if len(eqn.args) > 1 else eqn.kwargs.get("fill_value")
+                return isinstance(fill, (int, float, complex, np.number, np.ndarray)) and np.all(np.asarray(fill) == 0)
+            return eqn.prim is np.zeros_like
+    return False
+
+
+class _LinalgNamespace:
+    """autograd.numpy.linalg's `anp` while tracing. eigh's VJP asks `if anp.any(vg):`
+    (is the eigenvector cotangent nonzero) to skip a term that is NaN for repeated
+    eigenvalues. On a traced cotangent, answer from how it was made: autograd's zeros for
+    an unused output are a traced `np.full(shape, 0)`; anything else counts as nonzero."""
+
+    def __getattr__(self, name):
+        return getattr(_anp, name)
+
+    @staticmethod
+    def any(a, *args, **kwargs):
+        value = getval(a)
+        if type(value) is tracing.Tracer and not args and not kwargs:
+            return not _is_traced_zeros(value)
+        return _anp.any(a, *args, **kwargs)
+
+
+tracing.MODULE_PATCHES.append((_autograd_linalg, "anp", _LinalgNamespace()))
