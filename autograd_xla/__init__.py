@@ -16,13 +16,16 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # silence jaxlib's INFO logging before it loads
 
 from .api import JittedFunction, jit_ps  # noqa: E402
+from .backend import DeviceArray, default_platform, devices, set_default_platform  # noqa: E402
+from .control_flow import cond, fori_loop, scan, switch, while_loop  # noqa: E402
 from .core import Graph  # noqa: E402
 from .errors import (ArgumentError, CompileError, ConcretizationError, JitError,  # noqa: E402
-                     TracerLeakError, UnsupportedPrimitiveError)
+                     PlatformUnavailableError, TracerLeakError, UnsupportedPrimitiveError)
 from .rules import register_trace_rule, register_translation_rule  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = ["jit_ps", "JittedFunction", "register_translation_rule", "register_trace_rule", "Graph",
            "JitError", "ConcretizationError", "UnsupportedPrimitiveError", "TracerLeakError", "CompileError",
-           "ArgumentError"]
+           "ArgumentError", "PlatformUnavailableError", "DeviceArray", "devices", "default_platform",
+           "set_default_platform", "while_loop", "fori_loop", "cond", "switch", "scan"]

@@ -18,8 +18,10 @@ import warnings
 import numpy as np
 from autograd.tracer import box_types
 
+from . import autodiff
 from . import backend as backend_mod
 from . import lowering, rules, tracing, tree
+from .backend import DeviceArray
 from .hlo import SUPPORTED_DTYPES as _SUPPORTED
 from .errors import ArgumentError, ConcretizationError, UnsupportedPrimitiveError
 
@@ -39,13 +41,15 @@ RETRACE_WARN_AFTER = 8
 
 class CacheStats:
     """Per-function counters. `traces` counts signatures traced; `compiles` counts XLA
-    compilations (a trace whose program text matches one already compiled reuses it)."""
+    compilations (a trace whose program text matches one already compiled reuses it);
+    `host_to_device` / `device_to_host` count arrays moved by calls."""
 
     __slots__ = ("hits", "traces", "compiles", "trace_seconds", "lower_seconds", "compile_seconds", "fallbacks",
-                 "evictions")
+                 "evictions", "host_to_device", "device_to_host")
 
     def __init__(self):
         self.hits = self.traces = self.compiles = self.fallbacks = self.evictions = 0
+        self.host_to_device = self.device_to_host = 0
         self.trace_seconds = self.lower_seconds = self.compile_seconds = 0.0
 
     def as_dict(self):
@@ -75,7 +79,7 @@ def _leaf_signature(x):
         if t is int and not -2**63 <= x < 2**63:
             raise OverflowError(f"Python int {x} does not fit in int64")
         return t
-    if isinstance(x, (np.generic, np.ndarray)) and x.dtype in _SUPPORTED:
+    if t is DeviceArray or isinstance(x, (np.generic, np.ndarray)) and x.dtype in _SUPPORTED:
         return (x.shape, x.dtype)
     raise TypeError(t)
 
@@ -93,9 +97,11 @@ class JittedFunction:
     """A function compiled per signature. Call it like the original."""
 
     def __init__(self, fun, static_argnums=(), static_argnames=(), fallback="python", backend=None,
-                 cache_size=DEFAULT_CACHE_SIZE):
+                 cache_size=DEFAULT_CACHE_SIZE, keep_on_device=False, x64=None):
         if fallback not in ("python", "error"):
             raise ValueError("fallback must be 'python' or 'error'")
+        if backend is not None:
+            backend_mod.canonical_platform(backend)  # an unknown name fails now, an absent one on first call
         functools.update_wrapper(self, fun)
         self._fun = fun
         self._static_argnums = tuple(sorted({int(i) for i in ((static_argnums,) if isinstance(static_argnums, int)
@@ -108,6 +114,9 @@ class JittedFunction:
         self._resolve_static_names()
         self.fallback = fallback
         self.backend = backend
+        self.keep_on_device = keep_on_device
+        self.x64 = x64
+        self._platform = None  # resolved on first compile: later default changes do not move us
         self.cache_size = cache_size
         self._cache = collections.OrderedDict()
         self._lock = threading.RLock()
@@ -152,8 +161,7 @@ class JittedFunction:
         spec, leaves = self._split(args, kwargs)
         for x in leaves:
             if type(x) in box_types:
-                from .autodiff import jit_call
-                return jit_call(self, spec, *leaves)
+                return autodiff.jit_call(self, spec, *leaves)
         return self._call_flat(spec, leaves)
 
     def _split(self, args, kwargs):
@@ -199,13 +207,14 @@ class JittedFunction:
         entry = self._cache.get(key)
         if entry is None:
             entry = self._compile(key, spec, leaves)
+            auto = self._auto_static.get(spec)  # compiling may have made scalars static
         else:
             self.stats.hits += 1
         if entry.python_fallback:
             return self._apply(spec, leaves)
         if auto:
             leaves = [x for i, x in enumerate(leaves) if i not in auto]
-        outs = entry.executable(leaves)
+        outs = entry.executable(leaves, self.keep_on_device)
         if entry.guards:
             if not all(outs[-len(entry.guards):]):
                 return self._guard_failed(entry, spec, leaves)
@@ -291,12 +300,12 @@ class JittedFunction:
         t0 = time.perf_counter()
         graph, out_tree = tracing.trace_function(flat_fun, in_avals, [names[i] for i in dynamic])
         t1 = time.perf_counter()
-        backend = backend_mod.get_backend(self.backend)
-        lowered = lowering.lower(graph, getattr(self._fun, "__name__", "jit_fn"), backend.platform)
+        backend = self._backend()
+        lowered = lowering.lower(graph, getattr(self._fun, "__name__", "jit_fn"), backend.platform, self._x64(backend))
         t2 = time.perf_counter()
         exe, compiled = backend.compile(lowered.text)
-        executable = backend_mod.Executable(backend, exe, graph.in_avals, lowered.out_avals, lowered.consts,
-                                            lowered.text)
+        executable = backend_mod.Executable(backend, exe, lowered.in_avals, lowered.out_avals, lowered.consts,
+                                            lowered.text, self.stats)
         t3 = time.perf_counter()
         s = self.stats
         s.traces += 1
@@ -305,6 +314,21 @@ class JittedFunction:
         s.lower_seconds += t2 - t1
         s.compile_seconds += t3 - t2
         return _Entry(executable, out_tree, graph, lowered)
+
+    def _backend(self):
+        if self._platform is None:
+            self._platform = backend_mod.get_backend(self.backend).platform
+        return backend_mod.get_backend(self._platform)
+
+    def _x64(self, backend):
+        """64-bit types stay 64-bit (numpy semantics) unless x64=False asks for 32-bit speed;
+        TPUs have no float64, so there 32 bits are used with a warning."""
+        if backend.platform == "tpu":
+            if self.x64 and "x64_tpu" not in self._warned:
+                self._warned.add("x64_tpu")
+                warnings.warn("TPUs have no 64-bit floating point: computing in 32 bits", stacklevel=6)
+            return False
+        return self.x64 is not False
 
     def _leaf_names(self, spec):
         """Python-syntax name of every dynamic leaf: params[2]['W'], x, args[1]."""
@@ -446,17 +470,23 @@ def _sig_str(s):
 
 
 def jit_ps(fun=None, *, static_argnums=(), static_argnames=(), fallback="python", backend=None,
-           cache_size=DEFAULT_CACHE_SIZE):
+           cache_size=DEFAULT_CACHE_SIZE, keep_on_device=False, x64=None):
     """Compile `fun` with XLA, once per signature; use as `jit_ps(f)` or `@jit_ps(...)`.
 
     static_argnums / static_argnames: arguments passed by value into the trace (must be
     hashable; each distinct value compiles separately). fallback: 'python' runs plain
     autograd, with one warning, when the function uses a primitive without a translation
-    rule; 'error' raises instead. backend: platform name ('cpu'); None is the default.
+    rule; 'error' raises instead. backend: 'cpu', 'gpu' or 'tpu'; None uses the default
+    platform (set_default_platform, $AUTOGRAD_XLA_PLATFORM, else the best available).
+    keep_on_device: return DeviceArrays that stay on the device and can be passed back in
+    without a transfer, instead of numpy arrays. x64=False computes float64/int64 work in
+    32 bits (faster on accelerators; results come back as float32/int32).
     """
     if fun is None:
         return functools.partial(jit_ps, static_argnums=static_argnums, static_argnames=static_argnames,
-                                 fallback=fallback, backend=backend, cache_size=cache_size)
-    if isinstance(fun, JittedFunction) and not (static_argnums or static_argnames):
+                                 fallback=fallback, backend=backend, cache_size=cache_size,
+                                 keep_on_device=keep_on_device, x64=x64)
+    if isinstance(fun, JittedFunction) and not (static_argnums or static_argnames or keep_on_device
+                                                  or x64 is not None or backend is not None):
         return fun
-    return JittedFunction(fun, static_argnums, static_argnames, fallback, backend, cache_size)
+    return JittedFunction(fun, static_argnums, static_argnames, fallback, backend, cache_size, keep_on_device, x64)

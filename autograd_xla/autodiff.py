@@ -65,7 +65,7 @@ def _derivative(fn, kind, spec, nums):
     if d is None:
         maker = make_vjp_function if kind == "vjp" else make_jvp_function
         d = fn._derivatives[key] = JittedFunction(maker(fn, spec, nums), fallback=fn.fallback, backend=fn.backend,
-                                                  cache_size=fn.cache_size)
+                                                  cache_size=fn.cache_size, x64=fn.x64)
         d._warned = fn._warned  # one warning per problem, not one per derivative
     return d
 
@@ -84,3 +84,18 @@ def _jvp(argnums, gs, ans, args, kwargs):
 
 defvjp_argnums(jit_call, _vjp)
 defjvp_argnums(jit_call, _jvp)
+
+
+def _register_device_arrays():
+    """DeviceArrays are differentiable like the numpy arrays they hold."""
+    import numpy as np
+    from autograd.extend import VSpace, vspace
+    from autograd.numpy.numpy_boxes import ArrayBox
+
+    from .backend import DeviceArray
+
+    ArrayBox.register(DeviceArray)
+    VSpace.register(DeviceArray, lambda x: vspace(np.asarray(x)))
+
+
+_register_device_arrays()

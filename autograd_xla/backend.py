@@ -10,6 +10,8 @@ Clients are created on demand per platform, so an accelerator client can sit bes
 the CPU one without the tracer or lowering knowing.
 """
 import hashlib
+import importlib
+import importlib.util
 import os
 import threading
 import warnings
@@ -23,7 +25,7 @@ from jaxlib import xla_client as xc  # noqa: E402
 
 from . import hlo  # noqa: E402
 from .core import Aval  # noqa: E402
-from .errors import CompileError  # noqa: E402
+from .errors import CompileError, PlatformUnavailableError  # noqa: E402
 
 JAXLIB_API_VERSION = 467  # xla_client._version of the jaxlib we are pinned to
 
@@ -60,6 +62,7 @@ class Backend:
     def __init__(self, platform, client):
         self.platform = platform
         self.client = client
+        self.kernels = platform == "cpu"  # vendor linear-algebra kernels registered (LAPACK, cuSOLVER)
         self.devices = client.devices()
         self.default_device = self.devices[0]
         self._shardings = {}
@@ -118,37 +121,45 @@ class Executable:
     """One compiled signature, with everything the call path needs prepared up front."""
 
     __slots__ = ("backend", "program", "exe", "in_avals", "consts", "handlers", "out_avals", "_put_args",
-                 "_converters", "text", "transfers")
+                 "_converters", "text", "stats", "_cast")
 
-    def __init__(self, backend, program, in_avals, out_avals, consts, text):
+    def __init__(self, backend, program, in_avals, out_avals, consts, text, stats=None):
         self.backend, self.program, self.exe, self.text = backend, program, program.exe, text
-        self.in_avals = [Aval(a.shape, a.dtype) for a in in_avals]
+        self.in_avals = [Aval(s, d) for s, d in in_avals]
         self.out_avals = [Aval(s, d) for s, d in out_avals]
         self.consts = [backend.put(c) for c in consts]
         sharding = backend.sharding()
         self.handlers = [xc.array_result_handler(a, sharding, True, _skip_checks=True) for a in self.out_avals]
-        device = backend.default_device
-        self._put_args = (sharding, [device], backend.platform == "cpu")
-        self._converters = [_converter(a) for a in self.out_avals]
-        self.transfers = 0
+        self._put_args = (sharding, [backend.default_device], backend.platform == "cpu")
+        self._converters = [_converter(a, backend.platform) for a in self.out_avals]
+        self.stats = stats if stats is not None else TransferStats()
+        self._cast = None  # set by the caller when arguments arrive in wider dtypes (x64=False)
 
-    def __call__(self, leaves):
+    def __call__(self, leaves, keep_on_device=False):
         sharding, devices, in_place_ok = self._put_args
         put = xc.batched_device_put
         buffers = []
         for aval, x in zip(self.in_avals, leaves):
             semantics = _HOST_SEMANTICS
-            if type(x) is not np.ndarray:
+            t = type(x)
+            if t is DeviceArray and x.backend is self.backend and x.dtype == aval.dtype:
+                buffers.append(x.buffer)
+                continue
+            if t is not np.ndarray or x.dtype != aval.dtype:
                 x = np.asarray(x, dtype=aval.dtype)
             elif in_place_ok and x.nbytes >= IN_PLACE_MIN_BYTES and x.flags.c_contiguous and not x.ctypes.data % 64:
                 semantics = _IN_PLACE
             buffers.append(put(aval, sharding, [x], devices, enable_x64=True, host_buffer_semantics=semantics))
+            self.stats.host_to_device += 1
         if self.consts:
             buffers.extend(self.consts)
         try:
             outs = self.exe.execute_sharded(buffers).consume_with_handlers(self.handlers)
         except xc.XlaRuntimeError as e:
             raise _runtime_error(e) from None
+        if keep_on_device:
+            return [DeviceArray(o, a, self.backend) for o, a in zip(outs, self.out_avals)]
+        self.stats.device_to_host += len(outs)
         return [convert(o) for convert, o in zip(self._converters, outs)]
 
     def optimized_hlo(self):
@@ -158,6 +169,13 @@ class Executable:
         return self.exe.cost_analysis()
 
 
+class TransferStats:
+    __slots__ = ("host_to_device", "device_to_host")
+
+    def __init__(self):
+        self.host_to_device = self.device_to_host = 0
+
+
 def _runtime_error(e):
     text = str(e)
     if "RESOURCE_EXHAUSTED" in text or "Out of memory" in text or "out of memory" in text:
@@ -165,29 +183,115 @@ def _runtime_error(e):
     return RuntimeError(f"XLA failed executing a jitted function: {text}")
 
 
-def _converter(aval):
-    """Device buffer -> numpy array viewing it (0-d results become numpy scalars)."""
+def _converter(aval, platform="cpu"):
+    """Device buffer -> numpy array (0-d results become numpy scalars). On CPU the array views
+    the result buffer in place (and keeps it alive); other platforms copy to the host."""
     shape, dtype = aval.shape, aval.dtype
+    scalar = shape == ()
     if aval.size == 0:
         return lambda buf: np.zeros(shape, dtype)
-    if dtype.kind == "V" or dtype.name == "bfloat16":
-        return lambda buf: np.array(buf._single_device_array_to_np_array_did_copy()[0], copy=True)
+    if platform != "cpu" or dtype.kind == "V" or dtype.name == "bfloat16":
+        def copy(buf):
+            out = np.array(buf._single_device_array_to_np_array_did_copy()[0], copy=True)
+            return out[()] if scalar else out
+        return copy
     descr = dtype.str
-    scalar = shape == ()
 
-    def convert(buf):
-        view = _ArrayInterface()
-        view.buffer = buf
-        view.__array_interface__ = {"shape": shape, "typestr": descr, "data": (buf.unsafe_buffer_pointer(), False),
-                                    "version": 3}
-        out = np.asarray(view)
+    def view(buf):
+        holder = _ArrayInterface()
+        holder.buffer = buf
+        holder.__array_interface__ = {"shape": shape, "typestr": descr, "data": (buf.unsafe_buffer_pointer(), False),
+                                      "version": 3}
+        out = np.asarray(holder)
         return out[()] if scalar else out
-    return convert
+    return view
+
+
+class DeviceArray:
+    """An array that stays on its device: what `jit_ps(f, keep_on_device=True)` returns.
+
+    Passing it back into a jitted function on the same platform costs no transfer (a training
+    loop's parameters can live on the GPU). `np.asarray(d)` copies it to the host; numpy
+    functions and operators accept it the same way (they work on that host copy).
+    """
+
+    __slots__ = ("buffer", "aval", "backend", "__weakref__")
+    __array_priority__ = 20.0
+
+    def __init__(self, buffer, aval, backend):
+        self.buffer, self.aval, self.backend = buffer, aval, backend
+
+    shape = property(lambda self: self.aval.shape)
+    dtype = property(lambda self: self.aval.dtype)
+    ndim = property(lambda self: len(self.aval.shape))
+    size = property(lambda self: self.aval.size)
+
+    @property
+    def platform(self):
+        return self.backend.platform
+
+    def to_numpy(self):
+        """A fresh host copy (writable, owned by the caller)."""
+        out = _converter(self.aval, self.backend.platform)(self.buffer)
+        return np.array(out, copy=True) if isinstance(out, np.ndarray) else out
+
+    def __array__(self, dtype=None, copy=None):
+        out = np.asarray(self.to_numpy())
+        return out if dtype is None else out.astype(dtype)
+
+    def block_until_ready(self):
+        self.buffer.block_until_ready()
+        return self
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of unsized object")
+        return self.shape[0]
+
+    def __getitem__(self, idx):
+        return np.asarray(self)[idx]
+
+    def __iter__(self):
+        return iter(np.asarray(self))
+
+    def __float__(self):
+        return float(np.asarray(self))
+
+    def __int__(self):
+        return int(np.asarray(self))
+
+    def __bool__(self):
+        return bool(np.asarray(self))
+
+    def __repr__(self):
+        return f"DeviceArray({np.asarray(self)!r}, platform={self.platform!r})"
+
+
+def _host_operator(name):
+    op = getattr(np.ndarray, name)
+    return lambda self, *others: op(np.asarray(self), *others)
+
+
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
+              "__floordiv__", "__rfloordiv__", "__pow__", "__rpow__", "__matmul__", "__rmatmul__", "__neg__",
+              "__pos__", "__abs__", "__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__", "__mod__", "__rmod__"):
+    setattr(DeviceArray, _name, _host_operator(_name))
+DeviceArray.__hash__ = object.__hash__
 
 
 # ----- platforms -----------------------------------------------------------------------------
 _backends = {}
-_backends_lock = threading.Lock()
+_unavailable = {}  # platform -> PlatformUnavailableError raised when it was first tried
+_backends_lock = threading.RLock()
+_default_platform = None
+
+#: Platform names users may write, and the name we use for each.
+PLATFORM_ALIASES = {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "tpu": "tpu"}
+#: The pip extra that provides each accelerator platform.
+PLATFORM_EXTRAS = {"gpu": "pip install 'autograd-xla[cuda12]' (or [cuda13] for CUDA 13)",
+                   "tpu": "pip install 'autograd-xla[tpu]'"}
+#: Platforms tried, in order, when nothing is requested.
+PREFERENCE = ("gpu", "tpu", "cpu")
 
 
 def _check_jaxlib():
@@ -218,21 +322,171 @@ def _make_cpu():
     return Backend("cpu", client)
 
 
-_FACTORIES = {"cpu": _make_cpu}
+def _unavailable_error(platform, reason):
+    return PlatformUnavailableError(
+        f"platform {platform!r} is not available: {reason}. Install it with {PLATFORM_EXTRAS[platform]}, "
+        "or use the CPU (jit_ps(f, backend='cpu') or AUTOGRAD_XLA_PLATFORM=cpu).")
+
+
+def cuda_plugin():
+    """(path of the CUDA PJRT plugin library, its package name) or (None, None)."""
+    for flavor in ("xla_cuda13", "xla_cuda12"):
+        try:
+            spec = importlib.util.find_spec(f"jax_plugins.{flavor}")
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None and spec.submodule_search_locations:
+            path = os.path.join(list(spec.submodule_search_locations)[0], "xla_cuda_plugin.so")
+            if os.path.exists(path):
+                return path, flavor
+    return None, None
+
+
+def _load_plugin(name, path):
+    if not xc.pjrt_plugin_loaded(name):
+        c_api = xc.load_pjrt_plugin_dynamically(name, path)
+    else:
+        c_api = None
+    if not xc.pjrt_plugin_initialized(name):
+        xc.initialize_pjrt_plugin(name)
+    return c_api
+
+
+def _register_cuda_kernels(c_api, flavor):
+    """cuSOLVER and friends as custom-call targets (from jax-cudaNN-plugin, when installed);
+    without them the portable XLA expanders serve linear algebra on the GPU."""
+    import functools
+
+    package = "jax_cuda13_plugin" if flavor.endswith("13") else "jax_cuda12_plugin"
+    try:
+        ext = importlib.import_module(f"{package}.cuda_plugin_extension")
+        from jaxlib import gpu_linalg, gpu_prng, gpu_solver
+    except ImportError:
+        return False
+    if c_api is not None:
+        xc.register_custom_call_handler("CUDA", functools.partial(ext.register_custom_call_target, c_api))
+        xc.register_custom_type_handler("CUDA", functools.partial(ext.register_custom_type, c_api))
+    for module in (gpu_solver, gpu_linalg, gpu_prng):
+        for name, capsule, *rest in module.registrations().get("CUDA", []):
+            xc.register_custom_call_target(name, capsule, platform="CUDA", api_version=rest[0] if rest else 1)
+    return True
+
+
+def _make_gpu():
+    """CUDA through the jax-cudaNN-pjrt plugin, loaded without jax (notes section 7)."""
+    _check_jaxlib()
+    path, flavor = cuda_plugin()
+    if path is None:
+        raise _unavailable_error("gpu", "no CUDA PJRT plugin (jax-cuda12-pjrt / jax-cuda13-pjrt) is installed")
+    try:
+        c_api = _load_plugin("cuda", path)
+        options = dict(xc.generate_pjrt_gpu_plugin_options())
+        client = xc.make_c_api_client("cuda", options, None)
+    except Exception as e:  # the plugin reports a missing driver or GPU in its own words
+        raise _unavailable_error("gpu", f"the CUDA plugin is installed but found no usable GPU ({e})") from None
+    backend = Backend("gpu", client)
+    backend.kernels = _register_cuda_kernels(c_api, flavor)
+    return backend
+
+
+def _make_tpu():
+    _check_jaxlib()
+    path = os.environ.get("TPU_LIBRARY_PATH")
+    if path is None:
+        try:
+            import libtpu
+            path = libtpu.get_library_path()
+        except ImportError:
+            raise _unavailable_error("tpu", "libtpu is not installed") from None
+    try:
+        _load_plugin("tpu", path)
+        client = xc.make_c_api_client("tpu", {}, None)
+    except Exception as e:
+        raise _unavailable_error("tpu", f"libtpu is installed but found no usable TPU ({e})") from None
+    return Backend("tpu", client)
+
+
+_FACTORIES = {"cpu": _make_cpu, "gpu": _make_gpu, "tpu": _make_tpu}
+
+
+def canonical_platform(name):
+    try:
+        return PLATFORM_ALIASES[name.lower()]
+    except (KeyError, AttributeError):
+        raise ValueError(f"unknown platform {name!r}; choose one of 'cpu', 'gpu', 'tpu'") from None
 
 
 def get_backend(platform=None):
-    platform = platform or "cpu"
+    """The backend of `platform` ('cpu', 'gpu', 'tpu'; None: the default platform)."""
+    platform = canonical_platform(platform) if platform else default_platform()
     backend = _backends.get(platform)
-    if backend is None:
-        with _backends_lock:
-            backend = _backends.get(platform)
-            if backend is None:
-                factory = _FACTORIES.get(platform)
-                if factory is None:
-                    raise ValueError(f"unknown platform {platform!r}; known: {sorted(_FACTORIES)}")
-                backend = _backends[platform] = factory()
+    if backend is not None:
+        return backend
+    with _backends_lock:
+        backend = _backends.get(platform)
+        if backend is None:
+            if platform in _unavailable:
+                raise _unavailable[platform]
+            try:
+                backend = _backends[platform] = _FACTORIES[platform]()
+            except PlatformUnavailableError as e:
+                _unavailable[platform] = e
+                raise
     return backend
+
+
+def is_available(platform):
+    try:
+        get_backend(platform)
+        return True
+    except PlatformUnavailableError:
+        return False
+
+
+def default_platform():
+    """set_default_platform's choice, else $AUTOGRAD_XLA_PLATFORM, else the best available."""
+    global _default_platform
+    if _default_platform is not None:
+        return _default_platform
+    requested = os.environ.get("AUTOGRAD_XLA_PLATFORM")
+    if requested:
+        return canonical_platform(requested)
+    with _backends_lock:
+        if _default_platform is None:
+            _default_platform = next(p for p in PREFERENCE if p == "cpu" or _plugin_present(p) and is_available(p))
+    return _default_platform
+
+
+def _plugin_present(platform):
+    """Cheap check before trying to start an accelerator client."""
+    if platform == "gpu":
+        return cuda_plugin()[0] is not None
+    if platform == "tpu":
+        return "TPU_LIBRARY_PATH" in os.environ or importlib.util.find_spec("libtpu") is not None
+    return True
+
+
+def set_default_platform(platform):
+    """Use `platform` for jitted functions that do not name one (None: choose automatically
+    again). A platform that cannot start raises PlatformUnavailableError here."""
+    global _default_platform
+    if platform is None:
+        _default_platform = None
+        return
+    platform = canonical_platform(platform)
+    get_backend(platform)
+    _default_platform = platform
+
+
+def devices(platform=None):
+    """Devices of `platform`, or of every platform that can start here."""
+    if platform is not None:
+        return list(get_backend(platform).devices)
+    found = []
+    for p in PREFERENCE:
+        if _plugin_present(p) and is_available(p):
+            found.extend(get_backend(p).devices)
+    return found
 
 
 def supported_dtype(dtype):

@@ -81,6 +81,10 @@ class CompileError(JitError):
     """XLA rejected the program; names the primitive and the user's line."""
 
 
+class PlatformUnavailableError(JitError, RuntimeError):
+    """A requested platform (gpu, tpu) has no installed plugin or no usable device."""
+
+
 class ArgumentError(JitError, TypeError):
     """An argument of a jitted function cannot be passed to XLA."""
 

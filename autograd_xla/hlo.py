@@ -9,8 +9,10 @@ printer serves every op and there is no per-op pretty syntax to get wrong. Each 
 computes its result type itself, which is what lets the tracer run a translation rule to
 learn a primitive's output shape and dtype (see `tracing.abstract_eval`).
 """
+import contextlib
 import functools
 import itertools
+import threading
 
 import ml_dtypes
 import numpy as np
@@ -46,8 +48,47 @@ def element_type(dtype):
         raise TypeError(f"dtype {np.dtype(dtype)} has no XLA equivalent") from None
 
 
-@functools.lru_cache(maxsize=8192)
+#: 64-bit types computed in 32 bits under jit_ps(..., x64=False) (and on TPU).
+NARROW_64 = {np.dtype(np.float64): np.dtype(np.float32), np.dtype(np.complex128): np.dtype(np.complex64),
+             np.dtype(np.int64): np.dtype(np.int32), np.dtype(np.uint64): np.dtype(np.uint32)}
+
+
+class _Narrowing(threading.local):
+    """While a module is emitted with x64 off, every 64-bit type is printed (and every
+    constant stored) as its 32-bit counterpart; the graph itself keeps numpy's dtypes."""
+
+    table = {}
+
+
+_narrowing = _Narrowing()
+
+
+@contextlib.contextmanager
+def narrow_64_bit(enabled):
+    previous = _narrowing.table
+    _narrowing.table = NARROW_64 if enabled else {}
+    try:
+        yield
+    finally:
+        _narrowing.table = previous
+
+
+def canonical_dtype(dtype):
+    """The dtype a value of numpy dtype `dtype` really has in the module being emitted
+    (rules choosing a kernel by dtype, e.g. LAPACK's d/s prefix, must ask this)."""
+    dtype = np.dtype(dtype)
+    return _narrowing.table.get(dtype, dtype)
+
+
 def tensor_type(shape, dtype):
+    table = _narrowing.table
+    if table:
+        dtype = table.get(np.dtype(dtype), dtype)
+    return _tensor_type(tuple(shape), dtype)
+
+
+@functools.lru_cache(maxsize=8192)
+def _tensor_type(shape, dtype):
     dims = "".join(f"{d}x" for d in shape)
     return f"tensor<{dims}{element_type(dtype)}>"
 
@@ -152,7 +193,7 @@ class Builder:
         if attrs:
             text += " {" + ", ".join(f"{k} = {v}" for k, v in attrs.items()) + "}"
         in_types = ", ".join(v.type for v in operands)
-        out_types = [tensor_type(tuple(s), d) for s, d in results]
+        out_types = [tensor_type(s, d) for s, d in results]
         out_text = out_types[0] if len(out_types) == 1 else "(" + ", ".join(out_types) + ")"
         self.emit(f"{text} : ({in_types}) -> {out_text}")
         return outs
@@ -179,10 +220,11 @@ class Builder:
     # ----- constants and shapes -------------------------------------------------------------
     def constant(self, array):
         array = np.asarray(array)
-        if array.size > 1 and (array == array.flat[0]).all() and not np.isnan(array.flat[0]):
-            data = hex_dense(array.flat[:1])
+        stored = array.astype(canonical_dtype(array.dtype), copy=False)  # x64 off: 32-bit bytes
+        if stored.size > 1 and (stored == stored.flat[0]).all() and not np.isnan(stored.flat[0]):
+            data = hex_dense(stored.flat[:1])
         else:
-            data = hex_dense(array)
+            data = hex_dense(stored)
         attr = {"value": f"dense<{data}> : {tensor_type(array.shape, array.dtype)}"}
         return self.op1("stablehlo.constant", [], array.shape, array.dtype, attr)
 

@@ -254,18 +254,26 @@ def prune(graph):
 class Lowered:
     """A module's text plus what executing it needs besides the user's arguments."""
 
-    def __init__(self, text, consts, out_avals, num_params):
-        self.text, self.consts, self.out_avals, self.num_params = text, consts, out_avals, num_params
+    def __init__(self, text, consts, in_avals, out_avals):
+        self.text, self.consts, self.in_avals, self.out_avals = text, consts, in_avals, out_avals
 
 
-def lower(graph, name="jit_fn", platform="cpu"):
-    module = ModuleState(platform)
-    ctx = LoweringContext(module)
-    params = [hlo.Value(f"%arg{i}", v.aval.shape, v.aval.dtype, v.aval.weak_type) for i, v in enumerate(graph.invars)]
-    outs = lower_subgraph(ctx, graph, params, [])
-    lifted = list(module.lifted.values())
-    text = hlo.module_text(_identifier(name), params + [v for _, v in lifted], ctx.lines, outs)
-    return Lowered(text, [a for a, _ in lifted], [(o.shape, o.dtype) for o in outs], len(params))
+def lower(graph, name="jit_fn", platform="cpu", x64=True):
+    """Emit `graph` as a module. With x64=False every 64-bit value is computed in 32 bits;
+    `Lowered.in_avals` / `out_avals` then give the dtypes the executable really takes and
+    returns."""
+    with hlo.narrow_64_bit(not x64):
+        module = ModuleState(platform)
+        ctx = LoweringContext(module)
+        params = [hlo.Value(f"%arg{i}", v.aval.shape, v.aval.dtype, v.aval.weak_type)
+                  for i, v in enumerate(graph.invars)]
+        outs = lower_subgraph(ctx, graph, params, [])
+        lifted = list(module.lifted.values())
+        text = hlo.module_text(_identifier(name), params + [v for _, v in lifted], ctx.lines, outs)
+        consts = [a.astype(hlo.canonical_dtype(a.dtype), copy=False) for a, _ in lifted]
+        in_avals = [(p.shape, hlo.canonical_dtype(p.dtype)) for p in params]
+        out_avals = [(o.shape, hlo.canonical_dtype(o.dtype)) for o in outs]
+    return Lowered(text, consts, in_avals, out_avals)
 
 
 def _identifier(name):

@@ -40,7 +40,7 @@ from autograd.numpy import numpy_wrapper as _anp
 from autograd.tracer import getval
 from numpy.linalg import LinAlgError
 
-from .. import tracing
+from .. import hlo, tracing
 from ..hlo import Value
 from . import lowers, traces
 from .shape import diagonal, embed_diagonal
@@ -224,7 +224,7 @@ def lapack(ctx, routine, operands, results, **attrs):
     operands' largest rank) are column-major, as LAPACK wants; leading dimensions are a
     batch the kernel loops over. Attributes are one-character LAPACK flags."""
     _require_cpu(ctx, f"LAPACK {routine}")
-    target = f"lapack_{_LAPACK_PREFIX[operands[0].dtype]}{routine}_ffi"
+    target = f"lapack_{_LAPACK_PREFIX[hlo.canonical_dtype(operands[0].dtype)]}{routine}_ffi"
     nd = max(v.ndim for v in operands)
 
     def layout(ndim):

@@ -1,0 +1,140 @@
+"""Platform selection, the absent-platform error, the optional extras, device-resident
+results and the 32-bit switch: everything about accelerators the CPU can check."""
+import configparser
+import os
+import subprocess
+import sys
+
+import numpy as onp
+import pytest
+
+import autograd.numpy as np
+from autograd import grad
+import autograd_xla
+from autograd_xla import DeviceArray, PlatformUnavailableError, jit_ps
+from autograd_xla import backend as backend_mod
+from helpers import assert_close
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+rs = onp.random.RandomState(3)
+HAS_GPU = backend_mod.cuda_plugin()[0] is not None and backend_mod.is_available("gpu")
+
+
+def test_cpu_is_listed_and_is_the_default_without_accelerators():
+    cpus = autograd_xla.devices("cpu")
+    assert cpus and all(d.platform == "cpu" for d in cpus)
+    assert set(map(str, cpus)) <= set(map(str, autograd_xla.devices()))
+    if not HAS_GPU and not backend_mod.is_available("tpu"):
+        assert autograd_xla.default_platform() == "cpu"
+
+
+def test_explicit_cpu_backend():
+    f = jit_ps(lambda x: np.tanh(x) * 2, backend="cpu")
+    x = rs.randn(4)
+    assert_close(f(x), onp.tanh(x) * 2)
+
+
+@pytest.mark.skipif(HAS_GPU, reason="a GPU is available here")
+def test_absent_gpu_is_a_clear_error_naming_the_extra():
+    f = jit_ps(lambda x: x + 1, backend="gpu")
+    with pytest.raises(PlatformUnavailableError, match=r"autograd-xla\[cuda12\]"):
+        f(onp.ones(3))
+    with pytest.raises(PlatformUnavailableError, match="gpu"):
+        autograd_xla.set_default_platform("gpu")
+    assert autograd_xla.default_platform() in ("cpu", "tpu")  # unchanged by the failed request
+
+
+def test_absent_tpu_is_a_clear_error_naming_the_extra():
+    if backend_mod.is_available("tpu"):
+        pytest.skip("a TPU is available here")
+    with pytest.raises(PlatformUnavailableError, match=r"autograd-xla\[tpu\]"):
+        jit_ps(lambda x: x, backend="tpu")(onp.ones(2))
+
+
+def test_unknown_platform_name_fails_at_definition():
+    with pytest.raises(ValueError, match="unknown platform"):
+        jit_ps(lambda x: x, backend="quantum")
+
+
+def test_set_default_platform_roundtrip():
+    autograd_xla.set_default_platform("cpu")
+    try:
+        assert autograd_xla.default_platform() == "cpu"
+        assert_close(jit_ps(lambda x: x * 3)(onp.ones(2)), onp.full(2, 3.0))
+    finally:
+        autograd_xla.set_default_platform(None)
+
+
+def test_environment_variable_selects_the_platform():
+    code = ("import autograd_xla, numpy as np; print(autograd_xla.default_platform()); "
+            "f = autograd_xla.jit_ps(lambda x: x + 1)\n"
+            "try:\n    f(np.ones(2))\nexcept autograd_xla.PlatformUnavailableError as e:\n    print('unavailable', e)")
+    env = dict(os.environ, AUTOGRAD_XLA_PLATFORM="cpu")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.split()[0] == "cpu", out.stderr
+    if not HAS_GPU:
+        env["AUTOGRAD_XLA_PLATFORM"] = "gpu"
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        assert "gpu" in out.stdout and "unavailable" in out.stdout and "cuda12" in out.stdout, out.stdout + out.stderr
+
+
+def test_extras_pin_plugins_to_the_jaxlib_version():
+    cfg = configparser.ConfigParser()
+    cfg.read(os.path.join(ROOT, "setup.cfg"))
+    requires = [r.strip() for r in cfg["options"]["install_requires"].strip().splitlines()]
+    jaxlib = next(r for r in requires if r.startswith("jaxlib=="))
+    version = jaxlib.split("==")[1]
+    extras = {k: [r.strip() for r in v.strip().splitlines()] for k, v in cfg["options.extras_require"].items()}
+    for cuda in ("cuda12", "cuda13"):
+        assert f"jax-{cuda}-pjrt=={version}" in extras[cuda]
+        assert any(r.startswith(f"jax-{cuda}-plugin") and r.endswith(f"=={version}") for r in extras[cuda])
+    assert any(r.startswith("libtpu") for r in extras["tpu"])
+    assert not any(r.split("[")[0].split("=")[0] == "jax" for r in requires)  # never a runtime dependency
+
+
+def test_device_resident_results_round_trip():
+    step = jit_ps(lambda w, g: w - 0.1 * g, keep_on_device=True)
+    w0 = rs.randn(5)
+    g = rs.randn(5)
+    w = step(w0, g)
+    assert isinstance(w, DeviceArray) and w.shape == (5,) and w.dtype == onp.float64
+    for _ in range(3):
+        w = step(w, g)                       # parameters stay on the device
+    info = step.cache_info()
+    assert info["device_to_host"] == 0
+    assert info["host_to_device"] == 2 + 3   # w0 and g, then only g
+    host = onp.asarray(w)
+    assert_close(host, w0 - 0.4 * g)
+    assert host.flags.writeable
+    assert_close(w + 1.0, w0 - 0.4 * g + 1.0)        # numpy operators work on the host copy
+    plain = jit_ps(lambda w: np.sum(w ** 2))
+    assert_close(plain(w), onp.sum((w0 - 0.4 * g) ** 2))  # a DeviceArray is a valid argument anywhere
+    assert_close(grad(lambda w: np.sum(np.sin(w)))(onp.asarray(w)), onp.cos(w0 - 0.4 * g))
+
+
+def test_transfers_are_counted():
+    f = jit_ps(lambda a, b: (a + b, a * b))
+    f(onp.ones(2), onp.ones(2))
+    assert f.cache_info()["host_to_device"] == 2 and f.cache_info()["device_to_host"] == 2
+
+
+def test_x64_off_computes_in_32_bits_and_says_so_in_the_result_dtype():
+    x = rs.randn(6)
+    f = jit_ps(lambda x: np.sum(np.exp(x) * 2.5) + np.arange(3).sum(), x64=False)
+    out = f(x)
+    assert out.dtype == onp.float32
+    assert_close(out, onp.float32(onp.sum(onp.exp(x.astype(onp.float32)) * 2.5) + 3), rtol=1e-5)
+    assert "xf64>" not in f.stablehlo(x) and "<f64>" not in f.stablehlo(x) and "xi64>" not in f.stablehlo(x)
+    g = jit_ps(grad(lambda x: np.sum(np.tanh(x) ** 2)), x64=False)
+    assert g(x).dtype == onp.float32
+    assert_close(g(x), grad(lambda x: np.sum(np.tanh(x) ** 2))(x).astype(onp.float32), rtol=1e-5)
+    assert jit_ps(lambda x: x * 2)(x).dtype == onp.float64   # the default keeps numpy's float64
+
+
+def test_x64_off_linear_algebra_uses_32_bit_kernels():
+    A = rs.randn(4, 4)
+    A = A @ A.T + 4 * onp.eye(4)
+    f = jit_ps(lambda A: np.linalg.cholesky(A) @ np.linalg.inv(A), x64=False)
+    out = f(A)
+    assert out.dtype == onp.float32
+    assert_close(out, (onp.linalg.cholesky(A) @ onp.linalg.inv(A)).astype(onp.float32), rtol=1e-5)
