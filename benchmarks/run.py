@@ -1,0 +1,514 @@
+"""Benchmark: plain autograd vs jit_ps vs jax.jit on the core workloads.
+
+    python benchmarks/run.py [--quick] [--dtype float32|float64] [--only NAME[,NAME]]
+                             [--backend cpu] [--repeat N] [--stat median|min] [--align 16|64]
+                             [--json PATH] [--hlo-dir DIR] [--diagnose]
+
+Prints markdown: the environment, steady-state medians and ratios, first-call times, and
+the acceptance checks. The jax columns appear when jax is importable (benchmarks may
+import jax; the package never does). See benchmarks/README.md for what each number means.
+"""
+import argparse
+import copy
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import numpy as onp  # noqa: E402
+
+import timing  # noqa: E402
+from workloads import BY_NAME, WORKLOADS  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+CONTENDER_TITLES = {
+    "autograd": "autograd",
+    "jit_ps": "jit_ps",
+    "jax": "jax.jit",
+    "jax_dev": "jax.jit, inputs on device",
+    "jit_ps_exec": "jit_ps executable only (diag)",
+    "jaxhlo_on_jit_ps": "jax's HLO on jit_ps runtime (diag)",
+}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="fewer, shorter samples (about a quarter of the time)")
+    p.add_argument("--dtype", choices=("float64", "float32"), default="float64")
+    p.add_argument("--only", metavar="NAME[,NAME]", help="workloads to run: " + ", ".join(BY_NAME))
+    p.add_argument("--backend", default="cpu", help="platform for jit_ps and jax (default cpu)")
+    p.add_argument("--repeat", type=int, help="interleaved rounds (samples per contender); default 31, quick 9")
+    p.add_argument("--target-ms", type=float, help="minimum duration of one sample; default 40, quick 15")
+    p.add_argument("--stat", choices=("median", "min"), default="median",
+                   help="statistic of the samples shown and used for ratios (min resists other people's load "
+                        "better; median is the default)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--align", type=int, choices=(16, 64), default=16,
+                   help="input arrays' address modulo 64 (default 16): 16 is what malloc gives large numpy "
+                        "arrays, which XLA must copy in; 64 lets a runtime use them in place (jax.jit does)")
+    p.add_argument("--no-jax", action="store_true", help="leave jax out even if it is importable")
+    p.add_argument("--no-device-inputs", action="store_true",
+                   help="omit the 'jax.jit, inputs on device' column")
+    p.add_argument("--jax-sync-dispatch", action="store_true",
+                   help="set jax_cpu_enable_async_dispatch=False (jit_ps's CPU client is synchronous)")
+    p.add_argument("--diagnose", action="store_true",
+                   help="add two diagnostic columns that use jit_ps internals: its cached executable called "
+                        "directly, and jax's lowered program run by jit_ps's runtime")
+    p.add_argument("--hlo-dir", metavar="DIR", help="write each side's StableHLO and XLA-optimised HLO here")
+    p.add_argument("--json", metavar="PATH", help="save raw samples and metadata as JSON")
+    args = p.parse_args(argv)
+    if args.only:
+        names = [n.strip() for n in args.only.split(",") if n.strip()]
+        unknown = [n for n in names if n not in BY_NAME]
+        if unknown:
+            p.error(f"unknown workload(s) {', '.join(unknown)}; known: {', '.join(BY_NAME)}")
+        args.workloads = [BY_NAME[n] for n in names]
+    else:
+        args.workloads = list(WORKLOADS)
+    if args.repeat is None:
+        args.repeat = 9 if args.quick else 31
+    if args.target_ms is None:
+        args.target_ms = 15.0 if args.quick else 40.0
+    return args
+
+
+# ----- jax (optional) -------------------------------------------------------------------------
+
+def import_jax(args):
+    if args.no_jax:
+        return None, None, "disabled by --no-jax"
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError as e:
+        return None, None, f"not importable ({e})"
+    jax.config.update("jax_enable_x64", True)  # float64 like numpy; float32 inputs stay float32
+    jax.config.update("jax_platforms", args.backend)
+    if args.jax_sync_dispatch:
+        jax.config.update("jax_cpu_enable_async_dispatch", False)
+    return jax, jnp, None
+
+
+def jax_numpy_caller(jax, jitted, sample_out):
+    """Call `jitted` and return numpy results, as the autograd code does."""
+    asarray = onp.asarray
+    if isinstance(sample_out, jax.Array):
+        return lambda *a: asarray(jitted(*a))
+    tree_map = jax.tree_util.tree_map
+    return lambda *a: tree_map(asarray, jitted(*a))
+
+
+# ----- environment ----------------------------------------------------------------------------
+
+def environment(args, jax, jax_note):
+    import autograd
+    import jaxlib
+
+    import autograd_xla
+    env = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "loadavg_start": list(os.getloadavg()),
+        "numpy": onp.__version__,
+        "numpy_blas": _numpy_blas(),
+        "autograd": getattr(autograd, "__version__", "?"),
+        "jaxlib": jaxlib.__version__,
+        "autograd_xla": autograd_xla.__version__,
+        "autograd_xla_git": _git_rev(),
+        "jax": jax.__version__ if jax is not None else f"absent: {jax_note}",
+        "dtype": args.dtype,
+        "backend": args.backend,
+        "thread_env": {k: os.environ[k] for k in sorted(os.environ)
+                       if any(s in k for s in ("THREADS", "OPENBLAS", "OMP_", "MKL_", "BLIS", "XLA", "NVPL",
+                                               "TF_CPP", "JAX_"))},
+    }
+    if jax is not None:
+        env["jax_settings"] = {"jax_enable_x64": jax.config.values["jax_enable_x64"],
+                               "jax_cpu_enable_async_dispatch": jax.config.values.get("jax_cpu_enable_async_dispatch"),
+                               "devices": [str(d) for d in jax.devices()]}
+    return env
+
+
+def _cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def _numpy_blas():
+    try:
+        cfg = onp.show_config(mode="dicts")
+        blas = cfg["Build Dependencies"]["blas"]
+        return f"{blas.get('name')} {blas.get('version', '')}".strip()
+    except Exception:  # show_config's layout is not a stable API
+        return "?"
+
+
+def _git_rev():
+    try:
+        rev = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             timeout=5).stdout.strip()
+        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--", "autograd_xla"],
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return rev + ("+uncommitted changes in autograd_xla/" if dirty else "")
+    except Exception:
+        return "?"
+
+
+# ----- inputs -------------------------------------------------------------------------------
+
+def place(tree, offset):
+    """Copy every array in `tree` to an address that is `offset` modulo 64 (offset 64 means 0).
+
+    Where an input lives decides whether XLA can read it in place: jax.jit passes 64-byte
+    aligned numpy arrays to the CPU runtime without copying and copies the others. numpy's
+    own large arrays come from mmap and sit 16 bytes past a page boundary, so the default
+    (16) is the common case; fixing the address keeps runs comparable."""
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(place(x, offset) for x in tree)
+    a = onp.asarray(tree)
+    buf = onp.empty(a.nbytes + 128, onp.uint8)
+    start = (offset % 64 - buf.ctypes.data) % 64
+    out = buf[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    assert out.ctypes.data % 64 == offset % 64
+    return out
+
+
+# ----- correctness ----------------------------------------------------------------------------
+
+def leaves_of(obj):
+    if isinstance(obj, (list, tuple)):
+        return [x for item in obj for x in leaves_of(item)]
+    if isinstance(obj, dict):
+        return [x for k in sorted(obj) for x in leaves_of(obj[k])]
+    return [obj]
+
+
+def compare(ref, out, dtype, notes=None, who=""):
+    """Largest error relative to the reference leaf's magnitude. Shapes must match. Dtypes
+    must match unless `notes` is given (jax has its own promotion rules: where autograd turns
+    float32 into float64, e.g. the gradient of np.mean, jax stays in float32); a differing
+    dtype is then recorded in `notes` instead of failing."""
+    a, b = leaves_of(ref), leaves_of(out)
+    if len(a) != len(b):
+        raise AssertionError(f"{who}: {len(b)} result leaves, expected {len(a)}")
+    worst = 0.0
+    for i, (x, y) in enumerate(zip(a, b)):
+        x, y = onp.asarray(x), onp.asarray(y)
+        if x.shape != y.shape or (x.dtype != y.dtype and notes is None):
+            raise AssertionError(f"{who}: result {y.dtype}{list(y.shape)}, expected {x.dtype}{list(x.shape)} "
+                                 "(plain autograd's)")
+        if x.dtype != y.dtype:
+            notes.append(f"{who} result {i} is {y.dtype} where autograd's is {x.dtype}")
+        scale = max(float(onp.max(onp.abs(x))) if x.size else 0.0, onp.finfo(dtype).tiny)
+        diff = onp.abs(x.astype(onp.float64) - y.astype(onp.float64))
+        worst = max(worst, float(onp.max(diff)) / scale if x.size else 0.0)
+    return worst
+
+
+TOLERANCE = {"float64": 1e-10, "float32": 1e-4}  # XLA and OpenBLAS sum in different orders
+
+
+# ----- one workload ---------------------------------------------------------------------------
+
+def run_workload(wl, args, jax, jnp):
+    from autograd_xla import jit_ps
+
+    dtype = onp.dtype(args.dtype)
+    inputs = place(wl.make_inputs(dtype, onp.random.default_rng(args.seed)), args.align)
+    result = {"name": wl.name, "times": wl.times, "overhead_bound": wl.overhead_bound, "first_call": {},
+              "errors": {}, "dtype_notes": []}
+
+    plain = wl.build_autograd()
+    ref = plain(*inputs)
+
+    # first calls, on fresh function objects, before anything else compiled this program
+    jf = jit_ps(wl.build_autograd(), backend=args.backend, fallback="error")
+    t, out = timing.time_once(jf, inputs)
+    st = jf.stats
+    result["first_call"]["jit_ps"] = {"total": t, "trace": st.trace_seconds, "lower": st.lower_seconds,
+                                      "compile": st.compile_seconds}
+    result["errors"]["jit_ps"] = compare(ref, out, dtype, who="jit_ps")
+    contenders = {"autograd": (plain, inputs), "jit_ps": (jf, inputs)}
+
+    if jax is not None:
+        jitted = jax.jit(wl.build_jax(jax, jnp))
+        t0 = time.perf_counter()
+        raw = jitted(*inputs)
+        call = jax_numpy_caller(jax, jitted, raw)
+        out = jax.tree_util.tree_map(onp.asarray, raw)
+        result["first_call"]["jax"] = {"total": time.perf_counter() - t0}
+        result["errors"]["jax"] = compare(ref, out, dtype, result["dtype_notes"], "jax.jit")
+        contenders["jax"] = (call, inputs)
+        if not args.no_device_inputs:
+            dev_inputs = jax.block_until_ready(jax.device_put(inputs))
+            result["errors"]["jax_dev"] = compare(ref, call(*dev_inputs), dtype, [], "jax.jit")
+            contenders["jax_dev"] = (call, dev_inputs)
+        if args.diagnose:
+            add_diagnostics(contenders, result, jf, jitted, inputs, ref, dtype, args)
+    elif args.diagnose:
+        add_diagnostics(contenders, result, jf, None, inputs, ref, dtype, args)
+
+    tol = TOLERANCE[args.dtype]
+    bad = {k: v for k, v in result["errors"].items() if not v <= tol}
+    if bad:
+        raise AssertionError(f"{wl.name}: results differ from plain autograd beyond {tol:g} (relative): {bad}")
+
+    samples, numbers = timing.interleaved(contenders, args.repeat, args.target_ms / 1e3)
+    result["samples"] = samples
+    result["calls_per_sample"] = numbers
+    result["summary"] = {k: timing.summarize(v) for k, v in samples.items()}
+
+    if args.hlo_dir:
+        dump_hlo(args.hlo_dir, wl.name, jf, jax and jitted, inputs)
+    return result
+
+
+def add_diagnostics(contenders, result, jf, jitted, inputs, ref, dtype, args):
+    """Split jit_ps's time into call path vs compiled program, using jit_ps internals."""
+    try:
+        from jaxlib import xla_client as xc
+
+        from autograd_xla import backend as backend_mod
+        spec, leaves = jf._split(inputs, {})
+        (entry,) = [e for e in jf._cache.values()]
+        exe = entry.executable
+        contenders["jit_ps_exec"] = (exe, (leaves,))
+        if jitted is not None:
+            lowered = jitted.lower(*inputs)
+            out_leaves = jax_leaves(lowered.out_info)
+            be = backend_mod.get_backend(args.backend)
+            compiled = be.client.compile_and_load(lowered.as_text(), xc.DeviceList((be.default_device,)),
+                                                  xc.CompileOptions())
+            # jit_ps's own Executable with its compiled program swapped for jax's: same call path
+            ours = [(tuple(a.shape), onp.dtype(a.dtype)) for a in exe.out_avals]
+            theirs = [(tuple(o.shape), onp.dtype(o.dtype)) for o in out_leaves]
+            if ours != theirs:
+                raise ValueError(f"output signatures differ: jit_ps {ours}, jax {theirs}")
+            jexe = copy.copy(exe)
+            jexe.exe = compiled
+            result["errors"]["jaxhlo_on_jit_ps"] = compare(leaves_of(ref), jexe(leaves), dtype, [], "jax HLO")
+            contenders["jaxhlo_on_jit_ps"] = (jexe, (leaves,))
+            result["hlo_diff"] = hlo_diff(jf.optimized_hlo(*inputs), lowered.compile().as_text())
+    except Exception as e:  # internals move; the diagnostic is optional
+        print(f"<!-- {result['name']}: diagnostics unavailable: {type(e).__name__}: {e} -->", file=sys.stderr)
+
+
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%\S+\s+=\s+.*?\s([a-z][a-z0-9-]*)\(")
+_BOOKKEEPING = {"parameter", "constant", "bitcast", "tuple", "get-tuple-element"}
+
+
+def hlo_op_counts(text):
+    """Opcode -> count over every computation of an optimised HLO module."""
+    counts = {}
+    for line in text.splitlines():
+        m = _INSTRUCTION.match(line)
+        if m and m.group(1) not in _BOOKKEEPING:
+            counts[m.group(1)] = counts.get(m.group(1), 0) + 1
+    return counts
+
+
+def hlo_diff(ours, theirs):
+    a, b = hlo_op_counts(ours), hlo_op_counts(theirs)
+    diff = [f"{op} {a.get(op, 0)} vs {b.get(op, 0)}" for op in sorted(set(a) | set(b)) if a.get(op, 0) != b.get(op, 0)]
+    return "; ".join(diff) if diff else "same op counts"
+
+
+def jax_leaves(tree):
+    import jax
+    return jax.tree_util.tree_leaves(tree)
+
+
+def dump_hlo(directory, name, jf, jitted, inputs):
+    os.makedirs(directory, exist_ok=True)
+    files = {f"{name}.jit_ps.stablehlo.mlir": lambda: jf.stablehlo(*inputs),
+             f"{name}.jit_ps.optimized.hlo": lambda: jf.optimized_hlo(*inputs)}
+    if jitted:
+        files[f"{name}.jax.stablehlo.mlir"] = lambda: jitted.lower(*inputs).as_text()
+        files[f"{name}.jax.optimized.hlo"] = lambda: jitted.lower(*inputs).compile().as_text()
+    for fname, make in files.items():
+        with open(os.path.join(directory, fname), "w") as f:
+            f.write(make())
+
+
+# ----- report ---------------------------------------------------------------------------------
+
+STAT = "median"  # set from --stat in main()
+
+
+def ratio(results, wl_name, a, b):
+    s = results[wl_name]["summary"]
+    if a in s and b in s:
+        return s[a][STAT] / s[b][STAT]
+    return None
+
+
+def fmt_ratio(r):
+    return "—" if r is None else f"{r:.2f}×"
+
+
+def fmt_cell(summary):
+    if summary is None:
+        return "—"
+    m = summary[STAT]
+    spread = (summary["q3"] - summary["q1"]) / summary["median"] * 100 if summary["median"] else 0.0
+    return f"{timing.format_seconds(m)} ±{spread:.0f}%"
+
+
+def table(head, rows):
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+    return out + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def report(results, failures, env, args):
+    lines = ["# autograd vs jit_ps vs jax.jit", "", "## Environment", ""]
+    for k, v in env.items():
+        lines.append(f"- {k}: {v}")
+    present = [c for c in CONTENDER_TITLES if any(c in r["summary"] for r in results.values())]
+    has_jax = "jax" in present
+
+    lines += ["", f"## Steady state: {STAT} time per call (± = interquartile range / median; {args.repeat} "
+                  f"interleaved samples of ≥{args.target_ms:g} ms; dtype {args.dtype}; inputs at address "
+                  f"≡ {args.align % 64} mod 64)", ""]
+    head = ["workload"] + [CONTENDER_TITLES[c] for c in present] + ["autograd / jit_ps"]
+    if has_jax:
+        head += ["jit_ps / jax.jit", "autograd / jax.jit"]
+    rows = []
+    for name, r in results.items():
+        row = [name] + [fmt_cell(r["summary"].get(c)) for c in present]
+        row.append(fmt_ratio(ratio(results, name, "autograd", "jit_ps")))
+        if has_jax:
+            row += [fmt_ratio(ratio(results, name, "jit_ps", "jax")), fmt_ratio(ratio(results, name, "autograd", "jax"))]
+        rows.append(row)
+    rows += [[name, f"failed: {msg}"] + [""] * (len(head) - 2) for name, msg in failures.items()]
+    lines += table(head, rows)
+
+    lines += ["", "## First call: trace + compile + one run, on a fresh function object, measured once", ""]
+    head = ["workload", "jit_ps", "jit_ps trace / lower / XLA compile"]
+    if has_jax:
+        head += ["jax.jit", "jit_ps / jax.jit"]
+    rows = []
+    for name, r in results.items():
+        fc = r["first_call"]
+        j = fc["jit_ps"]
+        row = [name, timing.format_seconds(j["total"]),
+               " / ".join(timing.format_seconds(j[k]) for k in ("trace", "lower", "compile"))]
+        if has_jax:
+            row += [timing.format_seconds(fc["jax"]["total"]), fmt_ratio(j["total"] / fc["jax"]["total"])]
+        rows.append(row)
+    lines += table(head, rows)
+
+    if any("jit_ps_exec" in r["summary"] for r in results.values()):
+        lines += diagnostics(results)
+
+    lines += ["", "## Workloads (what one timed call does)", ""]
+    for name, r in results.items():
+        errs = ", ".join(f"{k} {v:.1e}" for k, v in r["errors"].items())
+        lines.append(f"- **{name}**: {r['times']}. Largest difference from autograd, relative to the result's "
+                     f"magnitude: {errs}." + "".join(f" Note: {n}." for n in r["dtype_notes"]))
+
+    if has_jax:
+        lines += ["", "## Acceptance checks", ""]
+        for name, r in results.items():
+            over = ratio(results, name, "jit_ps", "jax")
+            speed = ratio(results, name, "autograd", "jit_ps")
+            jax_speed = ratio(results, name, "autograd", "jax")
+            bound = r["overhead_bound"]
+            line = f"- {name}: jit_ps / jax.jit = {over:.2f} (bound {bound:g}) {'PASS' if over <= bound else 'FAIL'}"
+            if jax_speed > 1.0:
+                line += (f"; jax.jit is {jax_speed:.2f}× faster than autograd, jit_ps {speed:.2f}× "
+                         f"{'PASS' if speed > 1.0 else 'FAIL'}")
+            lines.append(line)
+    lines += ["", f"load average at start {_fmt_load(env['loadavg_start'])}, at end {_fmt_load(os.getloadavg())} "
+                  f"({env['cpus_usable']} usable CPUs; more than that means the numbers are disturbed)"]
+    return "\n".join(lines)
+
+
+def diagnostics(results):
+    """jit_ps - jax, split in three from medians: call path (jit_ps - its executable called
+    directly), program (executable - jax's program on the same runtime), runtime (jax's
+    program on jit_ps's runtime - jax.jit). Sums of medians, so only roughly additive."""
+    lines = ["", f"## Diagnostics: where jit_ps's extra time goes ({STAT}s; negative = jit_ps side faster)", "",
+             "call path = jit_ps − its cached executable called directly (flatten, cache lookup, unflatten); "
+             "program = that executable − jax's lowered program run by the same runtime (compiled code); "
+             "runtime = jax's program on jit_ps's runtime − jax.jit (transfers in/out, dispatch).", ""]
+    rows = []
+    for name, r in results.items():
+        m = {k: v[STAT] for k, v in r["summary"].items()}
+        if not {"jit_ps", "jit_ps_exec"} <= set(m):
+            continue
+        row = [name, signed(m["jit_ps"] - m["jit_ps_exec"])]
+        if {"jax", "jaxhlo_on_jit_ps"} <= set(m):
+            row += [signed(m["jit_ps_exec"] - m["jaxhlo_on_jit_ps"]), signed(m["jaxhlo_on_jit_ps"] - m["jax"]),
+                    signed(m["jit_ps"] - m["jax"])]
+        else:
+            row += ["—"] * 3
+        row.append(r.get("hlo_diff", "—"))
+        rows.append(row)
+    return lines + table(["workload", "call path", "program", "runtime", "total jit_ps − jax.jit",
+                          "optimised-HLO op counts, jit_ps vs jax"], rows)
+
+
+def signed(seconds):
+    return ("−" if seconds < 0 else "+") + timing.format_seconds(abs(seconds))
+
+
+def _fmt_load(la):
+    return "/".join(f"{x:.2f}" for x in la)
+
+
+def warm_runtimes(jax, args):
+    """Create the clients and import everything lazily imported, so first calls measure only
+    tracing and compiling the workload."""
+    from autograd_xla import jit_ps
+    x = onp.ones(2)
+    jit_ps(lambda v: v * 2.0, backend=args.backend)(x)
+    if jax is not None:
+        onp.asarray(jax.jit(lambda v: v * 2.0)(x))
+        onp.asarray(jax.jit(jax.grad(lambda v: (v * v).sum()))(x))
+
+
+def main(argv=None):
+    global STAT
+    args = parse_args(argv)
+    STAT = args.stat
+    jax, jnp, jax_note = import_jax(args)
+    env = environment(args, jax, jax_note)
+    warm_runtimes(jax, args)
+    results, failures = {}, {}
+    t0 = time.perf_counter()
+    for wl in args.workloads:
+        print(f"<!-- running {wl.name} -->", file=sys.stderr, flush=True)
+        try:
+            results[wl.name] = run_workload(wl, args, jax, jnp)
+        except Exception as e:  # one broken workload must not hide the others' numbers
+            failures[wl.name] = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+            print(f"<!-- {wl.name} failed: {failures[wl.name]} -->", file=sys.stderr, flush=True)
+    env["benchmark_seconds"] = round(time.perf_counter() - t0, 1)
+    print(report(results, failures, env, args))
+    if args.json:
+        env["loadavg_end"] = list(os.getloadavg())
+        with open(args.json, "w") as f:
+            json.dump({"environment": env, "args": {k: v for k, v in vars(args).items() if k != "workloads"},
+                       "results": results, "failures": failures}, f, indent=1)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

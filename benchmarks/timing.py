@@ -1,0 +1,91 @@
+"""Timing helpers for a noisy, shared machine.
+
+Contenders for one workload are *interleaved*: each round times one sample of every
+contender, in a rotated order, so a burst of load from someone else's process lands on
+all of them rather than on whichever happened to run then. A sample is a batch of calls
+long enough (`target` seconds) for the clock to be accurate; the per-call time of a
+sample is batch time / calls. Reported: median over samples and the interquartile range.
+The garbage collector is collected before and disabled during each sample, as timeit does.
+"""
+import gc
+import statistics
+import time
+
+_clock = time.perf_counter
+
+
+def time_calls(fn, args, number):
+    """Seconds for `number` calls of fn(*args)."""
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        t0 = _clock()
+        for _ in range(number):
+            fn(*args)
+        return _clock() - t0
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def time_once(fn, args):
+    """(seconds, result) of a single call: for first calls (trace + compile + run)."""
+    t0 = _clock()
+    out = fn(*args)
+    return _clock() - t0, out
+
+
+def calibrate(fn, args, target, max_number=1_000_000):
+    """Calls per sample so that one sample takes at least `target` seconds."""
+    number = 1
+    while True:
+        t = time_calls(fn, args, number)
+        if t >= target or number >= max_number:
+            return number
+        if t <= 0:
+            number *= 10
+            continue
+        # aim a little past the target, at least doubling
+        number = min(max_number, max(2 * number, int(number * 1.2 * target / t) + 1))
+
+
+def warm_up(fn, args, seconds, min_calls=2):
+    t0 = _clock()
+    n = 0
+    while n < min_calls or _clock() - t0 < seconds:
+        fn(*args)
+        n += 1
+
+
+def interleaved(contenders, repeat, target, warmup=0.05):
+    """contenders: {name: (fn, args)}. Returns {name: [per-call seconds of each sample]}."""
+    for fn, args in contenders.values():
+        warm_up(fn, args, warmup)
+    numbers = {name: calibrate(fn, args, target) for name, (fn, args) in contenders.items()}
+    names = list(contenders)
+    samples = {name: [] for name in names}
+    for r in range(repeat):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            fn, args = contenders[name]
+            samples[name].append(time_calls(fn, args, numbers[name]) / numbers[name])
+    return samples, numbers
+
+
+def summarize(values):
+    """median, first and third quartile, min, n."""
+    v = sorted(values)
+    if len(v) >= 2:
+        q1, _, q3 = statistics.quantiles(v, n=4, method="inclusive")
+    else:
+        q1 = q3 = v[0]
+    return {"median": statistics.median(v), "q1": q1, "q3": q3, "min": v[0], "n": len(v)}
+
+
+def format_seconds(s):
+    if s >= 1.0:
+        return f"{s:.2f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.3g} ms"
+    return f"{s * 1e6:.3g} µs"

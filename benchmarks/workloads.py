@@ -1,0 +1,225 @@
+"""The benchmark workloads, each written twice: as ordinary autograd code and as the same
+math in jax.numpy.
+
+The autograd half is what a user of autograd_xla writes (`import autograd.numpy as np`,
+`from autograd import grad`); the runner wraps it in `jit_ps` unchanged, and also calls it
+unwrapped as the plain-autograd baseline. The jax half mirrors it operation for operation,
+so the two compilers are given the same program. Nothing here imports jax: the jax
+builders receive the `jax` and `jax.numpy` modules from the runner.
+
+Every `build_*` call returns a *fresh* function object, so that a first call measures
+tracing and compiling (jax caches traces per function object, jit_ps per wrapper).
+"""
+import numpy as onp
+
+import autograd.numpy as np
+from autograd import grad, value_and_grad
+
+# ---------------------------------------------------------------------------------------
+# The user's code (autograd). Module level, as it would be in a script.
+# ---------------------------------------------------------------------------------------
+
+SELU_ALPHA = 1.6732632423543772848170429916717
+SELU_SCALE = 1.0507009873554804934193349852946
+LEARNING_RATE = 0.01
+MLP_SIZES = (784, 200, 100, 10)
+
+
+def logreg_loss(w, X, y):
+    """Mean logistic loss with labels y in {0, 1}."""
+    z = X @ w
+    return np.mean(np.logaddexp(0.0, z) - y * z)
+
+
+def logsumexp(z, axis):
+    # Written out rather than autograd.scipy.special.logsumexp, which jit_ps could not trace
+    # when this was written; the jax side uses the same formula so both run the same math.
+    m = np.max(z, axis=axis, keepdims=True)
+    return m + np.log(np.sum(np.exp(z - m), axis=axis, keepdims=True))
+
+
+def mlp_predict(params, x):
+    for W, b in params[:-1]:
+        x = np.tanh(x @ W + b)
+    W, b = params[-1]
+    logits = x @ W + b
+    return logits - logsumexp(logits, axis=1)
+
+
+def mlp_loss(params, x, y):
+    """Softmax cross-entropy against one-hot targets y."""
+    return -np.mean(np.sum(mlp_predict(params, x) * y, axis=1))
+
+
+def selu(x):
+    return SELU_SCALE * np.where(x > 0, x, SELU_ALPHA * (np.exp(x) - 1.0))
+
+
+def selu_layer(W, b, x):
+    return selu(x @ W + b)
+
+
+def selu_sum(W, b, x):
+    return np.sum(selu_layer(W, b, x))
+
+
+def tiny_scalar(x):
+    return np.sum(np.tanh(x) * x)
+
+
+def _build_logreg():
+    return value_and_grad(logreg_loss)
+
+
+def _build_mlp_step():
+    def sgd_step(params, x, y):
+        grads = grad(mlp_loss)(params, x, y)
+        return [(W - LEARNING_RATE * dW, b - LEARNING_RATE * db) for (W, b), (dW, db) in zip(params, grads)]
+    return sgd_step
+
+
+def _build_selu_fwd():
+    def layer(W, b, x):
+        return selu_layer(W, b, x)
+    return layer
+
+
+def _build_selu_grad():
+    return grad(selu_sum, argnum=(0, 1))
+
+
+def _build_tiny():
+    return lambda x: x + 1.0
+
+
+def _build_tiny_grad():
+    return grad(tiny_scalar)
+
+
+# ---------------------------------------------------------------------------------------
+# The same math in jax (built on demand; `jax`, `jnp` come from the runner).
+# ---------------------------------------------------------------------------------------
+
+def _jax_logreg(jax, jnp):
+    def loss(w, X, y):
+        z = X @ w
+        return jnp.mean(jnp.logaddexp(0.0, z) - y * z)
+    return jax.value_and_grad(loss)
+
+
+def _jax_mlp_step(jax, jnp):
+    def lse(z, axis):
+        m = jnp.max(z, axis=axis, keepdims=True)
+        return m + jnp.log(jnp.sum(jnp.exp(z - m), axis=axis, keepdims=True))
+
+    def predict(params, x):
+        for W, b in params[:-1]:
+            x = jnp.tanh(x @ W + b)
+        W, b = params[-1]
+        logits = x @ W + b
+        return logits - lse(logits, axis=1)
+
+    def loss(params, x, y):
+        return -jnp.mean(jnp.sum(predict(params, x) * y, axis=1))
+
+    def sgd_step(params, x, y):
+        grads = jax.grad(loss)(params, x, y)
+        return [(W - LEARNING_RATE * dW, b - LEARNING_RATE * db) for (W, b), (dW, db) in zip(params, grads)]
+    return sgd_step
+
+
+def _jax_selu(jnp):
+    def selu_j(x):
+        return SELU_SCALE * jnp.where(x > 0, x, SELU_ALPHA * (jnp.exp(x) - 1.0))
+    return selu_j
+
+
+def _jax_selu_fwd(jax, jnp):
+    selu_j = _jax_selu(jnp)
+
+    def layer(W, b, x):
+        return selu_j(x @ W + b)
+    return layer
+
+
+def _jax_selu_grad(jax, jnp):
+    selu_j = _jax_selu(jnp)
+
+    def total(W, b, x):
+        return jnp.sum(selu_j(x @ W + b))
+    return jax.grad(total, argnums=(0, 1))
+
+
+def _jax_tiny(jax, jnp):
+    return lambda x: x + 1.0
+
+
+def _jax_tiny_grad(jax, jnp):
+    return jax.grad(lambda x: jnp.sum(jnp.tanh(x) * x))
+
+
+# ---------------------------------------------------------------------------------------
+# Inputs: numpy arrays of the requested floating dtype, from a seeded generator.
+# ---------------------------------------------------------------------------------------
+
+def _logreg_inputs(dtype, rng, N=5000, D=100):
+    X = rng.standard_normal((N, D))
+    w_true = rng.standard_normal(D)
+    y = (rng.random(N) < 1.0 / (1.0 + onp.exp(-X @ w_true))).astype(dtype)
+    w = 0.1 * rng.standard_normal(D)
+    return w.astype(dtype), X.astype(dtype), y
+
+
+def _mlp_inputs(dtype, rng, batch=256):
+    params = [((rng.standard_normal((m, n)) / onp.sqrt(m)).astype(dtype), (0.1 * rng.standard_normal(n)).astype(dtype))
+              for m, n in zip(MLP_SIZES[:-1], MLP_SIZES[1:])]
+    x = rng.standard_normal((batch, MLP_SIZES[0])).astype(dtype)
+    y = onp.eye(MLP_SIZES[-1], dtype=dtype)[rng.integers(0, MLP_SIZES[-1], batch)]
+    return params, x, y
+
+
+def _selu_inputs(dtype, rng, batch=256, width=1024):
+    W = (rng.standard_normal((width, width)) / onp.sqrt(width)).astype(dtype)
+    b = (0.1 * rng.standard_normal(width)).astype(dtype)
+    x = rng.standard_normal((batch, width)).astype(dtype)
+    return W, b, x
+
+
+def _tiny_inputs(dtype, rng):
+    return (onp.array([0.5, -1.0, 2.0], dtype=dtype),)
+
+
+class Workload:
+    """name: the CLI name. times: exactly what one timed call does.
+    overhead_bound: the acceptance bound on jit_ps time / jax.jit time."""
+
+    def __init__(self, name, times, build_autograd, build_jax, make_inputs, overhead_bound=1.25):
+        self.name, self.times = name, times
+        self.build_autograd, self.build_jax, self.make_inputs = build_autograd, build_jax, make_inputs
+        self.overhead_bound = overhead_bound
+
+
+WORKLOADS = [
+    Workload("logreg",
+             "value_and_grad(loss)(w, X, y): mean logistic loss and its gradient w.r.t. w; "
+             "X: 5000x100, y: 5000, w: 100 (X and y passed on every call)",
+             _build_logreg, _jax_logreg, _logreg_inputs),
+    Workload("mlp_step",
+             "one SGD step: grad of softmax cross-entropy w.r.t. params [(W, b)] of a tanh MLP "
+             "784-200-100-10 on a batch of 256, then params - 0.01 * grads; returns the new params list",
+             _build_mlp_step, _jax_mlp_step, _mlp_inputs),
+    Workload("selu_fwd",
+             "selu(x @ W + b), x: 256x1024, W: 1024x1024, b: 1024; returns the 256x1024 activations",
+             _build_selu_fwd, _jax_selu_fwd, _selu_inputs),
+    Workload("selu_grad",
+             "grad(sum(selu(x @ W + b)), argnum=(0, 1)) -> (dW, db), same shapes as selu_fwd",
+             _build_selu_grad, _jax_selu_grad, _selu_inputs),
+    Workload("tiny",
+             "per-call overhead: lambda x: x + 1.0 on a 3-element array",
+             _build_tiny, _jax_tiny, _tiny_inputs, overhead_bound=2.0),
+    Workload("tiny_grad",
+             "per-call overhead of a gradient: grad(lambda x: sum(tanh(x) * x)) on a 3-element array",
+             _build_tiny_grad, _jax_tiny_grad, _tiny_inputs, overhead_bound=2.0),
+]
+
+BY_NAME = {w.name: w for w in WORKLOADS}
