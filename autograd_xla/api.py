@@ -18,12 +18,16 @@ import warnings
 import numpy as np
 from autograd.tracer import box_types
 
+from autograd.tracer import getval
+
 from . import autodiff
 from . import backend as backend_mod
-from . import lowering, rules, tracing, tree
+from . import impurity, lowering, rules, tracing, tree
 from .backend import DeviceArray
+from .core import Graph, prim_name
 from .hlo import SUPPORTED_DTYPES as _SUPPORTED
-from .errors import ArgumentError, ConcretizationError, UnsupportedPrimitiveError
+from .errors import (ArgumentError, CompileError, ConcretizationError, ImpureFunctionError, JitError,
+                     UnsupportedPrimitiveError)
 
 rules.load_all()
 _trace_state = tracing._state
@@ -61,26 +65,45 @@ class CacheStats:
 
 
 class _Entry:
-    __slots__ = ("executable", "out_tree", "graph", "lowered", "python_fallback", "guards")
+    __slots__ = ("executable", "out_tree", "graph", "lowered", "python_fallback", "guards", "draws", "static_leaves",
+                 "impure")
 
-    def __init__(self, executable, out_tree, graph, lowered, python_fallback=False):
+    def __init__(self, executable, out_tree, graph, lowered, python_fallback=False, draws=(), static_leaves=(),
+                 impure=False):
         self.executable, self.out_tree, self.graph = executable, out_tree, graph
         self.lowered, self.python_fallback = lowered, python_fallback
         self.guards = graph.guards if graph is not None else []
+        self.draws = list(draws)                    # numpy.random calls replayed on every call (impurity.py)
+        self.static_leaves = frozenset(static_leaves)  # leaf indices traced as static values
+        self.impure = impure or bool(self.draws)    # differentiated calls run as plain autograd
+
+
+# ndarray subclasses whose semantics a compiled program would silently drop
+_REJECTED_SUBCLASSES = (np.matrix, np.ma.MaskedArray)
+
+
+def _native(dtype):
+    """A non-native byte order is numpy's business, not XLA's: compile for the native dtype
+    (the argument is converted on the way in)."""
+    if dtype.byteorder not in "=|" and dtype.newbyteorder("=") in _SUPPORTED:
+        return dtype.newbyteorder("=")
+    raise TypeError(dtype)
 
 
 def _leaf_signature(x):
     t = type(x)
     if t is np.ndarray:
         if x.dtype not in _SUPPORTED:
-            raise TypeError(x.dtype)
+            return (x.shape, _native(x.dtype))
         return (x.shape, x.dtype)
     if t in _PY_SCALARS:
         if t is int and not -2**63 <= x < 2**63:
             raise OverflowError(f"Python int {x} does not fit in int64")
         return t
-    if t is DeviceArray or isinstance(x, (np.generic, np.ndarray)) and x.dtype in _SUPPORTED:
+    if t is DeviceArray:
         return (x.shape, x.dtype)
+    if isinstance(x, (np.generic, np.ndarray)) and not isinstance(x, _REJECTED_SUBCLASSES):
+        return (x.shape, x.dtype if x.dtype in _SUPPORTED else _native(x.dtype))
     raise TypeError(t)
 
 
@@ -90,7 +113,8 @@ def _aval_of(x):
     t = type(x)
     if t in _PY_SCALARS:
         return Aval((), _PY_SCALARS[t], weak_type=True)
-    return Aval(np.shape(x), np.asarray(x).dtype if not hasattr(x, "dtype") else x.dtype)
+    shape, dtype = _leaf_signature(x)
+    return Aval(shape, dtype)
 
 
 class JittedFunction:
@@ -161,8 +185,21 @@ class JittedFunction:
         spec, leaves = self._split(args, kwargs)
         for x in leaves:
             if type(x) in box_types:
+                if self._lookup(spec, [getval(x) for x in leaves], count=False).impure:
+                    return self._differentiate_plainly(spec, leaves)
                 return autodiff.jit_call(self, spec, *leaves)
         return self._call_flat(spec, leaves)
+
+    def _differentiate_plainly(self, spec, leaves):
+        """A function whose compiled form replays random draws (or draws in a way that cannot
+        be compiled) is differentiated as plain autograd: the backward pass must see the very
+        numbers the forward pass drew, and a separately compiled VJP would draw new ones."""
+        if "impure_grad" not in self._warned:
+            self._warned.add("impure_grad")
+            warnings.warn(f"{self!r} draws random numbers, so differentiating it from outside (grad(jit_ps(f))) runs "
+                          "it as plain autograd, keeping the forward and backward passes on the same draws. Compile "
+                          "the gradient instead: jit_ps(grad(f)).", stacklevel=4)
+        return self._apply(spec, leaves)
 
     def _split(self, args, kwargs):
         """(spec, dynamic leaves): spec holds everything static and is hashable."""
@@ -197,34 +234,50 @@ class JittedFunction:
         return [p.name for p in self._signature.parameters.values()
                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
-    def _call_flat(self, spec, leaves):
+    def _lookup(self, spec, leaves, count=True):
+        """The cache entry of these arguments' signature, compiled if new."""
         auto = self._auto_static.get(spec)
         try:
             sig = tuple(map(_leaf_signature, leaves))
         except (TypeError, OverflowError):
             self._raise_bad_argument(spec, leaves)
         key = (spec, sig, tuple(leaves[i] for i in sorted(auto))) if auto else (spec, sig)
-        entry = self._cache.get(key)
+        cache = self._cache
+        entry = cache.get(key)
         if entry is None:
-            entry = self._compile(key, spec, leaves)
-            auto = self._auto_static.get(spec)  # compiling may have made scalars static
-        else:
+            return self._compile(key, spec, leaves)
+        if count:
             self.stats.hits += 1
+        try:
+            cache.move_to_end(key)  # least recently used signatures are evicted first
+        except (KeyError, RuntimeError):  # evicted meanwhile by another thread
+            pass
+        return entry
+
+    def _call_flat(self, spec, leaves):
+        entry = self._lookup(spec, leaves)
         if entry.python_fallback:
             return self._apply(spec, leaves)
-        if auto:
-            leaves = [x for i, x in enumerate(leaves) if i not in auto]
-        outs = entry.executable(leaves, self.keep_on_device)
+        args = leaves
+        if entry.static_leaves:
+            args = [x for i, x in enumerate(leaves) if i not in entry.static_leaves]
+        state = None
+        if entry.draws:
+            if entry.guards:
+                state = impurity.global_state()
+            args = list(args) + impurity.replay(entry.draws)
+        outs = entry.executable(args, self.keep_on_device)
         if entry.guards:
-            if not all(outs[-len(entry.guards):]):
-                return self._guard_failed(entry, spec, leaves)
+            ok = outs[-len(entry.guards):]
+            if not all(ok):
+                return self._guard_failed(entry, spec, leaves, ok, state)
             outs = outs[:-len(entry.guards)]
         return outs[0] if entry.out_tree is tree.LEAF else tree.unflatten(entry.out_tree, outs)
 
-    def _guard_failed(self, entry, spec, leaves):
+    def _guard_failed(self, entry, spec, leaves, ok, rng_state):
         """A traced slice fell outside its array: numpy's answer has another shape, so this
-        call runs as plain autograd."""
-        failed = [src for src, ok in zip(entry.guards, entry.executable(leaves)[-len(entry.guards):]) if not ok]
+        call runs as plain autograd (with numpy's random state as it was before the call)."""
+        failed = [src for src, good in zip(entry.guards, ok) if not good]
         key = ("guard", str(failed[0]))
         if key not in self._warned:
             self._warned.add(key)
@@ -232,8 +285,9 @@ class JittedFunction:
                           "numpy would return a shorter array there, so this call ran as plain autograd.",
                           stacklevel=4)
         self.stats.fallbacks += 1
-        full = list(leaves)
-        return self._apply(spec, full)
+        if rng_state is not None:
+            impurity.set_global_state(rng_state)
+        return self._apply(spec, leaves)
 
     def _apply(self, spec, leaves):
         """Call the user's function with the original arguments rebuilt from `leaves`."""

@@ -10,6 +10,8 @@ from autograd.builtins import tuple as differentiable_tuple
 from autograd.core import make_jvp, make_vjp
 from autograd.extend import defjvp_argnums, defvjp_argnums, primitive
 
+from . import tree
+
 _LEAVES = 2  # jit_call(fn, spec, *leaves): leaves start at argument 2
 
 
@@ -25,21 +27,38 @@ def _with(leaves, nums, values):
     return full
 
 
-def _restricted(fn, spec, leaves, nums):
-    """fn as a function of leaves[nums] alone. One differentiated leaf is passed bare, not in
-    a 1-tuple: autograd accumulates a tuple's gradient in place into zeros of the leaf's dtype,
-    while a bare array's gradient keeps the dtype the backward pass produced."""
-    if len(nums) == 1:
-        return (lambda x: fn._apply(spec, _with(leaves, nums, (x,)))), leaves[nums[0]]
-    return (lambda diff: fn._apply(spec, _with(leaves, nums, diff))), tuple(leaves[i] for i in nums)
+class _Restricted:
+    """fn as a function of leaves[nums] alone, returning its output's leaves.
+
+    One differentiated leaf is passed bare, not in a 1-tuple: autograd accumulates a tuple's
+    gradient in place into zeros of the leaf's dtype, while a bare array's gradient keeps the
+    dtype the backward pass produced. A container output is returned as an autograd tuple of
+    its leaves: autograd differentiates only outputs it boxed itself (a plain tuple of boxes
+    looks constant to it, and it has no forward mode through dicts); `out_tree` restores it.
+    """
+
+    def __init__(self, fn, spec, leaves, nums):
+        self.fn, self.spec, self.leaves, self.nums = fn, spec, leaves, nums
+        self.out_tree = None
+
+    def point(self):
+        if len(self.nums) == 1:
+            return self.leaves[self.nums[0]]
+        return tuple(self.leaves[i] for i in self.nums)
+
+    def __call__(self, diff):
+        values = (diff,) if len(self.nums) == 1 else diff
+        out = self.fn._apply(self.spec, _with(self.leaves, self.nums, values))
+        outs, self.out_tree = tree.flatten(out)
+        return outs[0] if self.out_tree is tree.LEAF else differentiable_tuple(outs)
 
 
 def make_vjp_function(fn, spec, nums):
     """(leaves, g) -> gradients of fn's output . g with respect to leaves[nums]."""
     def vjp_fn(leaves, g):
-        f, x = _restricted(fn, spec, leaves, nums)
-        vjp, _ = make_vjp(f, x)
-        grads = vjp(g)
+        f = _Restricted(fn, spec, leaves, nums)
+        vjp, _ = make_vjp(f, f.point())
+        grads = vjp(g if f.out_tree is tree.LEAF else tuple(tree.flatten(g)[0]))
         # a tuple built with autograd.builtins.tuple stays differentiable (a SequenceBox when
         # its elements are boxes), which higher derivatives of this function need
         return differentiable_tuple([grads] if len(nums) == 1 else grads)
@@ -50,9 +69,9 @@ def make_vjp_function(fn, spec, nums):
 def make_jvp_function(fn, spec, nums):
     """(leaves, tangents) -> the tangent of fn's output along tangents of leaves[nums]."""
     def jvp_fn(leaves, tangents):
-        f, x = _restricted(fn, spec, leaves, nums)
-        _, out_tangent = make_jvp(f, x)(tangents[0] if len(nums) == 1 else tuple(tangents))
-        return out_tangent
+        f = _Restricted(fn, spec, leaves, nums)
+        _, out_tangent = make_jvp(f, f.point())(tangents[0] if len(nums) == 1 else tuple(tangents))
+        return out_tangent if f.out_tree is tree.LEAF else tree.unflatten(f.out_tree, out_tangent)
     jvp_fn.__name__ = f"jvp_{getattr(fn._fun, '__name__', 'fn')}"
     return jvp_fn
 

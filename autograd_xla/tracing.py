@@ -89,7 +89,7 @@ class Trace:
         outer = self.parent.lift(tracer)
         hit = self.captured.get(outer._var)
         if hit is None:
-            hit = self.captured[outer._var] = (self.new_var(outer.aval.strong()), outer)
+            hit = self.captured[outer._var] = (self.new_var(outer.aval), outer)  # a Python scalar stays weak
         return Tracer(hit[0], self)
 
     def is_active(self):
@@ -569,13 +569,15 @@ METADATA = {
 def concretization_error(tracer, what):
     """Explain which argument the value comes from and what to do instead."""
     trace = tracer._trace if type(tracer) is Tracer else current_trace()
-    deps, names, scalars = [], [], []
+    deps, names, scalars, draws = [], [], [], []
     if trace is not None and type(tracer) is Tracer:
         deps = trace.depends_on_args(tracer._var)
         for i in deps:
             name = trace.arg_names[i] or f"argument {i}"
             names.append(f"'{name}' ({trace.invars[i].aval})")
-            if trace.invars[i].aval.weak_type:
+            if getattr(name, "random_draw", False):  # a host-drawn input (impurity.py), not an argument
+                draws.append(str(name))
+            elif trace.invars[i].aval.weak_type:
                 scalars.append(i)
     src = user_frame(2)
     origin = f" computed from {', '.join(names)}" if names else ""
@@ -587,7 +589,10 @@ def concretization_error(tracer, what):
            "or express the data-dependent part with autograd_xla.cond / switch / while_loop / fori_loop "
            "or np.where.")
     err = ConcretizationError(msg)
-    err.scalar_args = scalars if scalars and len(scalars) == len(deps) else []
+    # argument indices are the jitted function's only in the outermost trace, not in a loop body's
+    root = trace is not None and trace.parent is None
+    err.scalar_args = scalars if root and scalars and len(scalars) == len(deps) else []
+    err.random_draws = draws
     err.source = src
     return err
 
@@ -686,6 +691,18 @@ def _make_interceptor(f_wrapped, raw):
     return f_raw
 
 
+#: raw function -> the interceptor to use instead of `_make_interceptor`'s (numpy.random's
+#: global-state functions, filled by impurity.py: their calls become host-drawn inputs).
+RAW_INTERCEPTORS = {}
+
+
+def _raw_interceptor(raw):
+    try:
+        return RAW_INTERCEPTORS.get(raw)
+    except TypeError:  # an unhashable callable
+        return None
+
+
 def _scan_primitives():
     """Find every autograd primitive wrapper alive (user-defined ones too)."""
     global _scanned_size
@@ -699,7 +716,7 @@ def _scan_primitives():
                 continue
             raw = cell.cell_contents
             raw = getattr(raw, "__wrapped_raw__", raw)
-            _patched.append((cell, raw, _make_interceptor(obj, raw)))
+            _patched.append((cell, raw, _raw_interceptor(raw) or _make_interceptor(obj, raw)))
             known.add(id(cell))
     _scanned_size = len(trace_primitives_map)
 
@@ -723,8 +740,14 @@ MODULE_PATCHES = []
 
 def _module_patches():
     """Module globals of autograd that look at concrete data, swapped while tracing."""
-    from autograd.numpy import numpy_wrapper
-    return [(numpy_wrapper, "_parse_einsum_input", _parse_einsum_input)] + MODULE_PATCHES
+    import autograd.numpy as anp
+    from autograd.numpy import numpy_vjps, numpy_wrapper
+
+    from .rules import autograd_helpers
+    return [(numpy_wrapper, "_parse_einsum_input", _parse_einsum_input),
+            (numpy_vjps, "unpermuter", autograd_helpers.traced_unpermuter),
+            (numpy_wrapper, "select", autograd_helpers.traced_select),
+            (anp, "select", autograd_helpers.traced_select)] + MODULE_PATCHES
 
 
 _saved_globals = []

@@ -125,3 +125,14 @@ def test_grad_of_python_scalar_argument():
     x = rs.randn(3)
     assert_close(grad(jit_ps(f))(0.3, x), grad(f)(0.3, x))
     assert_close(jit_ps(grad(f))(0.3, x), grad(f)(0.3, x))
+
+
+def test_container_outputs_are_differentiable_both_ways():
+    step = jit_ps(lambda c, x: (np.tanh(c + x), c))
+    x = rs.randn(4)
+    assert_close(grad(lambda x: np.sum(step(x, x)[0]))(x), grad(lambda x: np.sum(np.tanh(2 * x)))(x))
+    d = jit_ps(lambda x: {"a": np.sin(x), "b": [x * 2, x ** 2]})
+    assert_close(grad(lambda x: np.sum(d(x)["b"][1]) + np.sum(d(x)["a"]))(x), 2 * x + onp.cos(x))
+    t = rs.randn(4)
+    assert_close(make_jvp(lambda x: d(x)["b"][1])(x)(t)[1], 2 * x * t)
+    assert_close(make_jvp(lambda x: step(x, x)[1])(x)(t)[1], t)

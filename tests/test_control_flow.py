@@ -1,0 +1,520 @@
+"""while_loop, fori_loop, cond, switch and scan: each against the plain Python loop or
+branch it replaces, in value and dtype, in grad (plain, jit_ps(grad(f)), grad(jit_ps(f)))
+and in make_jvp; nested, closed over, and the error cases."""
+import autograd.numpy as np
+import numpy as onp
+import pytest
+from autograd import grad, hessian, make_jvp
+
+from autograd_xla import ConcretizationError, cond, fori_loop, jit_ps, scan, switch, while_loop
+from helpers import assert_close, check, dtypes_of, scalarize
+
+rng = onp.random.RandomState(0)
+W = rng.randn(3, 3) * 0.6
+XS = rng.randn(4, 3)
+X = onp.array([0.3, -0.8, 0.5])
+
+
+def compare(f, ref, *args, argnums=(0,), jvp=True, rtol=None):
+    """f (written with control-flow primitives) against ref (a Python loop/branch):
+    the plain-Python path of f equals ref in value, dtype and gradient; the compiled
+    versions equal the plain ones (helpers.check); and forward mode agrees."""
+    dts = dtypes_of(*args)
+    assert_close(f(*args), ref(*args), rtol=rtol, inputs=dts)
+    for a in argnums:
+        assert_close(grad(scalarize(f), a)(*args), grad(scalarize(ref), a)(*args), rtol=rtol, inputs=dts,
+                     path=f"plain grad wrt arg {a}")
+    check(f, *args, argnums=argnums, rtol=rtol)
+    if jvp:
+        for a in argnums:
+            t = rng.uniform(-1, 1, size=onp.shape(args[a])).astype(onp.asarray(args[a]).dtype)
+            expected = make_jvp(ref, a)(*args)(t)
+            assert_close(make_jvp(f, a)(*args)(t), expected, rtol=rtol, inputs=dts, path="plain jvp")
+            got = jit_ps(lambda *xs: make_jvp(f, a)(*xs)(t))(*args)
+            assert_close(got, expected, rtol=rtol, inputs=dts, path=f"jit(jvp) wrt arg {a}")
+
+
+# ----- scan ----------------------------------------------------------------------------------
+def rnn(W, xs):
+    def step(c, x):
+        c = np.tanh(np.dot(W, c) + x)
+        return c, np.sum(c ** 2)
+    c, ys = scan(step, np.zeros(3, xs.dtype), xs)
+    return c * np.sum(ys)
+
+
+def rnn_ref(W, xs):
+    c, ys = np.zeros(3, xs.dtype), []
+    for x in xs:
+        c = np.tanh(np.dot(W, c) + x)
+        ys.append(np.sum(c ** 2))
+    return c * np.sum(np.stack(ys))
+
+
+def test_scan_matches_python_loop_and_closes_over_differentiated_weights():
+    compare(rnn, rnn_ref, W, XS, argnums=(0, 1))
+
+
+def test_scan_float32_stays_float32():
+    W32, XS32 = W.astype(onp.float32), XS.astype(onp.float32)
+    assert jit_ps(rnn)(W32, XS32).dtype == onp.float32
+    compare(rnn, rnn_ref, W32, XS32, argnums=(0, 1))
+
+
+def test_scan_reverse_keeps_ys_aligned_with_xs():
+    def f(c0, xs):
+        c, ys = scan(lambda c, x: (c * 0.5 + np.sin(x), c * x), c0, xs, reverse=True)
+        return ys * c
+
+    def ref(c0, xs):
+        c, ys = c0, []
+        for x in xs[::-1]:
+            ys.append(c * x)
+            c = c * 0.5 + np.sin(x)
+        return np.stack(ys[::-1]) * c
+
+    compare(f, ref, X, XS, argnums=(0, 1))
+
+
+def test_scan_over_containers():
+    def f(a, b):
+        init = {"h": a, "acc": (0.0, np.zeros(3))}
+
+        def step(c, x):
+            h = np.sin(c["h"] * x[0] + x[1]["b"])
+            return {"h": h, "acc": (c["acc"][0] + np.sum(h), c["acc"][1] + h)}, {"p": h * 2.0, "q": (np.sum(h),)}
+
+        c, ys = scan(step, init, (XS, {"b": b}))
+        return c["h"] + c["acc"][0] * c["acc"][1] + np.sum(ys["p"], 0) + np.sum(ys["q"][0])
+
+    def ref(a, b):
+        h, s, v, ps, qs = a, 0.0, np.zeros(3), [], []
+        for k in range(len(XS)):
+            h = np.sin(h * XS[k] + b[k])
+            s, v = s + np.sum(h), v + h
+            ps.append(h * 2.0)
+            qs.append(np.sum(h))
+        return h + s * v + np.sum(np.stack(ps), 0) + np.sum(np.stack(qs))
+
+    compare(f, ref, X, XS * 0.5, argnums=(0, 1))
+
+
+def test_scan_with_length_and_no_xs():
+    def f(x):
+        c, ys = scan(lambda c, _: (c * 0.9 + 1.0, np.cos(c)), x, None, length=5)
+        return c + np.sum(ys, 0)
+
+    def ref(x):
+        c, ys = x, []
+        for _ in range(5):
+            ys.append(np.cos(c))
+            c = c * 0.9 + 1.0
+        return c + np.sum(np.stack(ys), 0)
+
+    compare(f, ref, X)
+
+
+def test_scan_of_length_zero_returns_init_and_empty_ys():
+    def f(x):
+        c, ys = scan(lambda c, x: (c + x, c * x), x, onp.zeros((0, 3)))
+        return c, ys
+
+    c, ys = jit_ps(f)(X)
+    assert_close(c, X)
+    assert ys.shape == (0, 3) and ys.dtype == onp.float64
+    assert_close(f(X)[1], ys)
+    check(lambda x: f(x)[0] * 2.0, X)
+
+
+def test_scan_integer_carry_alongside_float():
+    def f(x):
+        (n, c), ks = scan(lambda s, x: ((s[0] + 1, s[1] * x + s[0]), s[0] * 2), (0, x), XS)
+        return c * n + np.sum(ks)
+
+    def ref(x):
+        n, c, ks = 0, x, []
+        for row in XS:
+            n, c = n + 1, c * row + n
+            ks.append(n * 2 - 2)
+        return c * n + np.sum(ks)
+
+    compare(f, ref, X)
+    assert jit_ps(lambda x: scan(lambda s, _: (s + 1, s), 0, None, length=3))(X)[0].dtype == onp.int64
+
+
+def test_scan_closes_over_dict_of_parameters():
+    params = {"W": W, "b": X}
+
+    def loss(params, xs):
+        c, _ = scan(lambda c, x: (np.tanh(np.dot(params["W"], c) + params["b"] * x), None), np.zeros(3), xs)
+        return np.sum(c ** 2)
+
+    def ref(params, xs):
+        c = np.zeros(3)
+        for x in xs:
+            c = np.tanh(np.dot(params["W"], c) + params["b"] * x)
+        return np.sum(c ** 2)
+
+    assert_close(loss(params, XS), ref(params, XS))
+    check(loss, params, XS, argnums=(0, 1))
+    assert_close(grad(loss)(params, XS), grad(ref)(params, XS))
+
+
+# ----- fori_loop -----------------------------------------------------------------------------
+def test_fori_loop_matches_python_loop():
+    def f(x, w):
+        return fori_loop(1, 5, lambda i, c: np.sin(c * w) + i * 0.1, x)
+
+    def ref(x, w):
+        c = x
+        for i in range(1, 5):
+            c = np.sin(c * w) + i * 0.1
+        return c
+
+    compare(f, ref, X, X[::-1] + 1.0, argnums=(0, 1))
+
+
+def test_fori_loop_index_is_weak_for_python_bounds_and_typed_for_numpy_bounds():
+    x32 = X.astype(onp.float32)
+    f = lambda x: fori_loop(0, 3, lambda i, c: c * i + 1.0, x)  # noqa: E731
+    assert f(x32).dtype == jit_ps(f)(x32).dtype == onp.float32
+    g = lambda x: fori_loop(onp.int32(0), onp.int32(3), lambda i, c: (i, c[1] * 2.0), (onp.int32(0), x))  # noqa: E731
+    for out in (g(X), jit_ps(g)(X)):
+        assert out[0].dtype == onp.int32 and int(out[0]) == 2
+    check(lambda x: g(x)[1], X)
+
+
+def test_fori_loop_python_scalar_init_is_float64_in_both_paths():
+    f = lambda x: fori_loop(0, 3, lambda i, c: c + np.sum(x), 0.0)  # noqa: E731
+    assert onp.asarray(f(X)).dtype == jit_ps(f)(X).dtype == onp.float64
+    check(f, X)
+
+
+def test_fori_loop_empty_range_returns_init():
+    f = lambda x: fori_loop(5, 2, lambda i, c: c * 100.0, x)  # noqa: E731
+    assert_close(jit_ps(f)(X), X)
+    check(f, X)
+
+
+def test_fori_loop_with_traced_bounds_is_a_while_loop():
+    def f(x, n):
+        return fori_loop(0, n, lambda i, c: np.sin(c) + i, x)
+
+    n = onp.int64(3)
+    assert_close(jit_ps(f)(X, n), f(X, 3))
+    assert "stablehlo.while" in jit_ps(f).stablehlo(X, n)
+    t = onp.ones(3)
+    assert_close(jit_ps(lambda x, n: make_jvp(f)(x, n)(t))(X, n), make_jvp(f)(X, 3)(t))
+    with pytest.raises(ConcretizationError, match="reverse-mode differentiation of fori_loop"):
+        jit_ps(grad(scalarize(f)))(X, n)
+
+
+def test_fori_loop_bound_from_python_int_argument_becomes_static_for_grad():
+    s = scalarize(lambda x, n: fori_loop(0, n, lambda i, c: np.sin(c) + i, x))
+    for n in (3, 4):
+        expected = grad(s)(X, n)
+        assert_close(jit_ps(grad(s))(X, n), expected)
+        assert_close(grad(jit_ps(s))(X, n), expected)
+
+
+# ----- while_loop ----------------------------------------------------------------------------
+def grow(x, y):
+    return while_loop(lambda s: np.sum(s[1]) < 20.0, lambda s: (s[0] + 1, s[1] * 1.5 + s[2], s[2]), (0, x, y))
+
+
+def grow_ref(x, y):
+    n, c = 0, x
+    while np.sum(c) < 20.0:
+        n, c = n + 1, c * 1.5 + y
+    return n, c, y
+
+
+def test_while_loop_matches_python_while():
+    for x in (onp.array([1.0, 2.0]), onp.array([10.0, 12.0]), onp.array([0.1, 0.0])):
+        y = onp.array([0.5, 0.25])
+        assert_close(grow(x, y), grow_ref(x, y))
+        assert_close(jit_ps(grow)(x, y), grow_ref(x, y))
+
+
+def test_while_loop_forward_mode():
+    x, y = onp.array([1.0, 2.0]), onp.array([0.5, 0.25])
+    f = lambda x, y: grow(x, y)[1]  # noqa: E731
+    ref = lambda x, y: grow_ref(x, y)[1]  # noqa: E731
+    for a in (0, 1):
+        t = onp.array([0.3, -0.7])
+        expected = make_jvp(ref, a)(x, y)(t)
+        assert_close(make_jvp(f, a)(x, y)(t), expected)
+        assert_close(jit_ps(lambda x, y: make_jvp(f, a)(x, y)(t))(x, y), expected)
+
+
+def test_while_loop_reverse_mode_raises_and_suggests_fori_loop_or_scan():
+    x, y = onp.array([1.0, 2.0]), onp.array([0.5, 0.25])
+    s = scalarize(lambda x, y: grow(x, y)[1])
+    assert_close(grad(s)(x, y), grad(scalarize(lambda x, y: grow_ref(x, y)[1]))(x, y))  # plain Python: fine
+    for fn in (jit_ps(grad(s)), grad(jit_ps(s))):
+        with pytest.raises(NotImplementedError, match="while_loop.*fori_loop.*scan"):
+            fn(x, y)
+
+
+def test_while_loop_differentiated_value_only_in_predicate_has_zero_gradient():
+    def f(w):
+        return while_loop(lambda c: c < np.sum(w), lambda c: c + 1.0, 0.0) * 1.0
+
+    w = onp.array([2.5, 1.0])
+    assert_close(jit_ps(grad(f))(w), onp.zeros(2))
+
+
+# ----- cond and switch -----------------------------------------------------------------------
+def branchy(x, y):
+    return cond(np.sum(x) > 0, lambda a, b: np.sin(a) * b, lambda a, b: a * 2.0 + b ** 2, x, y)
+
+
+def branchy_ref(x, y):
+    return np.sin(x) * y if np.sum(x) > 0 else x * 2.0 + y ** 2
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+def test_cond_matches_python_branch(sign):
+    compare(branchy, branchy_ref, sign * X, X + 1.0, argnums=(0, 1))
+
+
+def test_cond_closes_over_differentiated_value():
+    def f(w, x):
+        return cond(x[0] > 0, lambda: np.tanh(np.dot(w, x)), lambda: w[0] * x)
+
+    def ref(w, x):
+        return np.tanh(np.dot(w, x)) if x[0] > 0 else w[0] * x
+
+    compare(f, ref, W, X, argnums=(0, 1))
+    compare(f, ref, W, -X, argnums=(0, 1))
+
+
+def test_cond_with_concrete_predicate_is_specialised():
+    f = lambda x: cond(True, lambda x: x * 2.0, lambda x: x ** 3, x)  # noqa: E731
+    assert "case" not in str(jit_ps(f).graph(X))
+    check(f, X)
+
+
+def test_cond_numeric_predicate_and_weak_branch_output():
+    x32 = X.astype(onp.float32)
+    f = lambda p, x: cond(p, lambda x: np.sum(x), lambda x: 0.0, x)  # noqa: E731
+    for p in (onp.int64(3), onp.int64(0)):
+        out = jit_ps(f)(p, x32)
+        assert out.dtype == onp.float32  # the Python float joins the other branch's float32
+        assert_close(out, onp.sum(x32) if p else onp.float32(0))
+
+
+@pytest.mark.parametrize("index", [-1, 0, 1, 2, 5])
+def test_switch_clamps_index_like_jax(index):
+    branches = [lambda x, y: x * y, lambda x, y: np.sin(x) + y, lambda x, y: x ** 2 - y]
+    f = lambda x, y, i: switch(i, branches, x, y)  # noqa: E731
+
+    def ref(x, y, i):
+        return branches[min(max(i, 0), 2)](x, y)
+
+    compare(lambda x, y: f(x, y, index), lambda x, y: ref(x, y, index), X, X + 0.5, argnums=(0, 1), jvp=False)
+    i = onp.int32(index)
+    assert_close(jit_ps(f)(X, X + 0.5, i), ref(X, X + 0.5, index))
+    s = scalarize(f)
+    assert_close(jit_ps(grad(s))(X, X + 0.5, i), grad(scalarize(ref))(X, X + 0.5, index))
+    assert_close(grad(jit_ps(s), 1)(X, X + 0.5, i), grad(scalarize(ref), 1)(X, X + 0.5, index))
+    t = onp.array([1.0, -2.0, 0.5])
+    assert_close(jit_ps(lambda x, y, i: make_jvp(f)(x, y, i)(t))(X, X + 0.5, i), make_jvp(ref)(X, X + 0.5, index)(t))
+
+
+# ----- composition ---------------------------------------------------------------------------
+def test_cond_inside_scan():
+    def f(w, xs):
+        def step(c, x):
+            h = np.tanh(np.dot(w, c) + x)
+            return cond(np.sum(h) > 0, lambda h: h * 2.0, lambda h: -h, h), None
+        return scan(step, np.zeros(3), xs)[0]
+
+    def ref(w, xs):
+        c = np.zeros(3)
+        for x in xs:
+            h = np.tanh(np.dot(w, c) + x)
+            c = h * 2.0 if np.sum(h) > 0 else -h
+        return c
+
+    compare(f, ref, W * 0.5, XS, argnums=(0, 1))
+
+
+def test_scan_inside_scan_and_second_derivatives():
+    def f(x):
+        def outer(c, row):
+            d, ds = scan(lambda d, y: (np.sin(d * y + c), d), c, row)
+            return d + np.sum(ds), np.sum(ds)
+        c, ys = scan(outer, x[0, 0], x)
+        return c + np.sum(ys)
+
+    def ref(x):
+        c, ys = x[0, 0], []
+        for row in x:
+            d, ds = c, []
+            for y in row:
+                ds.append(d)
+                d = np.sin(d * y + c)
+            c = d + np.sum(np.stack(ds))
+            ys.append(np.sum(np.stack(ds)))
+        return c + np.sum(np.stack(ys))
+
+    x = XS[:3] * 0.5
+    compare(f, ref, x)
+    assert_close(jit_ps(hessian(f))(x), hessian(ref)(x))
+    assert_close(jit_ps(grad(lambda x: np.sum(grad(f)(x) ** 2)))(x), grad(lambda x: np.sum(grad(ref)(x) ** 2))(x))
+
+
+def test_fori_loop_and_cond_inside_each_other_with_hessian():
+    def f(x):
+        return fori_loop(0, 3, lambda i, c: cond(i % 2 == 0, lambda c: np.sin(c) * x, lambda c: c * c, c), x)
+
+    def ref(x):
+        c = x
+        for i in range(3):
+            c = np.sin(c) * x if i % 2 == 0 else c * c
+        return c
+
+    compare(f, ref, X)
+    assert_close(jit_ps(hessian(lambda x: np.sum(f(x))))(X), hessian(lambda x: np.sum(ref(x)))(X))
+
+
+def test_body_closes_over_traced_intermediate():
+    def f(x, y):
+        h = np.sin(y)
+        return fori_loop(0, 3, lambda i, c: c * h + x, x)
+
+    def ref(x, y):
+        c = x
+        for _ in range(3):
+            c = c * np.sin(y) + x
+        return c
+
+    compare(f, ref, X, X[::-1], argnums=(0, 1))
+
+
+def test_body_closes_over_python_scalar_argument_which_stays_weak():
+    x32 = X.astype(onp.float32)
+    f = lambda x, lr: fori_loop(0, 3, lambda i, c: c - (lr * 2) * np.sin(c), x)  # noqa: E731
+    assert jit_ps(f)(x32, 0.1).dtype == f(x32, 0.1).dtype == onp.float32
+    check(f, x32, 0.1)
+
+
+def test_jitted_function_as_loop_body():
+    step = jit_ps(lambda c, x: np.tanh(c + x))
+    f = lambda x: scan(lambda c, row: (step(c, row), c), x, XS)[1]  # noqa: E731
+
+    def ref(x):
+        c, ys = x, []
+        for row in XS:
+            ys.append(c)
+            c = np.tanh(c + row)
+        return np.stack(ys)
+
+    compare(f, ref, X)
+
+
+def test_body_closing_over_an_object_attribute():
+    class Cell:
+        def __init__(self, w):
+            self.w = w
+
+        def step(self, c, x):
+            return np.tanh(np.dot(self.w, c) + x), None
+
+    f = lambda w: scan(Cell(w).step, X, XS)[0]  # noqa: E731
+    check(f, W)
+
+
+def test_forward_over_reverse_and_reverse_over_forward():
+    t = onp.array([0.5, -1.0, 2.0])
+    loss = lambda x: np.sum(scan(lambda c, r: (np.tanh(c * r), c), x, XS)[0])  # noqa: E731
+    hvp = lambda x: make_jvp(grad(loss))(x)(t)[1]  # noqa: E731
+    assert_close(jit_ps(hvp)(X), hvp(X))
+    jvp = lambda x: make_jvp(loss)(x)(t)[1]  # noqa: E731
+    check(jvp, X)
+
+
+def test_while_loop_forward_mode_through_closed_over_value():
+    f = lambda w: while_loop(lambda c: c[0] < 4, lambda c: (c[0] + 1, np.sin(c[1] * w)), (0, X))[1]  # noqa: E731
+    t = onp.array([0.5, -1.0, 2.0])
+    assert_close(jit_ps(lambda w: make_jvp(f)(w)(t))(X + 1.0), make_jvp(f)(X + 1.0)(t))
+
+
+def test_complex_carry():
+    f = lambda z: np.real(fori_loop(0, 3, lambda i, c: c * z + 1j, z))  # noqa: E731
+    check(f, X + 0.5j * X[::-1])
+
+
+# ----- what the compiled program looks like --------------------------------------------------
+def test_loops_lower_to_one_while_op_with_the_body_once():
+    f = lambda x: fori_loop(0, 100, lambda i, c: np.tanh(c) * 1.01, x)  # noqa: E731
+    text = jit_ps(f).stablehlo(X)
+    assert text.count("stablehlo.while") == 1 and text.count("stablehlo.tanh") == 1
+    graph = str(jit_ps(f).graph(X))
+    assert "scan(length=100" in graph and "    " in graph
+    text = jit_ps(branchy).stablehlo(X, X)
+    assert text.count("stablehlo.case") == 1
+
+
+def test_python_loop_over_traced_values_still_unrolls():
+    def f(x):
+        for _ in range(4):
+            x = np.tanh(x)
+        return x
+
+    assert jit_ps(f).stablehlo(X).count("stablehlo.tanh") == 4
+    check(f, X)
+
+
+# ----- errors --------------------------------------------------------------------------------
+@pytest.mark.parametrize("jit", [False, True])
+def test_carry_that_changes_dtype_shape_or_structure_raises(jit):
+    wrap = jit_ps if jit else (lambda f: f)
+    with pytest.raises(TypeError, match=r"carry\[1\] has dtype float32 but the carry's is float64"):
+        wrap(lambda x: fori_loop(0, 2, lambda i, c: (c[0], c[1].astype(onp.float32)), (x, x)))(X)
+    with pytest.raises(TypeError, match="has shape"):
+        wrap(lambda x: scan(lambda c, y: (c[:2], y), x, XS))(X)
+    with pytest.raises(TypeError, match="structure"):
+        wrap(lambda x: while_loop(lambda c: c[0][0] > 0, lambda c: [c[0]], (x,)))(X)
+    with pytest.raises(TypeError, match="boolean scalar"):
+        wrap(lambda x: while_loop(lambda c: c, lambda c: c, x))(X)
+
+
+def test_branches_must_agree_and_pred_must_be_scalar():
+    p = onp.array(True)
+    with pytest.raises(TypeError, match="different shapes"):
+        jit_ps(lambda p, x: cond(p, lambda x: x, lambda x: x[:2], x))(p, X)
+    with pytest.raises(TypeError, match="different dtypes"):
+        jit_ps(lambda p, x: cond(p, lambda x: x, lambda x: x.astype(onp.float32), x))(p, X)
+    with pytest.raises(TypeError, match="scalar"):
+        cond(X > 0, lambda: 1.0, lambda: 2.0)
+    with pytest.raises(ValueError, match="disagree"):
+        scan(lambda c, x: (c, x), 0.0, (XS, XS[:2]))
+
+
+def test_python_if_on_traced_value_in_a_body_explains_what_to_use():
+    f = lambda x: fori_loop(0, 3, lambda i, c: c * 2.0 if np.sum(c) > 0 else c, x)  # noqa: E731
+    with pytest.raises(ConcretizationError) as info:
+        jit_ps(f)(X)
+    assert any("cond/switch/while_loop" in note for note in info.value.__notes__)
+    g = lambda x: fori_loop(0, 3, lambda i, c: c + XS[i], x)  # noqa: E731
+    with pytest.raises(ConcretizationError) as info:
+        jit_ps(g)(X)
+    assert any("np.take(a, i, axis=0)" in note for note in info.value.__notes__)
+    h = lambda x: fori_loop(0, 3, lambda i, c: c + np.take(XS, i, axis=0), x)  # noqa: E731
+    check(h, X)
+
+
+_HIDDEN = []
+
+
+def test_differentiated_value_hidden_from_the_body_raises():
+    def f(w):
+        _HIDDEN[:] = [w]  # reached through a global, not the closure
+        return fori_loop(0, 2, lambda i, c: c * _HIDDEN[0], onp.ones(3))
+
+    s = scalarize(f)
+    assert_close(grad(s)(X), grad(scalarize(lambda w: w * w))(X))  # plain Python sees it
+    with pytest.raises(TypeError, match="neither through its arguments nor through its closure"):
+        jit_ps(grad(s))(X)
