@@ -57,9 +57,11 @@ def _concatenate_args(ctx, axis, *args):
 
 @lowers(numpy_wrapper.make_diagonal)
 def _make_diagonal(ctx, D, offset=0, axis1=0, axis2=1):
+    """autograd writes D into `np.zeros(...)`: the result is float64 whatever D's dtype (the
+    imaginary part of a complex D is dropped); this matches it."""
     if not (offset == 0 and axis1 == -1 and axis2 == -2):
         raise NotImplementedError("make_diagonal only supports offset=0, axis1=-1, axis2=-2")
-    return embed_diagonal(ctx, ctx.asvalue(D), 0)
+    return embed_diagonal(ctx, ctx.astype(ctx.asvalue(D), np.float64), 0)
 
 
 def _swap_last(ctx, v):
@@ -99,3 +101,39 @@ def _dot_adjoint_1(ctx, A, G, A_meta, B_meta):
     if b_ndim > 1 and a_ndim != 0:
         out = _swap_last(ctx, out)
     return ctx.astype(out, b_dtype)
+
+
+# ----- module globals of autograd swapped while tracing (see tracing._module_patches) ---------
+_original_unpermuter = numpy_vjps.unpermuter
+
+
+def traced_unpermuter(g, permutation):
+    """autograd's VJP of sort/partition inverts the permutation by assigning into a concrete
+    array (`unsort[permutation] = range(n)`); with a traced permutation the inverse is its
+    argsort, and the cotangent is gathered with it."""
+    if isinstance(permutation, np.ndarray):
+        return _original_unpermuter(g, permutation)
+    import autograd.numpy as anp
+    return g[anp.argsort(permutation)]
+
+
+_original_select = numpy_wrapper.select
+
+
+def traced_select(condlist, choicelist, default=0):
+    """autograd.numpy.select rebuilds numpy's result element by element (so that arrays of
+    boxes work); on traced arrays without boxes numpy's select is one primitive."""
+    from autograd.tracer import isbox
+
+    from ..errors import UnsupportedPrimitiveError
+    from ..tracing import Tracer
+    items = list(condlist) + list(choicelist) + [default]
+    traced = any(type(x) is Tracer or isbox(x) and type(x._value) is Tracer for x in items)
+    if not traced:
+        return _original_select(condlist, choicelist, default)
+    if any(isbox(x) for x in items):
+        raise UnsupportedPrimitiveError(
+            "np.select of values being differentiated is not supported under jit_ps: autograd differentiates it "
+            "through object arrays of its boxes, which needs concrete data. Use nested np.where instead.",
+            np.select, None)
+    return np.select(list(condlist), list(choicelist), default=default)

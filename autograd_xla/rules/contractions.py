@@ -11,11 +11,31 @@ from ..lowering import normalize_axis, result_type
 from . import lowers
 
 
+def _strong_dtype(x):
+    """These functions convert every operand with np.asarray: Python scalars are not weak."""
+    return x.dtype if isinstance(x, Value) else np.asarray(x).dtype
+
+
 def _operands(ctx, *xs):
-    dtype = result_type(*xs)
+    """Operands in their common dtype; booleans are multiplied as int32 (see `_boolean`)."""
+    dtype = np.result_type(*[_strong_dtype(x) for x in xs])
     if dtype.kind == "b":
-        raise NotImplementedError("products of boolean arrays are not supported under jit_ps; cast to int first")
+        dtype = np.dtype(np.int32)
     return [ctx.asvalue(x, dtype) for x in xs]
+
+
+def _boolean(rule):
+    """numpy's boolean products are logical: any(a and b). Computed as an integer product
+    (the operands are cast by `_operands`) compared with zero."""
+    def wrapped(ctx, *args, **kwargs):
+        out = rule(ctx, *args, **kwargs)
+        arrays = [a for a in args if not isinstance(a, (str, list, tuple))] if rule is not _einsum_impl \
+            else parse_einsum(list(args))[2]
+        if kwargs.get("dtype") is None and arrays and np.result_type(*map(_strong_dtype, arrays)).kind == "b":
+            return ctx.compare(out, ctx.zeros_like(out), "NE")
+        return out
+    wrapped.__name__ = rule.__name__
+    return wrapped
 
 
 def dot(ctx, a, b):
@@ -30,6 +50,7 @@ def dot(ctx, a, b):
 
 
 @lowers(np.dot)
+@_boolean
 def _dot(ctx, a, b, out=None):
     return dot(ctx, *_operands(ctx, a, b))
 
@@ -56,6 +77,7 @@ def matmul(ctx, a, b):
 
 
 @lowers(np.matmul)
+@_boolean
 def _matmul(ctx, x1, x2, out=None, **kwargs):
     if kwargs.get("axes") is not None or kwargs.get("axis") is not None:
         raise NotImplementedError("matmul axes= is not supported under jit_ps")
@@ -87,11 +109,13 @@ def tensordot(ctx, a, b, axes=2):
 
 
 @lowers(np.tensordot)
+@_boolean
 def _tensordot(ctx, a, b, axes=2):
     return tensordot(ctx, *_operands(ctx, a, b), axes)
 
 
 @lowers(np.inner)
+@_boolean
 def _inner(ctx, a, b):
     x, y = _operands(ctx, a, b)
     if x.ndim == 0 or y.ndim == 0:
@@ -100,6 +124,7 @@ def _inner(ctx, a, b):
 
 
 @lowers(np.outer)
+@_boolean
 def _outer(ctx, a, b, out=None):
     x, y = _operands(ctx, a, b)
     x, y = ctx.reshape(x, (x.size,)), ctx.reshape(y, (y.size,))
@@ -117,6 +142,7 @@ def _vdot(ctx, a, b):
 
 
 @lowers(np.kron)
+@_boolean
 def _kron(ctx, a, b):
     x, y = _operands(ctx, a, b)
     nd = max(x.ndim, y.ndim)
@@ -209,8 +235,14 @@ def _take_diagonals(ctx, v, labels):
 
 @lowers(np.einsum)
 def _einsum(ctx, *operands, out=None, dtype=None, order="K", casting="safe", optimize=False):
+    return _boolean(_einsum_impl)(ctx, *operands, dtype=dtype)
+
+
+def _einsum_impl(ctx, *operands, dtype=None):
     subs, out_subs, values = parse_einsum(list(operands))
-    dtype = np.dtype(dtype) if dtype is not None else result_type(*values)
+    dtype = np.dtype(dtype) if dtype is not None else np.result_type(*map(_strong_dtype, values))
+    if dtype.kind == "b":
+        dtype = np.dtype(np.int32)
     vals = [ctx.asvalue(x, dtype) for x in values]
     sizes = {}
     for v, labels in zip(vals, subs):
@@ -243,3 +275,49 @@ def _einsum(ctx, *operands, out=None, dtype=None, order="K", casting="safe", opt
         terms = [(out, labels)] + terms[2:]
     v, labels = terms[0]
     return ctx.transpose(v, [labels.index(c) for c in out_subs])
+
+
+# ----- the numpy 2 vector/matrix gufuncs -----------------------------------------------------
+def _gufunc_kwargs(name, kwargs):
+    unknown = set(kwargs) - {"dtype", "casting", "order", "subok"}
+    if unknown or kwargs.get("dtype") is not None:
+        raise NotImplementedError(f"np.{name} keyword arguments {sorted(unknown) or ['dtype']} are not supported "
+                                  "under jit_ps")
+
+
+@lowers(np.vecdot)
+def _vecdot(ctx, x1, x2, /, *, axis=-1, out=None, keepdims=False, **kwargs):
+    """sum(conj(x1) * x2) over `axis`, with the other axes broadcast."""
+    _gufunc_kwargs("vecdot", kwargs)
+    from .elementwise import _conj
+    a, b = _operands(ctx, x1, x2)
+    a = _conj(ctx, a) if a.dtype.kind == "c" else a
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    a, b = ctx.broadcast_to(a, shape), ctx.broadcast_to(b, shape)
+    ax = normalize_axis(axis, len(shape))
+    out_v = ctx.reduce_with(ctx.binary("multiply", a, b), [ax], "add", 0)
+    if keepdims:
+        out_v = ctx.reshape(out_v, [1 if i == ax else d for i, d in enumerate(shape)])
+    return out_v
+
+
+@lowers(np.matvec)
+def _matvec(ctx, x1, x2, /, *, out=None, **kwargs):
+    _gufunc_kwargs("matvec", kwargs)
+    a, b = _operands(ctx, x1, x2)
+    if a.ndim < 2 or b.ndim < 1:
+        raise ValueError("matvec: the matrix needs 2 dimensions and the vector 1")
+    return ctx.reshape(matmul(ctx, a, ctx.reshape(b, b.shape + (1,))), np.broadcast_shapes(
+        a.shape[:-2], b.shape[:-1]) + a.shape[-2:-1])
+
+
+@lowers(np.vecmat)
+def _vecmat(ctx, x1, x2, /, *, out=None, **kwargs):
+    _gufunc_kwargs("vecmat", kwargs)
+    from .elementwise import _conj
+    a, b = _operands(ctx, x1, x2)
+    if a.ndim < 1 or b.ndim < 2:
+        raise ValueError("vecmat: the vector needs 1 dimension and the matrix 2")
+    a = _conj(ctx, a) if a.dtype.kind == "c" else a
+    out_v = matmul(ctx, ctx.reshape(a, a.shape[:-1] + (1,) + a.shape[-1:]), b)
+    return ctx.reshape(out_v, np.broadcast_shapes(a.shape[:-1], b.shape[:-2]) + b.shape[-1:])

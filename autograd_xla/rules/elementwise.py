@@ -110,6 +110,12 @@ def _not(ctx, x):
     return ctx.unary("not", x)
 
 
+def _logical_not(ctx, x):
+    if x.dtype.kind == "b":
+        return ctx.unary("not", x)
+    return ctx.compare(x, ctx.zeros_like(x), "EQ")
+
+
 def _isnan(ctx, x):
     if not _is_float(x):
         return ctx.full(x.shape, False, np.bool_)
@@ -186,7 +192,7 @@ UNARY = {
     np.ceil: _rounding("ceil"),
     np.rint: _rounding("round_nearest_even"),
     np.trunc: _trunc,
-    np.logical_not: _not,
+    np.logical_not: _logical_not,
     np.invert: _not,
     np.isnan: _isnan,
     np.isinf: _isinf,
@@ -194,6 +200,12 @@ UNARY = {
     np.signbit: _signbit,
     np.deg2rad: _scale(math.pi / 180),
     np.rad2deg: _scale(180 / math.pi),
+    np.degrees: _scale(180 / math.pi),
+    np.radians: _scale(math.pi / 180),
+    np.spacing: lambda ctx, x: _spacing(ctx, x),
+    np.bitwise_count: lambda ctx, x: _bitwise_count(ctx, x),
+    np.modf: lambda ctx, x: _modf(ctx, x),
+    np.frexp: lambda ctx, x: _frexp(ctx, x),
     np.conjugate: _conj,
 }
 
@@ -269,13 +281,32 @@ def _copysign(ctx, x, y):
     return ctx.select(_signbit(ctx, y), ctx.unary("negate", mag), mag)
 
 
+def complex_order(ctx, x, y, direction):
+    """numpy's order of complex numbers: lexicographic on (real, imag), and a NaN imaginary
+    part makes the real parts' verdict false too."""
+    xr, xi, yr, yi = ctx.real(x), ctx.imag(x), ctx.real(y), ctx.imag(y)
+    strict = "LT" if direction in ("LT", "LE") else "GT"
+    imag_ok = ctx.binary("and", ctx.compare(xi, xi, "EQ"), ctx.compare(yi, yi, "EQ"))
+    return ctx.binary("or", ctx.binary("and", ctx.compare(xr, yr, strict), imag_ok),
+                      ctx.binary("and", ctx.compare(xr, yr, "EQ"), ctx.compare(xi, yi, direction)))
+
+
+def minmax(ctx, x, y, name, ignore_nan=False):
+    """numpy's maximum/minimum (NaN wins) or fmax/fmin (NaN loses), complex included."""
+    if x.dtype.kind == "b":
+        return ctx.binary("or" if name == "maximum" else "and", x, y)
+    if x.dtype.kind == "c":
+        order = complex_order(ctx, x, y, "GE" if name == "maximum" else "LE")
+        keep_x = ctx.binary("or", _isnan(ctx, y if ignore_nan else x), order)
+        return ctx.select(keep_x, x, y)
+    out = ctx.binary(name, x, y)
+    if not ignore_nan or not _is_float(x):
+        return out
+    return ctx.select(_isnan(ctx, x), y, ctx.select(_isnan(ctx, y), x, out))
+
+
 def _fminmax(name):
-    def body(ctx, x, y):
-        out = ctx.binary(name, x, y)
-        if not _is_float(x):
-            return out
-        return ctx.select(_isnan(ctx, x), y, ctx.select(_isnan(ctx, y), x, out))
-    return body
+    return lambda ctx, x, y: minmax(ctx, x, y, name, ignore_nan=True)
 
 
 def _hypot(ctx, x, y):
@@ -286,8 +317,10 @@ def _hypot(ctx, x, y):
     ratio = ctx.binary("divide", small, safe)
     out = ctx.binary("multiply", big, ctx.unary("sqrt", ctx.binary("add", _const_like(ctx, 1, big),
                                                                       ctx.binary("multiply", ratio, ratio))))
-    inf = ctx.compare(big, _const_like(ctx, np.inf, big), "EQ")
-    return ctx.select(inf, big, ctx.select(ctx.compare(big, zero, "EQ"), zero, out))
+    out = ctx.select(ctx.compare(big, zero, "EQ"), zero, out)
+    inf = _const_like(ctx, np.inf, big)
+    any_inf = ctx.binary("or", ctx.compare(ax, inf, "EQ"), ctx.compare(ay, inf, "EQ"))
+    return ctx.select(any_inf, inf, out)  # numpy: hypot(inf, nan) is inf
 
 
 def _logaddexp_base(log_of_two, exp_name, log1p):
@@ -310,7 +343,11 @@ _logaddexp2 = _logaddexp_base(
 
 
 def _compare(direction):
-    return lambda ctx, x, y: ctx.compare(x, y, direction)
+    def body(ctx, x, y):
+        if x.dtype.kind == "c" and direction not in ("EQ", "NE"):
+            return complex_order(ctx, x, y, direction)
+        return ctx.compare(x, y, direction)
+    return body
 
 
 def _logical(name):
@@ -335,6 +372,151 @@ def _ldexp(ctx, x, e):
     return ctx.binary("multiply", x, ctx.binary("power", two, ctx.convert(e, x.dtype)))
 
 
+# ----- bit-level float functions and integer number theory -------------------------------------
+def _float_bits(dtype):
+    """(signed int dtype of the same width, mantissa bits, exponent bits, exponent bias)."""
+    dtype = np.dtype(dtype)
+    nbits = dtype.itemsize * 8
+    nmant = np.finfo(dtype).nmant
+    nexp = nbits - 1 - nmant
+    return np.dtype(f"i{dtype.itemsize}"), nmant, nexp, 2 ** (nexp - 1) - 1
+
+
+def _ibits(ctx, x, value):
+    """A constant of x's shape holding the float whose bit pattern is the integer `value`."""
+    idt = _float_bits(x.dtype)[0]
+    return ctx.bitcast_convert(ctx.full(x.shape, value, idt), x.dtype)
+
+
+def _order_key(ctx, x):
+    """An integer with the order of the floats x (-0 and +0 equal), from the bits alone:
+    XLA's CPU code treats subnormal operands of float comparisons as zero."""
+    idt, _, _, _ = _float_bits(x.dtype)
+    nbits = idt.itemsize * 8
+    bits = ctx.bitcast_convert(x, idt)
+    mag = ctx.binary("and", bits, ctx.full(x.shape, (1 << (nbits - 1)) - 1, idt))
+    negative = ctx.compare(bits, ctx.full(x.shape, 0, idt), "LT")
+    return ctx.select(negative, ctx.unary("negate", mag), mag), bits, mag
+
+
+def _sign_bit(ctx, bits):
+    idt = bits.dtype
+    sign = np.array(1 << (idt.itemsize * 8 - 1), dtype=f"u{idt.itemsize}").view(idt)
+    return ctx.binary("and", bits, ctx.full(bits.shape, sign, idt))
+
+
+def _nextafter(ctx, x, y):
+    idt, _, _, _ = _float_bits(x.dtype)
+    kx, bits, _ = _order_key(ctx, x)
+    ky, ybits, _ = _order_key(ctx, y)
+    izero, ione = ctx.full(x.shape, 0, idt), ctx.full(x.shape, 1, idt)
+    away = ctx.compare(ctx.compare(ky, kx, "GT"), ctx.compare(kx, izero, "GT"), "EQ")
+    out = ctx.binary("add", bits, ctx.select(away, ione, ctx.unary("negate", ione)))
+    tiny = ctx.binary("or", ione, _sign_bit(ctx, ybits))  # the smallest subnormal, signed like y
+    out = ctx.select(ctx.compare(kx, izero, "EQ"), tiny, out)
+    out = ctx.bitcast_convert(out, x.dtype)
+    out = ctx.select(ctx.compare(kx, ky, "EQ"), y, out)
+    nan = ctx.binary("or", _isnan(ctx, x), _isnan(ctx, y))
+    return ctx.select(nan, _const_like(ctx, np.nan, x), out)
+
+
+def _spacing(ctx, x):
+    """2**(exponent - mantissa bits), signed like x, built from bits: the result is often
+    subnormal, and XLA flushes subnormal results of float arithmetic to zero."""
+    if not _is_float(x):
+        x = ctx.astype(x, np.float64)
+    idt, nmant, nexp, _ = _float_bits(x.dtype)
+
+    def c(v):
+        return ctx.full(x.shape, v, idt)
+
+    _, bits, mag = _order_key(ctx, x)
+    e = ctx.binary("shift_right_logical", mag, c(nmant))
+    normal = ctx.binary("shift_left", ctx.binary("subtract", e, c(nmant)), c(nmant))
+    sub = ctx.binary("shift_left", c(1), ctx.binary("subtract", e, c(1)))
+    out = ctx.select(ctx.compare(e, c(nmant), "GT"), normal, sub)
+    out = ctx.select(ctx.compare(e, c(0), "EQ"), c(1), out)
+    out = ctx.binary("or", out, _sign_bit(ctx, bits))
+    out = ctx.select(ctx.compare(mag, c(0), "EQ"), c(1), out)  # spacing(-0.0) is +tiny
+    finite_max = c(((1 << nexp) - 2) << nmant | ((1 << nmant) - 1))
+    out = ctx.bitcast_convert(out, x.dtype)
+    inf = ctx.select(_signbit(ctx, x), _const_like(ctx, -np.inf, x), _const_like(ctx, np.inf, x))
+    out = ctx.select(ctx.compare(mag, finite_max, "EQ"), inf, out)
+    return ctx.select(_isfinite(ctx, x), out, _const_like(ctx, np.nan, x))
+
+
+def _modf(ctx, x):
+    whole = _trunc(ctx, x)
+    frac = ctx.select(_isinf(ctx, x), ctx.zeros_like(x), ctx.binary("subtract", x, whole))
+    return _copysign(ctx, frac, x), whole
+
+
+def _frexp(ctx, x):
+    """Mantissa in [0.5, 1) and exponent from the bits (subnormal inputs included)."""
+    idt, nmant, nexp, bias = _float_bits(x.dtype)
+    nbits = idt.itemsize * 8
+
+    def c(v):
+        return ctx.full(x.shape, v, idt)
+
+    bits = ctx.bitcast_convert(x, idt)
+    sign = ctx.binary("and", bits, c(np.array(1 << (nbits - 1), dtype=f"u{idt.itemsize}").view(idt)))
+    mag = ctx.binary("and", bits, c((1 << (nbits - 1)) - 1))
+    exp_field = ctx.binary("shift_right_logical", mag, c(nmant))
+    mant = ctx.binary("and", mag, c((1 << nmant) - 1))
+    # subnormals: shift the leading 1 of the mantissa up to the implicit-bit position
+    lead = ctx.binary("subtract", c(nbits - 1), ctx.unary("count_leading_zeros", mant))
+    shift = ctx.binary("subtract", c(nmant), lead)
+    subnormal = ctx.compare(exp_field, c(0), "EQ")
+    mant = ctx.select(subnormal, ctx.binary("and", ctx.binary("shift_left", mant, shift), c((1 << nmant) - 1)), mant)
+    exp_field = ctx.select(subnormal, ctx.binary("subtract", c(1), shift), exp_field)
+    m_bits = ctx.binary("or", ctx.binary("or", sign, mant), c((bias - 1) << nmant))
+    m = ctx.bitcast_convert(m_bits, x.dtype)
+    e = ctx.binary("add", exp_field, c(1 - bias))
+    special = ctx.binary("or", ctx.compare(mag, c(0), "EQ"), ctx.unary("not", _isfinite(ctx, x)))
+    return ctx.select(special, x, m), ctx.convert(ctx.select(special, c(0), e), np.int32)
+
+
+def _bitwise_count(ctx, x):
+    if x.dtype.kind == "b":
+        return ctx.convert(x, np.uint8)
+    if x.dtype.kind == "i":
+        x = ctx.unary("abs", x)
+    return ctx.unary("popcnt", x)
+
+
+def _gcd(ctx, a, b):
+    """Euclid's algorithm, all elements at once, until every remainder is zero."""
+    if a.dtype.kind == "b":
+        return ctx.binary("or", a, b)
+    if a.dtype.kind == "i":
+        a, b = ctx.unary("abs", a), ctx.unary("abs", b)
+
+    def cond(bld, x, y):
+        nz = bld.compare(y, bld.zeros_like(y), "NE")
+        return bld.reduce_with(nz, range(nz.ndim), "or", False)
+
+    def body(bld, x, y):
+        nz = bld.compare(y, bld.zeros_like(y), "NE")
+        safe = bld.select(nz, y, bld.full(y.shape, 1, y.dtype))
+        return bld.select(nz, y, x), bld.select(nz, bld.binary("remainder", x, safe), bld.zeros_like(y))
+
+    return ctx.while_loop([a, b], cond, body)[0]
+
+
+def _lcm(ctx, a, b):
+    if a.dtype.kind == "b":
+        return ctx.binary("and", a, b)
+    g = _gcd(ctx, a, b)
+    zero = ctx.zeros_like(a)
+    g_zero = ctx.compare(g, zero, "EQ")
+    safe = ctx.select(g_zero, _const_like(ctx, 1, g), g)
+    if a.dtype.kind == "i":
+        a, b = ctx.unary("abs", a), ctx.unary("abs", b)
+    out = ctx.binary("multiply", ctx.binary("divide", a, safe), b)
+    return ctx.select(g_zero, zero, out)
+
+
 BINARY = {
     np.add: _arith("add", "or"),
     np.subtract: _arith("subtract", "xor"),
@@ -346,8 +528,8 @@ BINARY = {
     np.divmod: _divmod,
     np.power: _op("power"),
     np.float_power: _op("power"),
-    np.maximum: _arith("maximum", "or"),
-    np.minimum: _arith("minimum", "and"),
+    np.maximum: lambda ctx, x, y: minmax(ctx, x, y, "maximum"),
+    np.minimum: lambda ctx, x, y: minmax(ctx, x, y, "minimum"),
     np.fmax: _fminmax("maximum"),
     np.fmin: _fminmax("minimum"),
     np.arctan2: _op("atan2"),
@@ -371,12 +553,15 @@ BINARY = {
     np.right_shift: _shift_right,
     np.heaviside: _heaviside,
     np.ldexp: _ldexp,
+    np.nextafter: _nextafter,
+    np.gcd: _gcd,
+    np.lcm: _lcm,
 }
 
 for _table in (UNARY, BINARY):
     for _ufunc, _body in _table.items():
         ufunc_rule(_ufunc, _body)
-ufunc_rule(np._core.umath.clip, lambda ctx, x, lo, hi: ctx.binary("minimum", ctx.binary("maximum", x, lo), hi))
+ufunc_rule(np._core.umath.clip, lambda ctx, x, lo, hi: minmax(ctx, minmax(ctx, x, lo, "maximum"), hi, "minimum"))
 
 
 # ----- ufunc-like functions ------------------------------------------------------------------
@@ -394,17 +579,17 @@ def _clip(ctx, a, a_min=np._NoValue, a_max=np._NoValue, out=None, *, min=np._NoV
         return ctx_maximum(ctx, a, lo)
     values, (dt,) = ctx.ufunc_inputs(np._core.umath.clip, (a, lo, hi))
     x, lo_v, hi_v = values
-    return ctx.binary("minimum", ctx.binary("maximum", x, lo_v), hi_v)
+    return ctx.astype(minmax(ctx, minmax(ctx, x, lo_v, "maximum"), hi_v, "minimum"), dt)
 
 
 def ctx_minimum(ctx, a, b):
-    (x, y), _ = ctx.ufunc_inputs(np.minimum, (a, b))
-    return ctx.binary("minimum", x, y)
+    (x, y), (dt,) = ctx.ufunc_inputs(np.minimum, (a, b))
+    return ctx.astype(minmax(ctx, x, y, "minimum"), dt)
 
 
 def ctx_maximum(ctx, a, b):
-    (x, y), _ = ctx.ufunc_inputs(np.maximum, (a, b))
-    return ctx.binary("maximum", x, y)
+    (x, y), (dt,) = ctx.ufunc_inputs(np.maximum, (a, b))
+    return ctx.astype(minmax(ctx, x, y, "maximum"), dt)
 
 
 @lowers(np.where)
@@ -512,3 +697,59 @@ def _isclose(ctx, a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     if equal_nan:
         out = ctx.binary("or", out, ctx.binary("and", _isnan(ctx, x), _isnan(ctx, y)))
     return out
+
+
+@lowers(np.real_if_close)
+def _real_if_close(ctx, a, tol=100):
+    v = ctx.asvalue(a)
+    if v.dtype.kind != "c":
+        return v
+    raise NotImplementedError("np.real_if_close of a traced complex array has a data-dependent dtype; under "
+                              "jit_ps use np.real(x) (or keep the complex array)")
+
+
+@lowers(np.select)
+def _select(ctx, condlist, choicelist, default=0):
+    from ..lowering import result_type
+    condlist, choicelist = list(condlist), list(choicelist)
+    if len(condlist) != len(choicelist):
+        raise ValueError("list of cases must be same length as list of conditions")
+    if not condlist:
+        raise ValueError("select with an empty condition list is not possible")
+    dtype = result_type(*choicelist, default)
+    conds = [ctx.asvalue(c) for c in condlist]
+    for c in conds:
+        if c.dtype.kind != "b":
+            raise TypeError(f"invalid entry in condlist: should be boolean ndarray, got {c.dtype}")
+    choices = [ctx.asvalue(c, dtype) for c in choicelist]
+    shape = np.broadcast_shapes(*[v.shape for v in conds + choices], np.shape(default))
+    out = ctx.broadcast_to(ctx.asvalue(default, dtype), shape)
+    for c, v in reversed(list(zip(conds, choices))):  # the first true condition wins
+        out = ctx.where(c, v, out)
+    return out
+
+
+@lowers(np.choose)
+def _choose(ctx, a, choices, out=None, mode="raise"):
+    from ..lowering import result_type
+    if out is not None:
+        raise NotImplementedError("np.choose out= is not supported under jit_ps")
+    choices = list(choices)
+    n = len(choices)
+    dtype = result_type(*choices)
+    idx = ctx.asvalue(a, np.int64)
+    if not isinstance(a, type(idx)):
+        bad = np.asarray(a)
+        if mode == "raise" and bad.size and (bad.min() < 0 or bad.max() >= n):
+            raise ValueError("invalid entry in choice array")
+    if mode == "wrap":
+        idx = _int_divmod(ctx, idx, ctx.full(idx.shape, n, np.int64))[1]
+    elif mode == "clip" or mode == "raise":  # traced indices cannot raise: they are clipped
+        idx = ctx.clamp(ctx.scalar(0, np.int64), idx, ctx.scalar(n - 1, np.int64))
+    values = [ctx.asvalue(c, dtype) for c in choices]
+    shape = np.broadcast_shapes(idx.shape, *[v.shape for v in values])
+    idx = ctx.broadcast_to(idx, shape)
+    result = ctx.broadcast_to(values[-1], shape)
+    for k in range(n - 2, -1, -1):
+        result = ctx.where(ctx.compare(idx, ctx.full(shape, k, np.int64), "EQ"), values[k], result)
+    return result

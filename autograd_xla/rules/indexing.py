@@ -50,6 +50,12 @@ def _entries(ctx, shape, idx):
     for i in idx:
         if i is None or i is Ellipsis or isinstance(i, slice) or _is_int_scalar(i):
             items.append(i)
+        elif isinstance(i, (bool, np.bool_)) or (isinstance(i, np.ndarray) and i.ndim == 0 and i.dtype == bool):
+            if not i:
+                raise IndexError("x[False] selects nothing along a new axis; under jit_ps write x[None][:0]")
+            items.append(None)  # x[True] adds an axis of length 1, like None
+        elif isinstance(i, list) and len(i) == 0:
+            items.append(np.zeros(0, dtype=INDEX_DTYPE))  # numpy reads [] as an empty integer index
         elif isinstance(i, Value) and i.ndim == 0 and i.dtype.kind in "iu":
             items.append(i)
         else:
@@ -58,8 +64,6 @@ def _entries(ctx, shape, idx):
                 if isinstance(a, Value):
                     raise IndexError("boolean masks whose values are traced select a data-dependent number of "
                                      "elements; under jit_ps use np.where(mask, x, 0) or a static mask")
-                if a.ndim == 0:
-                    raise IndexError("indexing with a 0-d boolean (x[True]) is not supported under jit_ps")
                 items.extend(np.nonzero(a))
                 continue
             if a.dtype.kind not in "iu":
@@ -338,7 +342,7 @@ def _add_at(ctx, a, indices, b=None):
 
 @ufunc_method_rule("at")
 def _ufunc_at(ufunc):
-    from .elementwise import BINARY, UNARY
+    from .elementwise import BINARY
 
     body = BINARY.get(ufunc)
     if ufunc.nin != 2 or body is None:

@@ -10,7 +10,8 @@ import functools
 import numpy as np
 
 from ..lowering import normalize_axes, normalize_axis
-from . import lowers, ufunc_method_rule
+from . import lowers, traces, ufunc_method_rule
+from .elementwise import _isnan, complex_order, minmax
 
 
 @functools.lru_cache(maxsize=None)
@@ -90,8 +91,8 @@ def _variance(ctx, a, axis, dtype, ddof, keepdims, fn):
     else:
         sq = ctx.binary("multiply", centered, centered)
     total = ctx.reduce_with(sq, axes, "add", 0)
-    denom = max(n - ddof, 0)
-    var = ctx.binary("divide", total, ctx.full(total.shape, denom if denom else np.nan, sq.dtype))
+    denom = max(n - ddof, 0)  # numpy divides by zero here: inf, or nan for an all-equal slice
+    var = ctx.binary("divide", total, ctx.full(total.shape, denom, sq.dtype))
     return var, rdt, v.shape, axes
 
 
@@ -134,10 +135,18 @@ def _extremum(name, identity_of):
         _check(where, out)
         v = ctx.asvalue(a)
         axes = normalize_axes(axis, v.ndim)
-        if v.dtype.kind == "c":
-            raise NotImplementedError(f"np.{name} of complex arrays is not supported under jit_ps")
         if initial is np._NoValue and any(v.shape[i] == 0 for i in axes):
             raise ValueError(f"zero-size array to reduction operation {name} which has no identity")
+        if v.dtype.kind == "c":  # lexicographic order, NaN wins: elementwise.minmax as the reducer
+            if not axes:
+                red = v
+            else:
+                init = ctx.scalar(complex(identity_of(np.dtype(np.float64)), identity_of(np.dtype(np.float64))),
+                                  v.dtype)
+                red = ctx.reduce([v], [init], axes, lambda b, acc, x: minmax(b, acc, x, name))[0]
+            if initial is not np._NoValue:
+                red = minmax(ctx, red, ctx.full(red.shape, initial, v.dtype), name)
+            return _keep(ctx, red, v.shape, axes, keepdims)
         op = ("or" if name == "maximum" else "and") if v.dtype.kind == "b" else name
         red = ctx.reduce_with(v, axes, op, identity_of(v.dtype))
         if initial is not np._NoValue:
@@ -194,14 +203,21 @@ def _arg_extremum(better):
         if v.shape[ax] == 0:
             raise ValueError("attempt to get argmax/argmin of an empty sequence")
         idx = ctx.iota(v.shape, np.int64, ax)
-        init_v = ctx.scalar(_lowest(v.dtype) if better == "GT" else _highest(v.dtype), v.dtype)
+        if v.dtype.kind == "c":
+            extreme = _lowest(np.dtype(np.float64)) if better == "GT" else _highest(np.dtype(np.float64))
+            init_v = ctx.scalar(complex(extreme, extreme), v.dtype)
+        else:
+            init_v = ctx.scalar(_lowest(v.dtype) if better == "GT" else _highest(v.dtype), v.dtype)
         init_i = ctx.scalar(np.iinfo(np.int64).max, np.int64)
+
+        def beats(b, x, y):
+            return complex_order(b, x, y, better) if v.dtype.kind == "c" else b.compare(x, y, better)
 
         def body(b, av, ai, bv, bi):
             a_first = b.compare(ai, bi, "LT")
-            if v.dtype.kind == "f":
-                a_nan, b_nan = b.compare(av, av, "NE"), b.compare(bv, bv, "NE")
-                a_wins = b.binary("or", b.compare(av, bv, better),
+            if v.dtype.kind in "fc":
+                a_nan, b_nan = _isnan(b, av), _isnan(b, bv)
+                a_wins = b.binary("or", beats(b, av, bv),
                                   b.binary("and", b.compare(av, bv, "EQ"), a_first))
                 a_wins = b.select(b.binary("or", a_nan, b_nan),
                                   b.binary("and", a_nan, b.binary("or", b.unary("not", b_nan), a_first)), a_wins)
@@ -237,16 +253,23 @@ def _cumulative(fn, op_name, identity):
 
 
 def cumulative(ctx, v, axis, op_name, identity, reverse=False):
-    """Inclusive scan along `axis` as a reduce_window over a window of the whole axis."""
+    """Inclusive scan along `axis` in log2(n) steps: each step combines every element with
+    the one 2**k places before it (Hillis-Steele). O(n log n) work for any axis length,
+    where a window over the whole axis would be O(n**2)."""
     n = v.shape[axis]
     if n <= 1:
         return v
-    window = [n if i == axis else 1 for i in range(v.ndim)]
-    padding = [((0, n - 1) if reverse else (n - 1, 0)) if i == axis else (0, 0) for i in range(v.ndim)]
-    init = ctx.scalar(identity, v.dtype)
     op = op_name if v.dtype.kind != "b" else {"add": "or", "multiply": "and"}.get(op_name, op_name)
-    return ctx.reduce_window([v], [init], window, [1] * v.ndim, padding,
-                             lambda b, acc, x: b.binary(op, acc, x))[0]
+    if reverse:
+        v = ctx.reverse(v, [axis])
+    init = ctx.scalar(identity, v.dtype)
+    step = 1
+    while step < n:
+        head = ctx.slice(v, [0] * v.ndim, [n - step if i == axis else d for i, d in enumerate(v.shape)])
+        shifted = ctx.pad(head, init, [step if i == axis else 0 for i in range(v.ndim)], [0] * v.ndim)
+        v = ctx.binary(op, v, shifted)
+        step *= 2
+    return ctx.reverse(v, [axis]) if reverse else v
 
 
 lowers(np.cumsum)(_cumulative(np.cumsum, "add", 0))
@@ -257,6 +280,22 @@ _REDUCIBLE = {np.add: ("add", 0), np.multiply: ("multiply", 1), np.maximum: ("ma
               np.bitwise_and: ("and", -1), np.bitwise_or: ("or", 0), np.bitwise_xor: ("xor", 0)}
 
 
+def _ufunc_method_input(ctx, ufunc, a, dtype):
+    """The operand of ufunc.reduce/accumulate in numpy's accumulator dtype: add and
+    multiply widen small integers and bools like sum and prod do."""
+    v = ctx.asvalue(a)
+    if v.dtype.kind == "c" and ufunc in (np.maximum, np.minimum):
+        raise NotImplementedError(f"np.{ufunc.__name__}.reduce/accumulate of complex arrays is not supported "
+                                  f"under jit_ps; use np.{'max' if ufunc is np.maximum else 'min'}")
+    if dtype is not None:
+        return ctx.astype(v, dtype)
+    if ufunc in (np.add, np.multiply) and v.dtype.kind in "biu":
+        return ctx.astype(v, numpy_result_dtype(np.sum, v.dtype))
+    if ufunc in (np.logical_and, np.logical_or):
+        return ctx.astype(v, np.bool_)
+    return v
+
+
 @ufunc_method_rule("reduce")
 def _ufunc_reduce(ufunc):
     if ufunc not in _REDUCIBLE:
@@ -264,14 +303,8 @@ def _ufunc_reduce(ufunc):
     op, identity = _REDUCIBLE[ufunc]
 
     def rule(ctx, a, axis=0, dtype=None, out=None, keepdims=False, initial=np._NoValue, where=True):
-        _check(None if where is True else where, out)
-        v = ctx.asvalue(a)
-        if dtype is not None:
-            v = ctx.astype(v, dtype)
-        elif ufunc in (np.add, np.multiply) and v.dtype.kind == "b":
-            v = ctx.convert(v, np.int64)
-        elif ufunc in (np.logical_and, np.logical_or):
-            v = ctx.astype(v, np.bool_)
+        _check(np._NoValue if where is True else where, out)
+        v = _ufunc_method_input(ctx, ufunc, a, dtype)
         axes = normalize_axes(axis, v.ndim)
         init = identity if identity is not None else (_lowest(v.dtype) if op == "maximum" else _highest(v.dtype))
         red = ctx.reduce_with(v, axes, op, init)
@@ -288,9 +321,274 @@ def _ufunc_accumulate(ufunc):
     op, identity = _REDUCIBLE[ufunc]
 
     def rule(ctx, a, axis=0, dtype=None, out=None):
-        v = ctx.asvalue(a)
-        if dtype is not None:
-            v = ctx.astype(v, dtype)
+        v = _ufunc_method_input(ctx, ufunc, a, dtype)
         init = identity if identity is not None else (_lowest(v.dtype) if op == "maximum" else _highest(v.dtype))
         return cumulative(ctx, v, normalize_axis(axis, v.ndim), op, init)
     return rule
+
+
+def _new_style_cumulative(fn, legacy, op_name, identity):
+    def rule(ctx, x, /, *, axis=None, dtype=None, out=None, include_initial=False):
+        if out is not None:
+            raise NotImplementedError("out= is not supported under jit_ps")
+        v = ctx.asvalue(x)
+        if axis is None:
+            if v.ndim > 1:
+                raise ValueError("axis must be specified for multi-dimensional arrays")
+            axis = 0
+        if v.ndim == 0:
+            raise ValueError(f"{fn.__name__} does not accept 0-d arrays")
+        ax = normalize_axis(axis, v.ndim)
+        rdt = numpy_result_dtype(legacy, v.dtype, None if dtype is None else np.dtype(dtype))
+        out_v = cumulative(ctx, ctx.astype(v, rdt), ax, op_name, identity)
+        if include_initial:
+            out_v = ctx.pad(out_v, ctx.scalar(identity, rdt), [1 if i == ax else 0 for i in range(v.ndim)],
+                            [0] * v.ndim)
+        return out_v
+    return rule
+
+
+lowers(np.cumulative_sum)(_new_style_cumulative(np.cumulative_sum, np.cumsum, "add", 0))
+lowers(np.cumulative_prod)(_new_style_cumulative(np.cumulative_prod, np.cumprod, "multiply", 1))
+
+
+# ----- sorting -------------------------------------------------------------------------------
+def _less_nan_last(b, x, y):
+    """numpy's sort order: NaN after everything; complex numbers lexicographically."""
+    if x.dtype.kind == "c":
+        xr, yr, xi, yi = b.real(x), b.real(y), b.imag(x), b.imag(y)
+        real_less = _less_nan_last(b, xr, yr)
+        real_same = b.binary("or", b.compare(xr, yr, "EQ"),
+                             b.binary("and", b.compare(xr, xr, "NE"), b.compare(yr, yr, "NE")))
+        return b.binary("or", real_less, b.binary("and", real_same, _less_nan_last(b, xi, yi)))
+    if x.dtype.kind == "f":
+        x_nan, y_nan = b.compare(x, x, "NE"), b.compare(y, y, "NE")
+        return b.binary("or", b.compare(x, y, "LT"), b.binary("and", y_nan, b.unary("not", x_nan)))
+    return b.compare(x, y, "LT")
+
+
+def sort_along(ctx, v, axis, with_indices=False):
+    """Stable sort of v along axis (NaN last); with_indices also returns the permutation."""
+    if v.shape[axis] <= 1 or v.size == 0:
+        idx = ctx.full(v.shape, 0, np.int64)
+        return (v, idx) if with_indices else v
+    operands = [v]
+    if with_indices:
+        operands.append(ctx.iota(v.shape, np.int64, axis))
+    outs = ctx.sort(operands, axis, lambda b, x, y, *rest: _less_nan_last(b, x, y), stable=True)
+    return (outs[0], outs[1]) if with_indices else outs[0]
+
+
+def _sort_input(ctx, a, axis, order):
+    if order is not None:
+        raise NotImplementedError("sorting by field order is not supported under jit_ps")
+    v = ctx.asvalue(a)
+    if axis is None:
+        return ctx.reshape(v, (v.size,)), 0
+    if v.ndim == 0:
+        raise np.exceptions.AxisError("axis -1 is out of bounds for array of dimension 0")
+    return v, normalize_axis(axis, v.ndim)
+
+
+@lowers(np.sort)
+def _sort(ctx, a, axis=-1, kind=None, order=None, *, stable=None):
+    v, ax = _sort_input(ctx, a, axis, order)
+    return sort_along(ctx, v, ax)
+
+
+@lowers(np.argsort)
+def _argsort(ctx, a, axis=-1, kind=None, order=None, *, stable=None):
+    """Always stable: numpy's default quicksort may order ties differently."""
+    v, ax = _sort_input(ctx, a, axis, order)
+    return sort_along(ctx, v, ax, with_indices=True)[1]
+
+
+def _check_kth(kth, n):
+    for k in np.atleast_1d(np.asarray(kth)):
+        if not -n <= int(k) < n:
+            raise ValueError(f"kth(={int(k)}) out of bounds ({n})")
+
+
+@lowers(np.partition)
+def _partition(ctx, a, kth, axis=-1, kind="introselect", order=None):
+    """A full sort: a valid partition for every kth. numpy's introselect leaves the other
+    elements in an unspecified order, which this does not reproduce."""
+    v, ax = _sort_input(ctx, a, axis, order)
+    _check_kth(kth, v.shape[ax])
+    return sort_along(ctx, v, ax)
+
+
+@lowers(np.argpartition)
+def _argpartition(ctx, a, kth, axis=-1, kind="introselect", order=None):
+    v, ax = _sort_input(ctx, a, axis, order)
+    _check_kth(kth, v.shape[ax])
+    return sort_along(ctx, v, ax, with_indices=True)[1]
+
+
+# ----- differences ---------------------------------------------------------------------------
+def _take_range(ctx, v, axis, lo, hi):
+    return ctx.slice(v, [lo if i == axis else 0 for i in range(v.ndim)],
+                     [hi if i == axis else d for i, d in enumerate(v.shape)])
+
+
+@lowers(np.diff)
+def _diff(ctx, a, n=1, axis=-1, prepend=np._NoValue, append=np._NoValue):
+    if n == 0:
+        return ctx.asvalue(a)
+    if n < 0:
+        raise ValueError(f"order must be non-negative but got {n!r}")
+    v = ctx.asvalue(a)
+    if v.ndim == 0:
+        raise ValueError("diff requires input that is at least one dimensional")
+    ax = normalize_axis(axis, v.ndim)
+    parts = []
+    for extra in (prepend, append):
+        if extra is np._NoValue:
+            parts.append(None)
+            continue
+        e = ctx.asvalue(extra)
+        if e.ndim == 0:
+            e = ctx.broadcast_to(e, [1 if i == ax else d for i, d in enumerate(v.shape)])
+        parts.append(e)
+    if parts[0] is not None or parts[1] is not None:
+        from ..lowering import result_type
+        dt = result_type(*[p for p in (parts[0], v, parts[1]) if p is not None])
+        v = ctx.concatenate([ctx.astype(p, dt) for p in (parts[0], v, parts[1]) if p is not None], ax)
+    for _ in range(n):
+        m = v.shape[ax]
+        if m == 0:
+            break
+        hi, lo = _take_range(ctx, v, ax, 1, m), _take_range(ctx, v, ax, 0, m - 1)
+        v = ctx.compare(hi, lo, "NE") if v.dtype.kind == "b" else ctx.binary("subtract", hi, lo)
+    return v
+
+
+@lowers(np.gradient)
+def _gradient(ctx, f, *varargs, axis=None, edge_order=1):
+    v = ctx.asvalue(f)
+    axes = normalize_axes(axis, v.ndim) if axis is not None and not isinstance(axis, (tuple, list)) \
+        else tuple(normalize_axis(a, v.ndim) for a in (axis if axis is not None else range(v.ndim)))
+    if len(varargs) == 0:
+        spacing = [1.0] * len(axes)
+    elif len(varargs) == 1 and np.ndim(varargs[0]) == 0:
+        spacing = [varargs[0]] * len(axes)
+    elif len(varargs) == len(axes) and all(np.ndim(d) == 0 for d in varargs):
+        spacing = list(varargs)
+    else:
+        raise NotImplementedError("np.gradient with coordinate arrays is not supported under jit_ps; "
+                                  "pass scalar spacings")
+    if any(isinstance(d, type(v)) for d in spacing):
+        raise NotImplementedError("np.gradient spacings must be concrete numbers under jit_ps")
+    if edge_order not in (1, 2):
+        raise ValueError("'edge_order' greater than 2 not supported")
+    dt = v.dtype if v.dtype.kind in "fc" else np.dtype(np.float64)
+    v = ctx.astype(v, dt)
+    outs = [_gradient_axis(ctx, v, ax, float(h), edge_order) for ax, h in zip(axes, spacing)]
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _gradient_axis(ctx, v, ax, h, edge_order):
+    n = v.shape[ax]
+    if n < edge_order + 1:
+        raise ValueError("Shape of array too small to calculate a numerical gradient, "
+                         "at least (edge_order + 1) elements are required.")
+
+    def part(lo, hi):
+        return _take_range(ctx, v, ax, lo % n if lo < 0 else lo, hi % n if hi <= 0 else hi)
+
+    def scaled(x, c):
+        return ctx.binary("multiply", x, ctx.full(x.shape, c, x.dtype))
+
+    def div(x, c):
+        return ctx.binary("divide", x, ctx.full(x.shape, c, x.dtype))
+
+    sub, add = (lambda a, b: ctx.binary("subtract", a, b)), (lambda a, b: ctx.binary("add", a, b))
+    interior = div(sub(_take_range(ctx, v, ax, 2, n), _take_range(ctx, v, ax, 0, n - 2)), 2.0 * h)
+    f0, f1 = _take_range(ctx, v, ax, 0, 1), _take_range(ctx, v, ax, 1, 2)
+    fl, fl1 = _take_range(ctx, v, ax, n - 1, n), _take_range(ctx, v, ax, n - 2, n - 1)
+    if edge_order == 1:
+        first, last = div(sub(f1, f0), h), div(sub(fl, fl1), h)
+    else:
+        f2, fl2 = _take_range(ctx, v, ax, 2, 3), _take_range(ctx, v, ax, n - 3, n - 2)
+        first = add(add(scaled(f0, -1.5 / h), scaled(f1, 2.0 / h)), scaled(f2, -0.5 / h))
+        last = add(add(scaled(fl2, 0.5 / h), scaled(fl1, -2.0 / h)), scaled(fl, 1.5 / h))
+    return ctx.concatenate([first, interior, last], ax)
+
+
+# ----- NaN-ignoring reductions (compositions: np.where, then the plain reduction) -------------
+def _nan_masked(fill):
+    def masked(a):
+        return np.where(np.isnan(a), fill, a) if a.dtype.kind in "fc" else a
+    return masked
+
+
+def _nan_reduction(reduce_fn, fill):
+    def impl(a, axis=None, *args, **kwargs):
+        return reduce_fn(_nan_masked(fill)(a), axis, *args, **kwargs)
+    return impl
+
+
+traces(np.nansum)(_nan_reduction(np.sum, 0))
+traces(np.nanprod)(_nan_reduction(np.prod, 1))
+traces(np.nancumsum)(_nan_reduction(np.cumsum, 0))
+traces(np.nancumprod)(_nan_reduction(np.cumprod, 1))
+
+
+@traces(np.nanmean)
+def _nanmean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=np._NoValue):
+    if out is not None or where is not np._NoValue:
+        raise NotImplementedError("nanmean out=/where= are not supported under jit_ps")
+    if a.dtype.kind not in "fc":
+        return np.mean(a, axis=axis, dtype=dtype, keepdims=keepdims)
+    valid = ~np.isnan(a)
+    total = np.sum(np.where(valid, a, 0), axis=axis, dtype=dtype, keepdims=keepdims)
+    count = np.sum(valid, axis=axis, keepdims=keepdims)
+    return total / count.astype(total.dtype if total.dtype.kind != "c" else total.real.dtype)
+
+
+def _nan_variance(is_std):
+    def impl(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=np._NoValue,
+             mean=np._NoValue, correction=np._NoValue):
+        if out is not None or where is not np._NoValue or mean is not np._NoValue:
+            raise NotImplementedError("nanvar/nanstd out=/where=/mean= are not supported under jit_ps")
+        ddof = ddof if correction is np._NoValue else correction
+        if a.dtype.kind not in "fc":
+            return (np.std if is_std else np.var)(a, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
+        valid = ~np.isnan(a)
+        centered = np.where(valid, a - _nanmean(a, axis=axis, dtype=dtype, keepdims=True), 0)
+        sq = np.real(centered * np.conj(centered)) if a.dtype.kind == "c" else centered * centered
+        total = np.sum(sq, axis=axis, keepdims=keepdims)
+        dof = np.sum(valid, axis=axis, keepdims=keepdims) - ddof
+        var = np.where(dof > 0, total / np.maximum(dof, 0).astype(total.dtype), np.nan)
+        return np.sqrt(var) if is_std else var
+    return impl
+
+
+traces(np.nanvar)(_nan_variance(False))
+traces(np.nanstd)(_nan_variance(True))
+
+
+def _nan_extremum(fn, fill):
+    def impl(a, axis=None, out=None, keepdims=False, initial=np._NoValue, where=np._NoValue):
+        if a.dtype.kind not in "f":
+            return fn(a, axis=axis, keepdims=keepdims)
+        red = fn(np.where(np.isnan(a), fill, a), axis=axis, keepdims=keepdims)
+        all_nan = np.all(np.isnan(a), axis=axis, keepdims=keepdims)
+        return np.where(all_nan, np.nan, red)
+    return impl
+
+
+traces(np.nanmax)(_nan_extremum(np.max, -np.inf))
+traces(np.nanmin)(_nan_extremum(np.min, np.inf))
+
+
+def _nan_arg(fn, fill):
+    def impl(a, axis=None, out=None, *, keepdims=False):
+        if a.dtype.kind not in "f":
+            return fn(a, axis=axis, keepdims=keepdims)
+        return fn(np.where(np.isnan(a), fill, a), axis=axis, keepdims=keepdims)
+    return impl
+
+
+traces(np.nanargmax)(_nan_arg(np.argmax, -np.inf))
+traces(np.nanargmin)(_nan_arg(np.argmin, np.inf))

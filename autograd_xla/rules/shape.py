@@ -39,7 +39,7 @@ def reshape(ctx, v, shape, order="C"):
         rev = ctx.transpose(v, tuple(reversed(range(v.ndim))))
         out = ctx.reshape(rev, tuple(reversed(shape)))
         return ctx.transpose(out, tuple(reversed(range(len(shape)))))
-    if order not in ("C", "A", None):
+    if order not in ("C", "A", "K", None):  # traced arrays are C-contiguous: A and K mean C
         raise NotImplementedError(f"reshape order={order!r} is not supported under jit_ps")
     return ctx.reshape(v, shape)
 

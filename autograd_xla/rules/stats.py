@@ -1,0 +1,279 @@
+"""scipy.stats, as autograd wraps it: trace rules written from the densities.
+
+scipy's distribution methods call np.asarray on their arguments, so they cannot run on
+traced values; each rule here restates the method on traced arrays with numpy and the
+scipy.special ufuncs that special.py lowers (gammaln, betaln, xlogy, ndtr, stdtr, ...).
+The bookkeeping follows scipy's rv_continuous / rv_discrete methods: x is standardised as
+(x - loc) / scale in x's promoted dtype and then made at least float64; outside the
+parameters' domain (scale <= 0, shape <= 0) or for nan x the result is nan; outside the
+support it is 0 (pdf, cdf below), 1 (cdf above) or -inf (log densities). autograd's own
+VJPs still differentiate these primitives; the rules only give their values.
+"""
+import numpy as np
+import scipy.special as sc
+import scipy.stats
+from autograd.scipy import linalg as alinalg
+
+from ..tracing import Tracer
+from . import traces
+
+_LOG_2PI = float(np.log(2 * np.pi))
+
+
+def _asarray(v):
+    return v if isinstance(v, Tracer) else np.asarray(v)
+
+
+def _standardize(x, loc, scale):
+    """scipy's (x - loc) / scale in x's dtype promoted with float64, and the parameters."""
+    x, loc, scale = _asarray(x), _asarray(loc), _asarray(scale)
+    dtype = np.promote_types(x.dtype, np.float64)
+    return np.astype((x - loc) / scale, dtype), scale, dtype
+
+
+def _finish(cond, value, default, bad):
+    """value where cond, nan where bad, default elsewhere."""
+    out = np.where(cond, value, np.where(bad, np.nan, default))
+    return np.astype(out, np.float64) if out.dtype != np.float64 else out
+
+
+def _shape_ok(*args):
+    ok = True
+    for a in args:
+        ok = ok & (_asarray(a) > 0)
+    return ok
+
+
+def _continuous(x, shapes, loc, scale, kind, value, lower=-np.inf, upper=np.inf, argcheck=_shape_ok):
+    """One rv_continuous method: kind is pdf, logpdf, cdf, logcdf, sf or logsf;
+    value(y, *shapes) its standardised form (densities are divided by scale here)."""
+    y, scale, _ = _standardize(x, loc, scale)
+    shapes = tuple(_asarray(s) for s in shapes)
+    cond0 = argcheck(*shapes) & (scale > 0)
+    bad = ~cond0 | np.isnan(y)
+    if kind in ("pdf", "logpdf"):
+        cond = cond0 & (y >= lower) & (y <= upper)
+        if kind == "pdf":
+            return _finish(cond, value(y, *shapes) / scale, 0.0, bad)
+        return _finish(cond, value(y, *shapes) - np.log(scale), -np.inf, bad)
+    cond = cond0 & (y > lower) & (y < upper)
+    if kind in ("cdf", "logcdf"):
+        edge, edge_value = cond0 & (y >= upper), (1.0 if kind == "cdf" else 0.0)
+    else:
+        edge, edge_value = cond0 & (y <= lower), (1.0 if kind == "sf" else 0.0)
+    default = 0.0 if kind in ("cdf", "sf") else -np.inf
+    return _finish(cond, value(y, *shapes), np.where(edge, edge_value, default), bad)
+
+
+def _register(method, kind, value, n_shapes, **support):
+    """A trace rule for `method` (e.g. scipy.stats.t.logpdf) taking x, the shapes, loc, scale."""
+    def impl(x, *args, loc=0, scale=1, **kw):
+        names = _SHAPE_NAMES[method.__self__.name][:n_shapes]
+        args = list(args) + [kw.pop(n) for n in names[len(args):] if n in kw]
+        if len(args) > n_shapes:
+            extra = args[n_shapes:]
+            loc = extra[0]
+            if len(extra) > 1:
+                scale = extra[1]
+        if kw or len(args) < n_shapes:
+            raise TypeError(f"{method.__self__.name}.{kind}: unexpected arguments {sorted(kw)} / missing shapes")
+        return _continuous(x, args[:n_shapes], loc, scale, kind, value, **support)
+    impl.__name__ = f"{method.__self__.name}_{kind}"
+    traces(method)(impl)
+
+
+_SHAPE_NAMES = {"norm": (), "t": ("df",), "gamma": ("a",), "beta": ("a", "b"), "chi2": ("df",)}
+
+
+# ----- norm ----------------------------------------------------------------------------------
+_norm = scipy.stats.norm
+_register(_norm.pdf, "pdf", lambda y: np.exp(-y ** 2 / 2.0) / np.sqrt(2 * np.pi), 0)
+_register(_norm.logpdf, "logpdf", lambda y: -y ** 2 / 2.0 - _LOG_2PI / 2, 0)
+_register(_norm.cdf, "cdf", lambda y: sc.ndtr(y), 0)
+_register(_norm.logcdf, "logcdf", lambda y: sc.log_ndtr(y), 0)
+_register(_norm.sf, "sf", lambda y: sc.ndtr(-y), 0)
+_register(_norm.logsf, "logsf", lambda y: sc.log_ndtr(-y), 0)
+
+
+# ----- t -------------------------------------------------------------------------------------
+def _t_logpdf(y, df):
+    finite = (np.log(sc.poch(0.5 * df, 0.5)) - 0.5 * (np.log(df) + np.log(np.pi))
+              - (df + 1) / 2 * np.log1p(y * y / df))
+    return np.where(df == np.inf, -y ** 2 / 2.0 - _LOG_2PI / 2, finite)
+
+
+def _t_pdf(y, df):
+    return np.where(df == np.inf, np.exp(-y ** 2 / 2.0) / np.sqrt(2 * np.pi), np.exp(_t_logpdf(y, df)))
+
+
+_t = scipy.stats.t
+_register(_t.pdf, "pdf", _t_pdf, 1)
+_register(_t.logpdf, "logpdf", _t_logpdf, 1)
+_register(_t.cdf, "cdf", lambda y, df: sc.stdtr(df, y), 1)
+_register(_t.logcdf, "logcdf", lambda y, df: np.log(sc.stdtr(df, y)), 1)
+
+
+# ----- gamma, chi2, beta ---------------------------------------------------------------------
+def _gamma_logpdf(y, a):
+    return sc.xlogy(a - 1.0, y) - y - sc.gammaln(a)
+
+
+def _chi2_logpdf(y, df):
+    return sc.xlogy(df / 2.0 - 1, y) - y / 2.0 - sc.gammaln(df / 2.0) - (np.log(2) * df) / 2.0
+
+
+def _beta_logpdf(y, a, b):
+    return sc.xlog1py(b - 1.0, -y) + sc.xlogy(a - 1.0, y) - sc.betaln(a, b)
+
+
+_gamma, _chi2, _beta = scipy.stats.gamma, scipy.stats.chi2, scipy.stats.beta
+_register(_gamma.logpdf, "logpdf", _gamma_logpdf, 1, lower=0.0)
+_register(_gamma.pdf, "pdf", lambda y, a: np.exp(_gamma_logpdf(y, a)), 1, lower=0.0)
+_register(_gamma.cdf, "cdf", lambda y, a: sc.gammainc(a, y), 1, lower=0.0)
+_register(_chi2.logpdf, "logpdf", _chi2_logpdf, 1, lower=0.0)
+_register(_chi2.pdf, "pdf", lambda y, df: np.exp(_chi2_logpdf(y, df)), 1, lower=0.0)
+_register(_chi2.cdf, "cdf", lambda y, df: sc.gammainc(df / 2, y / 2), 1, lower=0.0)
+_register(_beta.logpdf, "logpdf", _beta_logpdf, 2, lower=0.0, upper=1.0)
+_register(_beta.pdf, "pdf", lambda y, a, b: np.exp(_beta_logpdf(y, a, b)), 2, lower=0.0, upper=1.0)
+_register(_beta.cdf, "cdf", lambda y, a, b: sc.betainc(a, b, y), 2, lower=0.0, upper=1.0)
+
+
+# ----- poisson -------------------------------------------------------------------------------
+def _poisson_args(k, mu, loc):
+    k, mu, loc = _asarray(k), _asarray(mu), _asarray(loc)
+    return k - loc, mu
+
+
+@traces(scipy.stats.poisson.logpmf)
+def _poisson_logpmf(k, mu, loc=0):
+    k, mu = _poisson_args(k, mu, loc)
+    cond0 = mu >= 0
+    cond = cond0 & (k >= 0) & (np.floor(k) == k)
+    value = sc.xlogy(k, mu) - sc.gammaln(k + 1) - mu
+    return _finish(cond, value, -np.inf, ~cond0 | np.isnan(k))
+
+
+@traces(scipy.stats.poisson.pmf)
+def _poisson_pmf(k, mu, loc=0):
+    k, mu = _poisson_args(k, mu, loc)
+    cond0 = mu >= 0
+    cond = cond0 & (k >= 0) & (np.floor(k) == k)
+    value = np.clip(np.exp(sc.xlogy(k, mu) - sc.gammaln(k + 1) - mu), 0, 1)
+    return _finish(cond, value, 0.0, ~cond0 | np.isnan(k))
+
+
+@traces(scipy.stats.poisson.cdf)
+def _poisson_cdf(k, mu, loc=0):
+    k, mu = _poisson_args(k, mu, loc)
+    k = np.floor(k)
+    cond0 = mu >= 0
+    cond = cond0 & (k >= 0) & (k < np.inf)
+    value = np.clip(sc.gammaincc(k + 1, mu), 0, 1)
+    default = np.where(k >= np.inf, 1.0, 0.0)
+    return _finish(cond, value, default, ~cond0 | np.isnan(k))
+
+
+# ----- dirichlet -----------------------------------------------------------------------------
+def _dirichlet_x(x, alpha):
+    x = _asarray(x)
+    if alpha.ndim != 1:
+        raise ValueError(f"Parameter vector 'a' must be one dimensional, but a.shape = {alpha.shape}.")
+    if x.shape[0] + 1 != alpha.shape[0] and x.shape[0] != alpha.shape[0]:
+        raise ValueError("Vector 'x' must have either the same number of entries as, or one entry fewer than, "
+                         f"parameter vector 'a', but alpha.shape = {alpha.shape} and x.shape = {x.shape}.")
+    if x.shape[0] != alpha.shape[0]:
+        last = 1 - np.sum(x, 0)
+        x = np.concatenate([x, last[None]], axis=0)
+    return x
+
+
+@traces(scipy.stats.dirichlet.logpdf)
+def dirichlet_logpdf(x, alpha):
+    """scipy's checks that x lies in the simplex need data and are skipped under jit_ps."""
+    alpha = _asarray(alpha)
+    x = _dirichlet_x(x, alpha)
+    ln_b = np.sum(sc.gammaln(alpha)) - sc.gammaln(np.sum(alpha))
+    out = -ln_b + np.sum(np.transpose(sc.xlogy(alpha - 1, np.transpose(x))), 0)
+    return np.squeeze(out)
+
+
+@traces(scipy.stats.dirichlet.pdf)
+def _dirichlet_pdf(x, alpha):
+    return np.exp(dirichlet_logpdf(x, alpha))
+
+
+# ----- multivariate normal -------------------------------------------------------------------
+def _mvn_parameters(mean, cov):
+    """scipy's _process_parameters for a 2-d (or scalar / diagonal) covariance."""
+    if mean is None:
+        cov_a = _asarray(cov)
+        dim = 1 if cov_a.ndim < 2 else cov_a.shape[0]
+        mean = np.zeros(dim)
+    mean = np.astype(_asarray(mean), np.float64) if _asarray(mean).dtype != np.float64 else _asarray(mean)
+    dim = int(np.size(mean))
+    cov = _asarray(cov)
+    cov = np.astype(cov, np.float64) if cov.dtype != np.float64 else cov
+    if dim == 1:
+        mean = np.reshape(mean, (1,))
+        cov = np.reshape(cov, (1, 1))
+    if mean.ndim != 1 or mean.shape[0] != dim:
+        raise ValueError(f"Array 'mean' must be a vector of length {dim}.")
+    if cov.ndim == 0:
+        cov = cov * np.eye(dim)
+    elif cov.ndim == 1:
+        cov = np.diag(cov)
+    elif cov.ndim == 2 and cov.shape != (dim, dim):
+        raise ValueError(f"Dimension mismatch: array 'cov' is of shape {cov.shape}, but 'mean' is a vector of "
+                         f"length {dim}.")
+    elif cov.ndim > 2:
+        raise ValueError(f"Array 'cov' must be at most two-dimensional, but cov.ndim = {cov.ndim}")
+    return dim, mean, cov
+
+
+def _mvn_quantiles(x, dim):
+    x = _asarray(x)
+    x = np.astype(x, np.float64) if x.dtype != np.float64 else x
+    if x.ndim == 0:
+        x = np.reshape(x, (1,))
+    elif x.ndim == 1:
+        x = np.reshape(x, (-1, 1)) if dim == 1 else np.reshape(x, (1, -1))
+    return x
+
+
+def _squeeze_output(out):
+    return np.squeeze(out)
+
+
+def _mvn_logpdf(x, mean, cov, allow_singular):
+    if allow_singular:
+        raise NotImplementedError("multivariate_normal with allow_singular=True needs a data-dependent rank; "
+                                  "it is not supported under jit_ps")
+    dim, mean, cov = _mvn_parameters(mean, cov)
+    x = _mvn_quantiles(x, dim)
+    chol = np.linalg.cholesky(cov)
+    dev = x - mean
+    flat = np.reshape(dev, (-1, dim))
+    white = alinalg.solve_triangular(chol, np.transpose(flat), lower=True)   # autograd's: traced
+    maha = np.reshape(np.sum(white * white, axis=0), dev.shape[:-1])
+    log_det = 2.0 * np.sum(np.log(np.diagonal(chol)))
+    return -0.5 * (dim * _LOG_2PI + log_det + maha)
+
+
+@traces(scipy.stats.multivariate_normal.logpdf)
+def _mvn_logpdf_rule(x, mean=None, cov=1, allow_singular=False):
+    """Through a Cholesky factor (scipy uses an eigendecomposition; the two agree to
+    rounding for positive definite covariances, and scipy's check of that needs data)."""
+    return _squeeze_output(_mvn_logpdf(x, mean, cov, allow_singular))
+
+
+@traces(scipy.stats.multivariate_normal.pdf)
+def _mvn_pdf_rule(x, mean=None, cov=1, allow_singular=False):
+    return _squeeze_output(np.exp(_mvn_logpdf(x, mean, cov, allow_singular)))
+
+
+@traces(scipy.stats.multivariate_normal.entropy)
+def _mvn_entropy(mean=None, cov=1):
+    dim, mean, cov = _mvn_parameters(mean, cov)
+    chol = np.linalg.cholesky(cov)
+    log_det = 2.0 * np.sum(np.log(np.diagonal(chol)))
+    return 0.5 * (dim * (_LOG_2PI + 1.0) + log_det)
