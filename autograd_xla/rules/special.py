@@ -106,11 +106,12 @@ class N:
     log = lambda s: s._u("log")
 
     def log1p(self):
-        # XLA's log_plus_one loses ~7 bits for x in [-0.5, -0.3]; there use
-        # log1p(x) = -log1p(-x / (1 + x)), whose argument lies where it is accurate
+        """XLA's log_plus_one loses ~7 bits for x in [-0.5, -0.3]; there this uses
+        log1p(x) = -log1p(-x / (1 + x)), whose argument lies where it is accurate."""
         bad = (self > -0.6) & (self < -0.25)
         safe = where(bad, self, self.like(-0.4))
         return where(bad, -(-safe / (1.0 + safe))._u("log_plus_one"), self._u("log_plus_one"))
+
     sqrt = lambda s: s._u("sqrt")
     abs = lambda s: s._u("abs")
     floor = lambda s: s._u("floor")
@@ -236,14 +237,14 @@ def gammasgn(x):
     """Sign of Gamma(x): scipy's conventions (nan at poles and -inf, signed zero at 0)."""
     one = x.like(1.0)
     neg = where(is_odd(x.floor()), -one, one)
-    zero_sign = where(N(x.b, x.b.compare(x.b.bitcast_convert(x.v, np.int64), x.b.full(x.shape, 0, np.int64), "LT")),
-                      -one, one)
+    bits = N(x.b, x.b.bitcast_convert(x.v, np.int64))
+    zero_sign = where(bits < 0, -one, one)                       # -0.0 has the sign bit
     out = where(x > 0, one, where(x.eq(0), zero_sign, where(is_integer(x), x.like(np.nan), neg)))
     return where(x.isnan(), x, out)
 
 
 # zeta(k) for the series of lgamma(1 + a) about a = 0 (numbers, computed once).
-_ZETA = [float(sc.zeta(k)) for k in range(2, 40)]
+_ZETA = [float(sc.zeta(k)) for k in range(2, 28)]
 
 
 def lgamma1p(a):
@@ -251,8 +252,8 @@ def lgamma1p(a):
     small = a.abs() < 0.2
     t = where(small, a, a.like(0.0))
     # -EULER*a + sum_{k>=2} (-1)^k zeta(k) a^k / k
-    coeffs = [0.0, -EULER] + [(-1) ** k * z / k for k, z in zip(range(2, 40), _ZETA)]
-    series = polyval(coeffs[:28], t)
+    coeffs = [0.0, -EULER] + [(-1) ** k * z / k for k, z in zip(range(2, 28), _ZETA)]
+    series = polyval(coeffs, t)
     return where(small, series, (a + 1.0).lgamma())
 
 
@@ -329,8 +330,8 @@ def betaln(a, b):
 
 
 def log_gamma_prefactor(a, x):
-    """log(x**a exp(-x) / Gamma(a)); for a >= 10 in the form -a*(d - log1p(d)) + ... with
-    d = (x - a)/a, which does not lose a*log(x) - x to cancellation."""
+    """log(x**a exp(-x) / Gamma(a)); for a >= 10 as a*(log1p(d) - d) + Stirling terms with
+    d = (x - a)/a, which does not lose a*log(x) - x - lgamma(a) to cancellation."""
     big = a >= 10.0
     aa = where(big, a, a.like(10.0))
     d = (x - aa) / aa
@@ -871,7 +872,8 @@ def _beta(ctx, a, b):
 
 def _i0(ctx, x):
     log_mag, sign, bad = ive_parts(ctx, x.like(0.0), x)
-    return where(bad, x.like(np.nan), sign * (log_mag.exp() * x.abs().exp()))   # scipy's i0 is exp(|x|) * i0e(x): inf past ~709.78
+    # scipy's i0 is exp(|x|) * i0e(x), infinite past |x| ~ 709.78 like this product
+    return where(bad, x.like(np.nan), sign * (log_mag.exp() * x.abs().exp()))
 
 
 def _i1(ctx, x):

@@ -1,0 +1,324 @@
+"""autograd.scipy.special under jit_ps: values against scipy (float64 and float32,
+broadcasting, 0-d and empty), gradients against plain autograd both ways round, forward
+mode where autograd defines it (logsumexp), and accuracy sweeps over wide domains (edges
+included) of the functions whose numerics are written here.
+
+XLA compiles each copy of a loop-based function (incomplete gamma and beta, Bessel) in
+about a second, so each is compiled few times: one sweep program for values and edges,
+one gradient each way; the shape cases (0-d, empty, broadcasting, Python scalars, float32)
+go through the shared ufunc rule and each loop helper once.
+"""
+import warnings
+
+import numpy as onp
+import pytest
+import scipy.special as sc
+from autograd import grad, make_jvp
+
+import autograd.scipy.special as sp
+from autograd_xla import jit_ps
+from helpers import assert_close, check, check_grad, check_value, dtypes_of, scalarize
+
+F64, F32 = onp.float64, onp.float32
+rs = onp.random.RandomState(0)
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
+
+
+def assert_rel(got, expected, rtol, floor=0.0):
+    """|got - expected| <= rtol * max(|expected|, floor) elementwise, with nan and inf where
+    scipy has them. A floor of ~1e-290 makes subnormal results (where XLA's exp and
+    products keep fewer digits, or flush to zero) compare absolutely."""
+    got, expected = onp.asarray(got), onp.asarray(expected)
+    assert got.dtype == expected.dtype and got.shape == expected.shape, (got.dtype, got.shape, expected.dtype,
+                                                                        expected.shape)
+    finite = onp.isfinite(expected)
+    onp.testing.assert_array_equal(onp.isnan(got), onp.isnan(expected), err_msg="nan positions")
+    onp.testing.assert_array_equal(got[onp.isinf(expected)], expected[onp.isinf(expected)], err_msg="infinities")
+    err = onp.abs(got[finite] - expected[finite])
+    bound = rtol * onp.maximum(onp.abs(expected[finite]), onp.broadcast_to(floor, expected.shape)[finite])
+    bad = err > bound
+    assert not bad.any(), (f"{bad.sum()} elements off; worst relative error "
+                           f"{onp.max(err / onp.maximum(onp.abs(expected[finite]), 1e-300)):.3g}")
+
+
+def check_grads(f, *args, argnums=(0,), both_ways=True):
+    """Gradient with respect to all of argnums at once, in one program each way."""
+    s = scalarize(f)
+    expected = grad(s, tuple(argnums))(*args)
+    assert_close(jit_ps(grad(s, tuple(argnums)))(*args), expected, path="jit(grad)", inputs=dtypes_of(*args))
+    if both_ways:
+        assert_close(grad(jit_ps(s), tuple(argnums))(*args), expected, path="grad(jit)", inputs=dtypes_of(*args))
+
+
+def sweep_check(f, ref, *args, rtol=1e-12, floor=1e-290):
+    got, expected = jit_ps(f)(*args), ref(*args)
+    if isinstance(expected, tuple):
+        for g, e in zip(got, expected):
+            assert_rel(g, e, rtol, floor)
+    else:
+        assert_rel(got, expected, rtol, floor)
+
+
+EDGE = onp.array([0.0, -0.0, -1.0, -2.0, -0.5, 1.0, 171.5, 1e5, onp.inf, -onp.inf, onp.nan])
+
+
+# ----- one-argument functions ----------------------------------------------------------------
+CHEAP = {
+    "gammaln": (sp.gammaln, sc.gammaln, [-3.7, -0.5, 0.3, 1.5, 7.2, 30.0]),
+    "digamma": (sp.digamma, sc.digamma, [-3.7, -0.5, 0.3, 1.5, 7.2, 30.0]),
+    "psi": (sp.psi, sc.psi, [-2.2, -0.7, 0.01, 1.0, 4.5, 90.0]),
+    "gamma": (sp.gamma, sc.gamma, [-2.5, -0.3, 0.4, 1.7, 5.5, 20.0]),
+    "rgamma": (sp.rgamma, sc.rgamma, [-2.5, -0.3, 0.4, 1.7, 5.5, 20.0]),
+    "gammasgn": (sp.gammasgn, sc.gammasgn, [-2.5, -1.5, -0.3, 0.4, 3.0, 7.7]),
+    "erf": (sp.erf, sc.erf, [-2.1, -0.3, 0.0, 0.5, 1.7, 3.2]),
+    "erfc": (sp.erfc, sc.erfc, [-2.1, -0.3, 0.0, 0.5, 1.7, 3.2]),
+    "erfinv": (sp.erfinv, sc.erfinv, [-0.9, -0.3, 0.0, 0.2, 0.7, 0.99]),
+    "erfcinv": (sp.erfcinv, sc.erfcinv, [0.05, 0.4, 1.0, 1.3, 1.9, 1e-5]),
+    "expit": (sp.expit, sc.expit, [-30.0, -2.0, 0.0, 0.5, 3.0, 40.0]),
+    "logit": (sp.logit, sc.logit, [0.01, 0.2, 0.5, 0.6, 0.9, 0.999]),
+    "i1": (sp.i1, sc.i1, [-3.3, 0.3, 1.7, 9.5, 26.0, 40.0]),
+}
+BESSEL = {
+    "j0": (sp.j0, sc.j0, [-3.3, 0.3, 1.7, 9.5, 26.0, 40.0]),
+    "j1": (sp.j1, sc.j1, [-3.3, 0.3, 1.7, 9.5, 26.0, 40.0]),
+    "y0": (sp.y0, sc.y0, [0.1, 0.3, 1.7, 9.5, 26.0, 40.0]),
+    "y1": (sp.y1, sc.y1, [0.1, 0.3, 1.7, 9.5, 26.0, 40.0]),
+    "i0": (sp.i0, sc.i0, [-3.3, 0.3, 1.7, 9.5, 26.0, 40.0]),
+}
+EDGE_NAMES = {"gammaln", "digamma", "psi", "gamma", "rgamma", "gammasgn", "erf", "erfc", "expit", "i1"}
+
+
+@pytest.mark.parametrize("name", CHEAP)
+def test_unary(name):
+    """Values on (2, 3), 0-d, size-1, empty and the edges of the domain, then gradients."""
+    f, ref, values = CHEAP[name]
+    v = onp.asarray(values)
+    xs = (v.reshape(2, 3), v[0].copy(), v[:1].copy(), onp.zeros((0, 3))) + ((EDGE,) if name in EDGE_NAMES else ())
+    got = jit_ps(lambda xs: tuple(f(x) for x in xs))(xs)
+    for g, x in zip(got, xs):
+        assert_rel(g, ref(x), 1e-12, floor=1e-290)
+    check_grad(f, v.reshape(2, 3))
+
+
+SWEEP_X = onp.concatenate([onp.linspace(-30, 30, 241), 10 ** onp.linspace(-8, 3, 45), -(10 ** onp.linspace(-8, 2, 21)),
+                           EDGE])
+
+
+@pytest.mark.parametrize("name", BESSEL)
+def test_bessel_unary(name):
+    f, ref, values = BESSEL[name]
+    # scipy's own J/Y lose ~1e-12 at x ~ 1e3..1e5 (checked against mpmath); ours are closer.
+    # J and Y oscillate, so their error is measured against the envelope sqrt(2/(pi x)).
+    floor = onp.minimum(1.0, onp.sqrt(2 / (onp.pi * onp.abs(SWEEP_X) + 1e-300))) if name[0] in "jy" else 1e-290
+    sweep_check(f, ref, SWEEP_X, rtol=5e-12 if name[0] in "jy" else 1e-12, floor=floor)
+    check_grad(f, onp.asarray(values).reshape(2, 3), both_ways=name == "j1")
+
+
+def test_unary_float32_and_other_inputs():
+    """float32 in, float32 out (computed in float64 and rounded, as scipy's float loops
+    do); Python scalars, ints, 0-d and empty arrays through the loop-based rules."""
+    names = ["gammaln", "digamma", "gamma", "erf", "erfinv", "erfcinv", "expit", "logit", "i1", "j1"]
+    table = {**CHEAP, **BESSEL}
+    xs = [onp.asarray(table[n][2], F32) for n in names]
+    got = jit_ps(lambda xs: tuple(table[n][0](x) for n, x in zip(names, xs)))(xs)
+    for n, g, x in zip(names, got, xs):
+        expected = table[n][1](x)
+        assert g.dtype == expected.dtype == F32, n
+        assert_close(g, expected, rtol=2e-6, path=n)
+    check_value(lambda x: sp.gammaln(x), 2.5)
+    check_value(lambda x: sp.erf(x), onp.arange(4))                               # int64 -> float64
+    check_value(lambda x: sp.expit(x), onp.arange(-2, 2, dtype=onp.int32))
+    # 0-d and empty through each loop-based family (Miller, Y recurrence, I series)
+    check_value(lambda x, e: (sp.jn(1.5, x), sp.yn(2, e), sp.iv(0.5, e)), onp.float64(2.5), onp.zeros((0, 3)))
+
+
+def test_complex_input_is_rejected():
+    with pytest.raises(NotImplementedError, match="complex"):
+        jit_ps(sp.gamma)(onp.ones(2, complex))
+
+
+# ----- functions of two or three arguments ---------------------------------------------------
+A = onp.array([[0.3, 1.5, 4.0], [12.0, 0.7, 2.2]])
+X = onp.array([[0.2, 2.5, 3.1], [10.0, 0.05, 6.0]])
+
+
+def test_broadcasting_scalars_and_float32():
+    """The shared ufunc rule: broadcasting, Python and 0-d scalars, empty, float32, mixed."""
+    check_value(sp.beta, A[:, :1], X[0] + 0.5)
+    check_value(sp.betaln, 2.0, onp.float64(0.5))
+    check_value(sp.betaln, A[:0], X[:0])
+    check_value(sp.beta, A.astype(F32), X.astype(F32) + 0.5)
+    check_value(sp.beta, A.astype(F32), X + 0.5)                                 # float32 with float64
+    check_value(lambda a, x: (sp.gammainc(a, x), sp.gammaincc(a, x)), A[:, :1], X[0])
+    check_value(lambda a, x: (sp.gammainc(a, x), sp.gammaincc(a, x)), onp.zeros((0, 3)), 2.0)
+    check_value(lambda x: (sp.betainc(2.0, 3.0, x), sp.betainc(x, x, 0.25)), onp.float64(0.4))
+    check_value(lambda a, x: (sp.gammainc(a, x), sp.betainc(a, a, x / 20)), A.astype(F32), X.astype(F32))
+
+
+@pytest.mark.parametrize("f", [sp.gammainc, sp.gammaincc])
+def test_incomplete_gamma(f):
+    check(f, A, X, argnums=(1,))                         # autograd differentiates x only
+
+
+@pytest.mark.parametrize("f", [sp.beta, sp.betaln])
+def test_beta(f):
+    check_value(f, A, X + 0.5)
+    check_grads(f, A, X + 0.5, argnums=(0, 1))
+
+
+def test_betainc():
+    x = onp.array([[0.1, 0.5, 0.9], [0.3, 0.99, 0.6]])
+    check(sp.betainc, A, X + 0.5, x, argnums=(2,))
+
+
+ORDERS = onp.array([[0.0, 1.0, 2.5], [-1.5, 5.0, 0.25]])
+XB = onp.array([[0.4, 2.7, 7.3], [30.0, 12.5, 0.9]])
+
+
+@pytest.mark.parametrize("name", ["jn", "yn", "iv", "ive"])
+def test_bessel_order(name):
+    """Gradients at integer and (except yn) fractional and negative orders: the VJPs need
+    order n +- 1. (Values: the sweeps below.)"""
+    f = getattr(sp, name)
+    orders = onp.round(ORDERS) if name == "yn" else ORDERS
+    check_grad(f, orders, XB, argnums=(1,), both_ways=name in ("jn", "iv"))
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3])
+def test_polygamma(n):
+    x = onp.array([[-3.7, -0.5, 0.3], [1.5, 7.2, 30.0]])
+    check(lambda x: sp.polygamma(n, x), x, both_ways=n < 2)
+
+
+def test_polygamma_dtypes_and_shapes():
+    check_value(sp.polygamma, onp.array([0, 1, 2]), onp.array([[0.5], [2.5]]))
+    assert jit_ps(sp.polygamma)(1, F32(2.0)).dtype == sc.polygamma(1, F32(2.0)).dtype == F64
+    assert jit_ps(sp.polygamma)(F32(1), F32(2.0)).dtype == F32
+    check_value(sp.polygamma, 1, onp.zeros((0, 2)))
+
+
+def test_multigammaln():
+    a = onp.array([[3.0, 4.5], [2.2, 10.0]])
+    check(lambda a: sp.multigammaln(a, 3), a)
+    check_value(lambda a: sp.multigammaln(a, 1), F32(2.5))
+    with pytest.raises(NotImplementedError, match="Python int"):
+        jit_ps(sp.multigammaln)(a, onp.int64(3))
+
+
+# ----- logsumexp -----------------------------------------------------------------------------
+LSE_CASES = [dict(), dict(axis=0), dict(axis=1, keepdims=True), dict(axis=(0, 1)), dict(axis=-1, keepdims=True)]
+
+
+@pytest.mark.parametrize("kw", LSE_CASES, ids=str)
+def test_logsumexp(kw):
+    a = rs.randn(3, 4)
+    f = lambda a: sp.logsumexp(a, **kw)  # noqa: E731
+    check(f, a)
+    v = rs.randn(3, 4)
+    assert_close(jit_ps(lambda a, v: make_jvp(f)(a)(v))(a, v), make_jvp(f)(a)(v), path="jit(jvp)")
+    assert_close(make_jvp(jit_ps(f))(a)(v), make_jvp(f)(a)(v), path="jvp(jit)")
+
+
+def test_logsumexp_weights_and_sign():
+    a = rs.randn(3, 4)
+    b = rs.rand(3, 4)
+    check(lambda a, b: sp.logsumexp(a, axis=1, b=b), a, b, argnums=(0,))       # autograd: d/da only
+    signed = onp.array([1.0, -1.0, 2.0, 0.5])
+    check_value(lambda a: sp.logsumexp(a, axis=1, b=signed), a)                  # nan where the sum is < 0
+    check_value(lambda a: sp.logsumexp(a, axis=1, b=signed, return_sign=True), a)
+    b3 = rs.rand(2, 3, 4)
+    check_value(lambda a: sp.logsumexp(a, axis=0, b=b3), a)                      # b broadcasts a up
+    check_value(lambda a: sp.logsumexp(a, b=onp.array([0.0, 0.0, 1.0])), onp.array([onp.inf, onp.nan, 1.0]))
+    check_value(lambda a: sp.logsumexp(a, axis=1), onp.ones((2, 0)))
+    check_value(lambda a: sp.logsumexp(a, axis=0, keepdims=True), onp.ones((0, 2)))
+
+
+@pytest.mark.parametrize("a", [onp.array([-onp.inf, -onp.inf]), onp.array([onp.inf, 1.0]), onp.array([onp.inf, -onp.inf]),
+                               onp.array([onp.nan, 1.0]), onp.float64(2.0), onp.array([1.0, -40.0, -800.0]),
+                               onp.ones(3, F32), onp.arange(3)], ids=repr)
+def test_logsumexp_edges(a):
+    check_value(sp.logsumexp, a)
+
+
+def test_logsumexp_rejects_complex():
+    with pytest.raises(NotImplementedError, match="complex"):
+        jit_ps(sp.logsumexp)(onp.ones(3, complex))
+
+
+# ----- accuracy sweeps of the hand-written numerics, edges included --------------------------
+def test_inverse_function_sweeps():
+    x = onp.concatenate([onp.linspace(-1.1, 1.1, 221), [-1.0, 1.0, 1 - 1e-15, onp.nan]])
+    sweep_check(sp.erfinv, sc.erfinv, x, rtol=1e-14)
+    y = onp.concatenate([10 ** rs.uniform(-300, 0, 300), rs.uniform(0, 2, 200),
+                         [0.0, 2.0, 1.0, -1.0, 3.0, onp.nan, 2 - 1e-16]])
+    sweep_check(sp.erfcinv, sc.erfcinv, y, rtol=1e-14)
+    p = onp.concatenate([onp.linspace(-0.1, 1.1, 121), 10.0 ** -onp.arange(1, 300, 10), 0.5 + 10.0 ** -onp.arange(2, 13),
+                         [0.0, 1.0, onp.nan]])
+    sweep_check(sp.logit, sc.logit, p, rtol=1e-14)
+
+
+def test_incomplete_gamma_sweep():
+    a = onp.concatenate([rs.uniform(0, 5, 300), rs.uniform(0, 60, 200), 10 ** rs.uniform(-8, 2.5, 200),
+                         [0, 0, 1, 1, -1, 1, onp.inf, 2, 0, onp.nan, 1e-300]])
+    x = onp.concatenate([rs.uniform(0, 5, 300), rs.uniform(0, 80, 200), a[500:700] * 10 ** rs.uniform(-0.5, 0.5, 200),
+                         [0, 1, 0, onp.inf, 1, -1, 1, onp.nan, onp.inf, 1, 1]])
+    # a up to ~300 here: past a ~ 1e3 scipy itself drifts by ~1e-12 (checked against mpmath)
+    sweep_check(sp.gammainc, sc.gammainc, a, x)
+    sweep_check(sp.gammaincc, sc.gammaincc, a, x)
+
+
+def test_incomplete_beta_sweep():
+    a = onp.concatenate([rs.uniform(0, 5, 300), rs.uniform(0, 50, 200), 10 ** rs.uniform(-8, 2.5, 200),
+                         [0, 0, 1, 1, -1, 2, 0, 2, onp.inf, 1, 0.5, onp.inf]])
+    b = onp.concatenate([rs.uniform(0, 5, 300), rs.uniform(0, 50, 200), 10 ** rs.uniform(-8, 2.5, 200),
+                         [1, 0, 0, 1, 1, 2, 0, 3, 1, 1, 0.5, onp.inf]])
+    x = onp.concatenate([rs.uniform(0, 1, 700), [0.5, 0.5, 0.5, 1.5, 0.5, 0, 0, 1, 0.5, onp.nan, 1.0, 0.5]])
+    sweep_check(sp.betainc, sc.betainc, a, b, x, rtol=2e-12)
+
+
+def test_beta_sweep():
+    # betaln: scipy loses ~1e-12 when one argument is ~1e4 times the other (ours is exact to
+    # ~1e-16 there against mpmath), so the sweep keeps the ratio moderate
+    a = onp.concatenate([rs.uniform(0.1, 5, 300), rs.uniform(0.1, 50, 200),
+                         [-0.5, -1.0, 0.0, 1.0, -1.5, onp.inf, -2.0, -3.0, 2.0, -0.5, onp.nan, 0.0]])
+    b = onp.concatenate([rs.uniform(0.1, 5, 300), rs.uniform(0.1, 50, 200),
+                         [1.0, 2.0, 1.0, 0.0, 0.5, 1.0, 3.0, -1.0, -1.5, -0.5, 1.0, 0.0]])
+    sweep_check(lambda a, b: (sp.beta(a, b), sp.betaln(a, b)), lambda a, b: (sc.beta(a, b), sc.betaln(a, b)), a, b)
+
+
+BESSEL_V = onp.concatenate([onp.array([-2.5, -1.5, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 7.0, 10.5])[rs.randint(0, 11, 500)],
+                            [0, 1, 2, 3, -1, -2, 0.5, -0.5, 1.5, 2, 0]])
+BESSEL_X = onp.concatenate([rs.uniform(0, 40, 300), 10 ** rs.uniform(-6, 2.5, 200),
+                            [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -2.0, -2.0, onp.inf]])
+ENVELOPE = onp.minimum(1.0, onp.sqrt(2 / (onp.pi * onp.abs(BESSEL_X) + 1e-300)))
+
+
+def test_jv_sweep():
+    # J oscillates: its error is measured against the envelope sqrt(2/(pi x)), not against
+    # the value, which vanishes at the zeros
+    sweep_check(sp.jn, sc.jv, BESSEL_V, BESSEL_X, rtol=2e-13, floor=ENVELOPE)
+
+
+def test_yn_sweep():
+    n = onp.round(BESSEL_V)
+    expected = sc.yn(n, BESSEL_X)
+    sweep_check(sp.yn, sc.yn, n, BESSEL_X, rtol=2e-13, floor=ENVELOPE * onp.maximum(1.0, onp.abs(expected)))
+
+
+@pytest.mark.parametrize("name", ["iv", "ive"])
+def test_iv_sweep(name):
+    sweep_check(getattr(sp, name), getattr(sc, name), BESSEL_V, BESSEL_X, rtol=1e-13)
+
+
+def test_polygamma_sweep():
+    x = onp.concatenate([rs.uniform(-12, 0, 300), rs.uniform(0.01, 30, 100), [-1.0, -2.0, 0.0, -0.0]])
+    # below zero the recurrence into (0, 1] cancels about as much as the function's own
+    # condition number there: 1e-12
+    sweep_check(lambda x: tuple(sp.polygamma(n, x) for n in (1, 2, 3)),
+                lambda x: tuple(sc.polygamma(n, x) for n in (1, 2, 3)), x)
