@@ -68,6 +68,8 @@ def discover():
     by_raw = {}
     for wrapper in list(primitive_vjps) + list(primitive_jvps):
         raw = wrapper.fun
+        if (getattr(raw, "__module__", None) or "").startswith("autograd_xla"):
+            continue  # this package's own primitives (jit_call, control flow) are not autograd's
         try:
             entry = by_raw.setdefault(raw, [])
         except TypeError:  # unhashable raw function: keep it on its own

@@ -186,6 +186,11 @@ def getitem(ctx, x, idx):
 def _gather(ctx, y, entries, adv, x_shape):
     arrays = [entries[k].value for k in adv]
     batch = np.broadcast_shapes(*[a.shape for a in arrays])
+    if y.size == 0 or int(np.prod(batch)) == 0:  # nothing to read; XLA rejects empty gathers
+        kept = [y.shape[k] for k in range(y.ndim) if k not in adv]
+        adjacent = adv == list(range(adv[0], adv[0] + len(adv)))
+        position = adv[0] if adjacent else 0
+        return ctx.full(kept[:position] + list(batch) + kept[position:], 0, y.dtype)
     index_parts = []
     for k, a in zip(adv, arrays):
         n = x_shape[entries[k].dim]

@@ -20,6 +20,17 @@ def numpy_result_dtype(fn, dtype, out_dtype=None):
         return np.dtype(fn(np.ones((1,), dtype), **({"dtype": out_dtype} if out_dtype is not None else {})).dtype)
 
 
+def reduction_axes(axis, ndim):
+    """Axes of a ufunc-style reduction (sum, prod, max, min, any, all): like numpy's
+    ufunc.reduce, a 0-d array accepts axis 0 / -1 (and reduces nothing)."""
+    if ndim == 0 and axis is not None:
+        for a in (axis if isinstance(axis, (tuple, list)) else (axis,)):
+            if a not in (0, -1):
+                raise np.exceptions.AxisError(f"axis {a} is out of bounds for array of dimension 0")
+        return ()
+    return normalize_axes(axis, ndim)
+
+
 def _keep(ctx, out, shape, axes, keepdims):
     if not keepdims:
         return out
@@ -39,7 +50,7 @@ def _identity_reduction(fn, op_name, identity):
         _check(where, out)
         v = ctx.asvalue(a)
         rdt = numpy_result_dtype(fn, v.dtype, None if dtype is None else np.dtype(dtype))
-        axes = normalize_axes(axis, v.ndim)
+        axes = reduction_axes(axis, v.ndim)
         x = ctx.astype(v, rdt)
         if rdt.kind == "b":  # sum/prod with dtype=bool: logical or/and
             red = ctx.reduce_with(x, axes, "or" if op_name == "add" else "and", identity != 0 and True)
@@ -134,7 +145,7 @@ def _extremum(name, identity_of):
     def rule(ctx, a, axis=None, out=None, keepdims=False, initial=np._NoValue, where=np._NoValue):
         _check(where, out)
         v = ctx.asvalue(a)
-        axes = normalize_axes(axis, v.ndim)
+        axes = reduction_axes(axis, v.ndim)
         if initial is np._NoValue and any(v.shape[i] == 0 for i in axes):
             raise ValueError(f"zero-size array to reduction operation {name} which has no identity")
         if v.dtype.kind == "c":  # lexicographic order, NaN wins: elementwise.minmax as the reducer
@@ -163,7 +174,7 @@ def _boolean(op, identity):
     def rule(ctx, a, axis=None, out=None, keepdims=False, where=np._NoValue):
         _check(where, out)
         v = ctx.astype(ctx.asvalue(a), np.bool_)
-        axes = normalize_axes(axis, v.ndim)
+        axes = reduction_axes(axis, v.ndim)
         return _keep(ctx, ctx.reduce_with(v, axes, op, identity), v.shape, axes, keepdims)
     return rule
 
@@ -243,7 +254,9 @@ def _cumulative(fn, op_name, identity):
             raise NotImplementedError("out= is not supported under jit_ps")
         v = ctx.asvalue(a)
         rdt = numpy_result_dtype(fn, v.dtype, None if dtype is None else np.dtype(dtype))
-        if axis is None:
+        if axis is None or v.ndim == 0:  # numpy scans a 0-d array as a 1-element vector
+            if v.ndim == 0 and axis not in (None, 0, -1):
+                raise np.exceptions.AxisError(f"axis {axis} is out of bounds for array of dimension 1")
             v = ctx.reshape(v, (v.size,))
             ax = 0
         else:
@@ -305,7 +318,7 @@ def _ufunc_reduce(ufunc):
     def rule(ctx, a, axis=0, dtype=None, out=None, keepdims=False, initial=np._NoValue, where=True):
         _check(np._NoValue if where is True else where, out)
         v = _ufunc_method_input(ctx, ufunc, a, dtype)
-        axes = normalize_axes(axis, v.ndim)
+        axes = reduction_axes(axis, v.ndim)
         init = identity if identity is not None else (_lowest(v.dtype) if op == "maximum" else _highest(v.dtype))
         red = ctx.reduce_with(v, axes, op, init)
         if initial is not np._NoValue:

@@ -286,7 +286,9 @@ lowers(np.atleast_3d)(_atleast(3))
 @lowers(np.repeat)
 def _repeat(ctx, a, repeats, axis=None):
     v = ctx.asvalue(a)
-    if axis is None:
+    if axis is None or v.ndim == 0:  # numpy repeats a 0-d array as a 1-element vector
+        if v.ndim == 0 and axis not in (None, 0, -1):
+            raise np.exceptions.AxisError(f"axis {axis} is out of bounds for array of dimension 1")
         v, axis = ctx.reshape(v, (v.size,)), 0
     axis = normalize_axis(axis, v.ndim)
     reps = np.asarray(repeats)
@@ -398,6 +400,8 @@ def _pad_widths(pad_width, ndim):
 @lowers(np.pad)
 def _pad(ctx, array, pad_width, mode="constant", **kwargs):
     v = ctx.asvalue(array)
+    if v.ndim == 0:  # numpy returns a 0-d array unpadded
+        return v
     widths = _pad_widths(pad_width, v.ndim)
     if any(lo < 0 or hi < 0 for lo, hi in widths):
         raise ValueError("index can't contain negative values")
@@ -462,8 +466,10 @@ def _tri_mask(ctx, n, m, k, lower):
 def _tri(lower):
     def rule(ctx, m, k=0):
         v = ctx.asvalue(m)
-        if v.ndim < 2:
-            raise ValueError("input must be at least 2-d")
+        if v.ndim == 0:
+            raise ValueError("input must be at least 1-d")
+        if v.ndim == 1:  # numpy applies the (n, n) mask to the vector broadcast along rows
+            v = ctx.broadcast_to(v, (v.shape[0], v.shape[0]))
         n, mm = v.shape[-2:]
         mask = ctx.broadcast_in_dim(_tri_mask(ctx, n, mm, int(k), lower), v.shape, [v.ndim - 2, v.ndim - 1])
         return ctx.select(mask, v, ctx.zeros_like(v))
