@@ -115,6 +115,6 @@ def flatten_values(out):
 def load_all():
     """Import every rule family (each registers its table on import)."""
     from . import (autograd_helpers, contractions, creation, dynamic, elementwise, indexing,  # noqa: F401
-                   linalg, reductions, shape)
+                   integrate, linalg, reductions, shape)
     from . import fft, signal, special, stats  # noqa: F401
 
