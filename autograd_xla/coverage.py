@@ -288,7 +288,7 @@ def _examples():
         "scipy.linalg.solve_sylvester": E(_spd(3, 4), _spd(2, 5), _r((3, 2), seed=21)),
         "scipy.linalg.solve_banded": E((1, 1), _r((3, 4), 1.0, 2.0, seed=22), _r((4,), seed=23)),
         "autograd.scipy.signal.convolve": E(_r((5,), seed=24), _r((3,), seed=25)),
-        # autograd can differentiate odeint only with respect to y0: scipy runs on the others
+        # differentiated with respect to y0 here; t and args work when passed as autograd tuples
         "scipy.integrate.odeint": E(_r((2,), seed=26), Const(onp.linspace(0.0, 0.5, 3)),
                                     call=lambda w, y0, t: w(_ode_rhs, y0, t, (0.7,))),
         "scipy.stats.multivariate_normal.logpdf": E(_r((3,), seed=28), _r((3,), seed=29), _spd(3, 6)),
