@@ -1075,6 +1075,8 @@ def _logsumexp(ctx, a, axis=None, b=None, keepdims=False, return_sign=False):
     if x.v.size == 0:
         out = ctx.full(out_shape, -np.inf, dtype)
         return (out, ctx.full(out_shape, -1.0, dtype)) if return_sign else out
+    if w is None and not return_sign:
+        return _logsumexp_unweighted(ctx, x, total, axes, kept, out_shape)
     # the plain formula, which scipy falls back to where the shifted one is not finite
     plain = total(x.exp()) if w is None else total(w * x.exp())
     if w is not None:
@@ -1101,6 +1103,21 @@ def _logsumexp(ctx, a, axis=None, b=None, keepdims=False, return_sign=False):
         sgn = N(ctx, ctx.reshape(where(finite, sgn, plain_sgn).v, out_shape))
         return out.v, sgn.v
     return out.v
+
+
+def _logsumexp_unweighted(ctx, x, total, axes, kept, out_shape):
+    """The common case, with scipy's arithmetic (log1p of the terms below the maximum, over
+    the number of maxima) but one pass fewer: a non-finite maximum (inf, -inf, nan) is
+    itself the answer, so no unshifted fallback sum is needed. Loop bodies (an HMM's
+    forward recursion) run this once per step."""
+    amax = N(ctx, ctx.reshape(ctx.reduce_with(x.v, axes, "maximum", -np.inf), kept))
+    finite = amax.isfinite()
+    shift = where(finite, amax, amax.like(0.0))
+    at_max = x.eq(amax)
+    m = total(where(at_max, x.like(1.0), x.like(0.0)))
+    s = total(where(at_max, x.like(0.0), (x - shift).exp()))
+    out = where(finite, (s / m).log1p() + m.log() + shift, amax)
+    return ctx.reshape(out.v, out_shape)
 
 
 @traces(sc.multigammaln)
