@@ -111,24 +111,6 @@ def test_cholesky_not_positive_definite_gives_nan():
     assert onp.isnan(out[1]).all()
 
 
-def test_portable_cholesky_and_triangular_solve(monkeypatch):
-    """The non-CPU formulations (stablehlo.cholesky / triangular_solve via XLA's expanders)
-    also compile and agree on CPU. XLA's blocked algorithms round differently: 1e-10."""
-    monkeypatch.setattr(linalg_rules, "FORCE_PORTABLE", True)
-    a = spd(2, 5, 5)
-    b = general(2, 5, 3)
-    f = lambda a, b: (np.linalg.cholesky(a), asl.cho_solve((np.linalg.cholesky(a), True), b),
-                      asl.solve_triangular(a, b, trans=1, lower=False, unit_diagonal=True))
-    expected = (onp.linalg.cholesky(a), sla.cho_solve((onp.linalg.cholesky(a), True), b),
-                sla.solve_triangular(a, b, trans=1, unit_diagonal=True))
-    jf = jit_ps(f)
-    assert_close(jf(a, b), expected, rtol=1e-10)
-    text = jf.stablehlo(a, b)
-    assert "stablehlo.cholesky" in text and "stablehlo.triangular_solve" in text and "lapack" not in text
-    bad = jit_ps(lambda a: np.linalg.cholesky(a))(onp.stack([a[0], -a[1]]))
-    assert not onp.isnan(bad[0]).any() and onp.isnan(bad[1]).all()
-
-
 # ----- det, slogdet, inv, solve --------------------------------------------------------------
 @pytest.mark.parametrize("dtype", [F64, F32, C128, C64])
 def test_det_slogdet_inv_values(dtype):
@@ -661,3 +643,237 @@ def test_no_warnings_from_compiled_calls():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         jit_ps(np.linalg.inv)(well(3, 3))
+
+
+# ----- portable lowerings: what GPU and TPU run, forced on CPU -----------------------------------
+# FORCE_PORTABLE makes every rule lower as on a non-CPU platform: LU with partial pivoting,
+# Jacobi eigh and SVD, XLA's QR expander, Hessenberg + shifted QR for the Schur form, all as
+# stablehlo.while loops; no LAPACK custom call may appear. These algorithms round differently
+# from LAPACK but are as accurate (backward stable; Jacobi runs until the off-diagonal part is
+# below eps * ||A||, measured: eigenvalues and singular values to ~1e-15 relative in float64):
+# on these well-conditioned matrices values and gradients agree to the default 1e-12 / 2e-5,
+# except where noted. Eigenvalues of a general matrix come in another order than LAPACK's
+# (numpy does not specify one): they are matched to numpy's before comparing.
+# Compiling these loops costs ~0.5 s per factorization on CPU, so each test packs several
+# primitives into one compiled function, and float32 / complex64 arithmetic of the costlier
+# algorithms is covered once (float32 parametrisations, and x64=False, which emits float32).
+@pytest.fixture
+def portable(monkeypatch):
+    monkeypatch.setattr(linalg_rules, "FORCE_PORTABLE", True)
+
+
+def portable_value(f, *args, rtol=None):
+    """check_value, and the compiled module holds no LAPACK call."""
+    jf = jit_ps(f)
+    assert_close(jf(*args), f(*args), rtol=rtol, inputs=[onp.asarray(x).dtype for x in args])
+    assert "lapack" not in jf.stablehlo(*args)
+
+
+def match_eig(w, v, w0):
+    """(w, v) with columns reordered to match numpy's eigenvalues w0: each of w0 in turn
+    takes the nearest eigenvalue not taken yet."""
+    w, w0 = onp.asarray(w), onp.asarray(w0)
+    idx = onp.zeros(w.shape, int)
+    for b in onp.ndindex(w.shape[:-1]):
+        free = list(range(w.shape[-1]))
+        for i, x in enumerate(w0[b]):
+            idx[b + (i,)] = free.pop(int(onp.argmin(onp.abs(w[b][free] - x))))
+    return onp.take_along_axis(w, idx, -1), (onp.take_along_axis(onp.asarray(v), idx[..., None, :], -1)
+                                             if v is not None else None)
+
+
+def test_portable_cholesky_and_triangular_solve(portable):
+    """The non-CPU formulations (stablehlo.cholesky / triangular_solve via XLA's expanders)
+    also compile and agree on CPU. XLA's blocked algorithms round differently: 1e-10."""
+    a = spd(2, 5, 5)
+    b = general(2, 5, 3)
+    f = lambda a, b: (np.linalg.cholesky(a), asl.cho_solve((np.linalg.cholesky(a), True), b),
+                      asl.solve_triangular(a, b, trans=1, lower=False, unit_diagonal=True))
+    expected = (onp.linalg.cholesky(a), sla.cho_solve((onp.linalg.cholesky(a), True), b),
+                sla.solve_triangular(a, b, trans=1, unit_diagonal=True))
+    jf = jit_ps(f)
+    assert_close(jf(a, b), expected, rtol=1e-10)
+    text = jf.stablehlo(a, b)
+    assert "stablehlo.cholesky" in text and "stablehlo.triangular_solve" in text and "lapack" not in text
+    bad = jit_ps(lambda a: np.linalg.cholesky(a))(onp.stack([a[0], -a[1]]))
+    assert not onp.isnan(bad[0]).any() and onp.isnan(bad[1]).all()
+
+
+def test_portable_lu_family(portable):
+    """det, slogdet, inv, solve and solve_banded through the pivoted LU loop (matrix_power
+    with n < 0 is inv, a vector right-hand side a reshape: the CPU tests cover those). The
+    batch holds matrices needing row swaps (zero leading entries) and a singular one: exact
+    zero determinant, NaN inverse and solution, as on CPU."""
+    a = onp.stack([well(3, 3), well(3, 3, seed=1), [[0.0, 1.0, 2.0], [1.0, 0.0, 3.0], [4.0, 5.0, 0.0]],
+                   [[0.0, 0.0, 1.0], [0.0, 2.0, 0.0], [3.0, 0.0, 0.0]], [[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]]])
+    b, ab = general(5, 3, 2, seed=1), banded(1, 2, 5)
+    f = lambda a, b, ab: (np.linalg.det(a), np.linalg.slogdet(a), np.linalg.inv(a), np.linalg.solve(a, b),
+                          asl.solve_banded((1, 2), ab, general(5, 2, seed=2)))
+    jf = jit_ps(f)
+    (det, (sign, logdet), inv, x, xb) = jf(a, b, ab)
+    assert_close((det, sign, logdet, xb), (onp.linalg.det(a), *onp.linalg.slogdet(a),
+                                           sla.solve_banded((1, 2), ab, general(5, 2, seed=2))))
+    assert det[-1] == 0 and sign[-1] == 0 and logdet[-1] == -onp.inf
+    assert onp.isnan(inv[-1]).all() and onp.isnan(x[-1]).all()
+    assert_close((inv[:-1], x[:-1]), (onp.linalg.inv(a[:-1]), onp.linalg.solve(a[:-1], b[:-1])))
+    assert "lapack" not in jf.stablehlo(a, b, ab)
+
+
+@pytest.mark.parametrize("dtype", [F32, C128])
+def test_portable_lu_dtypes(portable, dtype):
+    portable_value(lambda a, b: (np.linalg.slogdet(a), np.linalg.solve(a, b)), well(2, 4, 4, dtype=dtype),
+                   general(2, 4, 3, dtype=dtype, seed=1))
+
+
+def test_portable_lu_grads(portable):
+    f = lambda a, b, ab: cat(np.linalg.det(a), np.linalg.slogdet(a)[1], np.linalg.inv(a), np.linalg.solve(a, b),
+                             asl.solve_banded((1, 1), ab, b[:, 0]))
+    check_grad_joint(f, well(4, 4), general(4, 2), banded(1, 1, 4), both_ways=False)
+    check_grad(np.linalg.inv, well(3, 3, dtype=F32), rtol=1e-4, both_ways=False)
+
+
+@pytest.mark.parametrize("dtype", [F64, F32, C128, C64])
+def test_portable_eigh(portable, dtype):
+    """Cyclic Jacobi; odd n (5) exercises the padding. Only the UPLO triangle is read."""
+    h = general(2, 5, 5, dtype=dtype)
+    sym = (h + onp.conj(onp.swapaxes(h, -1, -2))) / 2
+    low, up = onp.tril(sym) + 5 * onp.triu(onp.ones((5, 5)), 1), onp.triu(sym) - 5 * onp.tril(onp.ones((5, 5)), -1)
+    jf = jit_ps(lambda a, b: (np.linalg.eigh(a), np.linalg.eigvalsh(b, UPLO="U")))
+    (w, v), values = jf(low.astype(dtype), up.astype(dtype))
+    w0, v0 = onp.linalg.eigh(sym)
+    assert w.dtype == w0.dtype and v.dtype == v0.dtype
+    assert_close((w, values), (w0, w0))
+    assert_close(fix_phase(v), fix_phase(v0))
+    assert "lapack" not in jf.stablehlo(low.astype(dtype), up.astype(dtype))
+
+
+def test_portable_eigh_special_and_grads(portable):
+    """Repeated eigenvalues (any orthonormal basis of the eigenspace), a zero matrix, tiny
+    and huge scales (Jacobi runs on a / max|a|), and autograd's VJP."""
+    q = onp.linalg.qr(general(4, 4))[0]
+    special = onp.stack([q @ onp.diag([1.0, 1.0, 1.0, 2.0]) @ q.T, onp.zeros((4, 4)),
+                         spd(4, 4) * 1e-200, spd(4, 4, seed=1) * 1e200])
+    w, v = jit_ps(np.linalg.eigh)(special)
+    assert_close(w, onp.linalg.eigvalsh(special))
+    scale = onp.abs(special).max(axis=(-2, -1), initial=1e-300)[:, None, None]
+    assert_close(v @ (w[..., None] * onp.swapaxes(v, -1, -2)) / scale, special / scale, atol=1e-14)
+    f = lambda x: np.linalg.eigh(x)[0] + np.sum(np.abs(np.linalg.eigh(x)[1]), axis=-2)
+    a = general(2, 3, 3)
+    check_grad(f, a + onp.swapaxes(a, -1, -2), both_ways=False)
+
+
+@pytest.mark.parametrize("dtype", [F64, C128])
+def test_portable_svd_qr(portable, dtype):
+    """One-sided Jacobi SVD (tall; wide through A^H), U completed by Householder QR; qr from
+    XLA's expander, which keeps LAPACK's sign conventions, so Q and R compare directly."""
+    shapes = [(2, 4, 3), (3, 5)] if dtype == F64 else [(2, 4, 3)]
+    args = [general(*shape, dtype=dtype, seed=i) for i, shape in enumerate(shapes)]
+    f = lambda x: (np.linalg.svd(x), np.linalg.qr(x, mode="complete"))
+    jf = jit_ps(lambda *xs: tuple(f(x) for x in xs))
+    for ((u, s, vh), qr), a in zip(jf(*args), args):
+        (u0, s0, vh0), qr0 = f(a)
+        assert (u.shape, vh.shape, u.dtype, s.dtype) == (u0.shape, vh0.shape, u0.dtype, s0.dtype)
+        assert_close((s, qr), (s0, qr0))
+        k = s0.shape[-1]  # the first k singular vectors are unique up to phase; the rest: unitarity
+        assert_close(fix_phase(u[..., :k]), fix_phase(u0[..., :k]))
+        assert_close(fix_phase(onp.conj(onp.swapaxes(vh, -1, -2))[..., :k]),
+                     fix_phase(onp.conj(onp.swapaxes(vh0, -1, -2))[..., :k]))
+        for m in (u, vh):
+            assert_close(onp.conj(onp.swapaxes(m, -1, -2)) @ m, onp.broadcast_to(onp.eye(m.shape[-1]), m.shape),
+                         atol=10 * onp.finfo(s.dtype).eps, check_dtype=False)
+    assert "lapack" not in jf.stablehlo(*args)
+
+
+def test_portable_svd_family_and_special(portable):
+    """pinv and the 'nuc' norm (svd without vectors, as svdvals) on the Jacobi SVD; zero
+    singular values (U stays unitary: QR completes the basis), zero and tiny matrices; NaN
+    in, NaN out (numpy: LinAlgError), as on CPU."""
+    x = general(2, 3, 4, seed=2)
+    low_rank = general(4, 2) @ general(2, 4, seed=1)
+    zero_col = general(4, 4, seed=2)
+    zero_col[:, 1] = 0
+    special = onp.stack([low_rank, zero_col, onp.zeros((4, 4)), general(4, 4, seed=3) * 1e-200,
+                         onp.full((4, 4), onp.nan)])
+    f = lambda x, special: ((np.linalg.pinv(x), np.linalg.norm(x[0], "nuc")), np.linalg.svd(special))
+    values, (u, s, vh) = jit_ps(f)(x, special)
+    assert_close(values, f(x, special[:1])[0])
+    assert all(onp.isnan(r[-1]).all() for r in (u, s, vh))
+    u, s, vh, special = u[:-1], s[:-1], vh[:-1], special[:-1]
+    for got, a in zip(s, special):
+        assert_close(got, onp.linalg.svdvals(a), atol=1e-14 * onp.abs(a).max())
+    eye = onp.broadcast_to(onp.eye(4), special.shape)
+    assert_close((onp.swapaxes(u, -1, -2) @ u, vh @ onp.swapaxes(vh, -1, -2)), (eye, eye), atol=1e-14)
+    scale = onp.abs(special).max(axis=(-2, -1), initial=1e-300)[:, None, None]
+    assert_close((u * s[..., None, :]) @ vh / scale, special / scale, atol=1e-14)
+
+
+def test_portable_svd_grads(portable):
+    """autograd's VJPs run on the portable values (real matrices: the backward passes are the
+    same code for complex ones, whose values the tests above check)."""
+    def f(x):
+        u, s, vh = np.linalg.svd(x, full_matrices=False)
+        return s + np.sum(np.abs(u), axis=-2) + np.sum(vh ** 2 * np.arange(vh.shape[-1]), axis=-1)
+    check_grad(lambda b: cat(f(b), np.linalg.norm(b[0], "nuc")), general(2, 3, 5, seed=2), both_ways=False)
+
+
+@pytest.mark.parametrize("dtype", [F64, C128])
+def test_portable_eig(portable, dtype):
+    """Complex Schur form by Hessenberg reduction and the shifted QR algorithm, eigenvectors
+    by back substitution, normalised like geev (unit norm, largest entry real). With the
+    random matrices (real ones have complex eigenvalue pairs) come some that trouble QR
+    iterations: a cyclic permutation (needs complex shifts), a Jordan block, diagonal and
+    triangular ones (eigenvalues only: some have no eigenvector basis), and NaN (numpy:
+    LinAlgError)."""
+    special = onp.stack([onp.roll(onp.eye(4), 1, axis=0), onp.diag([1.0, 1.0, 1.0], 1) + 2 * onp.eye(4),
+                         onp.diag([3.0, -1.0, 2.0, 0.5]), onp.triu(general(4, 4)), onp.full((4, 4), onp.nan)])
+    a = onp.concatenate([general(2, 4, 4, dtype=dtype, seed=5), special.astype(dtype)])
+    w, v = jit_ps(np.linalg.eig)(a)
+    assert onp.isnan(w[-1]).all() and onp.isnan(v[-1]).all()
+    w0, v0 = onp.linalg.eig(a[:-1])
+    assert w.dtype == C128 and v.dtype == C128
+    w, v = match_eig(w[:-1], v[:-1], w0)
+    assert_close(w, w0.astype(C128))
+    assert_close(fix_phase(v[:2]), fix_phase(v0[:2]))
+    assert_close(onp.linalg.norm(v, axis=-2), onp.ones(w.shape))
+    assert_close(a[:-1] @ v, v * w[..., None, :], atol=1e-14)
+
+
+def test_portable_eig_grads(portable):
+    """autograd's VJP, through a function that does not depend on the order of the eigenvalues."""
+    def f(x):
+        w, v = np.linalg.eig(x)
+        return np.sum(np.real(w) ** 2) + np.sum(np.abs(np.imag(w))) + np.sum(np.abs(v) ** 4)
+    check_grad(f, general(4, 4, seed=5), both_ways=False)
+
+
+def test_portable_sqrtm_and_sylvester(portable):
+    """Both on the complex Schur form. A real matrix with a negative eigenvalue has no real
+    principal root: NaN, as on CPU (detected here by the root's imaginary part). Their
+    gradients are autograd's VJPs, which solve Sylvester equations: value-checked here, and
+    the CPU tests check the VJPs."""
+    a = onp.stack([spd(4, 4), well(4, 4, seed=1), -spd(4, 4, seed=2)])
+    b, q = well(3, 3, seed=3), general(4, 3, seed=4)
+    root, x = jit_ps(lambda a, b, q: (asl.sqrtm(a), asl.solve_sylvester(a[1], b, q)))(a, b, q)
+    assert_close((root[:2], x), (sla.sqrtm(a[:2]), sla.solve_sylvester(a[1], b, q)), rtol=SCHUR_RTOL)
+    assert onp.isnan(root[2]).all()
+
+
+def test_portable_float32(portable):
+    """float32 inputs, and float64 ones under x64=False, run the loops in float32 (tolerances
+    and iteration limits follow the precision really computed in) and agree with numpy to
+    float32 accuracy. (eigh and LU have their own float32 cases above.)"""
+    a = general(2, 4, 3, dtype=F32)
+    u, s, vh = jit_ps(np.linalg.svd)(a)
+    u0, s0, vh0 = onp.linalg.svd(a)
+    assert (u.dtype, s.dtype) == (F32, F32)
+    assert_close((s, fix_phase(u[..., :3]), fix_phase(onp.swapaxes(vh, -1, -2))),
+                 (s0, fix_phase(u0[..., :3]), fix_phase(onp.swapaxes(vh0, -1, -2))))
+    b = general(2, 4, 4, seed=5)
+    f = lambda b: (np.linalg.det(b), np.linalg.eig(b))
+    jf = jit_ps(f, x64=False)
+    det, (w, v) = jf(b)
+    w0, v0 = onp.linalg.eig(b)
+    w, v = match_eig(w, v, w0)
+    assert (det.dtype, w.dtype) == (F32, C64)
+    assert_close((det, w, fix_phase(v)), (onp.linalg.det(b).astype(F32), w0.astype(C64), fix_phase(v0).astype(C64)))
+    assert "f64" not in jf.stablehlo(b)
