@@ -338,7 +338,9 @@ class Builder:
         shape = [x.shape[i] for i in lb] + free_x + free_y
         dims = (f"lhs_batching_dimensions = {i64_list(lb)}, rhs_batching_dimensions = {i64_list(rb)}, "
                 f"lhs_contracting_dimensions = {i64_list(lc)}, rhs_contracting_dimensions = {i64_list(rc)}")
-        attrs = {"dot_dimension_numbers": f"#stablehlo.dot<{dims}>"}
+        # numpy multiplies float32 in float32: forbid reduced-precision (e.g. TF32) products
+        attrs = {"dot_dimension_numbers": f"#stablehlo.dot<{dims}>",
+                 "precision_config": "[#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]"}
         return self.op1("stablehlo.dot_general", [x, y], shape, dtype or x.dtype, attrs)
 
     def _fold_transpose(self, v, contracting, batching):
