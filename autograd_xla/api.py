@@ -11,6 +11,8 @@ the cache and execute. Calls that carry autograd boxes go through one autograd p
 import collections
 import functools
 import inspect
+import re
+import sys
 import threading
 import time
 import warnings
@@ -27,7 +29,7 @@ from .backend import DeviceArray
 from .core import Graph, prim_name
 from .hlo import SUPPORTED_DTYPES as _SUPPORTED
 from .errors import (ArgumentError, CompileError, ConcretizationError, ImpureFunctionError, JitError,
-                     UnsupportedPrimitiveError)
+                     UnsupportedPrimitiveError, _library_file, annotate)
 
 rules.load_all()
 _trace_state = tracing._state
@@ -196,9 +198,9 @@ class JittedFunction:
         numbers the forward pass drew, and a separately compiled VJP would draw new ones."""
         if "impure_grad" not in self._warned:
             self._warned.add("impure_grad")
-            warnings.warn(f"{self!r} draws random numbers, so differentiating it from outside (grad(jit_ps(f))) runs "
-                          "it as plain autograd, keeping the forward and backward passes on the same draws. Compile "
-                          "the gradient instead: jit_ps(grad(f)).", stacklevel=4)
+            _warn(f"{self!r} draws random numbers, so differentiating it from outside (grad(jit_ps(f))) runs it as "
+                  "plain autograd, keeping the forward and backward passes on the same draws. Compile the gradient "
+                  "instead: jit_ps(grad(f)).")
         return self._apply(spec, leaves)
 
     def _split(self, args, kwargs):
@@ -281,9 +283,8 @@ class JittedFunction:
         key = ("guard", str(failed[0]))
         if key not in self._warned:
             self._warned.add(key)
-            warnings.warn(f"{self!r}: a slice with traced bounds reaches outside its array at\n{failed[0]}\n"
-                          "numpy would return a shorter array there, so this call ran as plain autograd.",
-                          stacklevel=4)
+            _warn(f"{self!r}: a slice with traced bounds reaches outside its array at\n{failed[0]}\n"
+                  "numpy would return a shorter array there, so this call ran as plain autograd.")
         self.stats.fallbacks += 1
         if rng_state is not None:
             impurity.set_global_state(rng_state)
@@ -338,7 +339,8 @@ class JittedFunction:
                     raise
                 self._warn_fallback(e)
                 self.stats.fallbacks += 1
-                return key, _Entry(None, None, None, None, python_fallback=True)
+                return key, _Entry(None, None, None, None, python_fallback=True,
+                                   impure=isinstance(e, ImpureFunctionError))
 
     def _trace_and_compile(self, spec, leaves, auto):
         names = self._leaf_names(spec)
@@ -352,12 +354,16 @@ class JittedFunction:
             return self._apply(spec, full)
 
         t0 = time.perf_counter()
-        graph, out_tree = tracing.trace_function(flat_fun, in_avals, [names[i] for i in dynamic])
+        graph, out_tree, draws = self._trace(flat_fun, in_avals, [names[i] for i in dynamic], spec, leaves)
         t1 = time.perf_counter()
         backend = self._backend()
-        lowered = lowering.lower(graph, getattr(self._fun, "__name__", "jit_fn"), backend.platform, self._x64(backend))
+        x64 = self._x64(backend)
+        lowered = lowering.lower(graph, getattr(self._fun, "__name__", "jit_fn"), backend.platform, x64)
         t2 = time.perf_counter()
-        exe, compiled = backend.compile(lowered.text)
+        try:
+            exe, compiled = backend.compile(lowered.text)
+        except CompileError as e:
+            raise _explain_compile_error(self, e, graph, lowered, backend.platform, x64) from None
         executable = backend_mod.Executable(backend, exe, lowered.in_avals, lowered.out_avals, lowered.consts,
                                             lowered.text, self.stats)
         t3 = time.perf_counter()
@@ -367,7 +373,35 @@ class JittedFunction:
         s.trace_seconds += t1 - t0
         s.lower_seconds += t2 - t1
         s.compile_seconds += t3 - t2
-        return _Entry(executable, out_tree, graph, lowered)
+        return _Entry(executable, out_tree, graph, lowered, draws=draws, static_leaves=auto)
+
+    def _trace(self, flat_fun, in_avals, names, spec, leaves):
+        """Trace with numpy.random's global-state calls recorded as host draws, and with the
+        random generators the function can reach watched: one that moved means draws that
+        would be frozen (impurity.py). Returns (graph, out_tree, draws)."""
+        treedef, _, static_pos, static_kw = spec
+        watch = impurity.Watch(self._fun, [(v, f"static argument {n}") for n, v in
+                                           self._static_items(static_pos, static_kw)])
+        try:
+            with impurity.recording() as draws:
+                graph, out_tree = tracing.trace_function(flat_fun, in_avals, names)
+        except ConcretizationError as e:
+            watch.restore()
+            if getattr(e, "random_draws", None):
+                raise impurity.concretized_draw_error(self._fun, e) from e
+            raise
+        except (TypeError, ValueError) as e:
+            watch.restore()
+            if not isinstance(e, JitError):
+                self._note_suspicious_arguments(e, spec, leaves)
+            raise
+        except BaseException:
+            watch.restore()
+            raise
+        moved = watch.restore()
+        if moved:
+            raise impurity.moved_error(self._fun, moved)
+        return graph, out_tree, draws
 
     def _backend(self):
         if self._platform is None:
@@ -380,26 +414,38 @@ class JittedFunction:
         if backend.platform == "tpu":
             if self.x64 and "x64_tpu" not in self._warned:
                 self._warned.add("x64_tpu")
-                warnings.warn("TPUs have no 64-bit floating point: computing in 32 bits", stacklevel=6)
+                _warn("TPUs have no 64-bit floating point: computing in 32 bits")
             return False
         return self.x64 is not False
 
     def _leaf_names(self, spec):
         """Python-syntax name of every dynamic leaf: params[2]['W'], x, args[1]."""
+        out = []
+        for name, sub in self._top_level(spec):
+            out.extend(name + tree.format_path(keys) for keys in tree.leaf_paths(sub))
+        return out
+
+    def _top_level(self, spec):
+        """(name, treedef) of each dynamic top-level argument, positional then keyword."""
         treedef, has_kwargs, static_pos, _ = spec
         names = self._positional_names()
         static_idx = {i for i, _ in static_pos}
         dyn_names = [n for i, n in enumerate(names) if i not in static_idx]
-        out = []
-        for keys in tree.leaf_paths(treedef):
-            if has_kwargs:
-                group, keys = keys[0], keys[1:]
-                if group == 1:
-                    out.append(f"{keys[0]}{tree.format_path(keys[1:])}")
-                    continue
-            i = keys[0]
-            out.append((dyn_names[i] if i < len(dyn_names) else f"args[{i}]") + tree.format_path(keys[1:]))
+        args_def, kw_def = treedef[1] if has_kwargs else (treedef, None)
+        out = [(dyn_names[i] if i < len(dyn_names) else f"args[{i}]", c) for i, c in enumerate(args_def[1])]
+        if kw_def is not None:
+            out.extend(zip(kw_def[1], kw_def[2]))
         return out
+
+    def _note_suspicious_arguments(self, error, spec, leaves):
+        """A numpy error while tracing: name arguments that are None or ragged nested lists
+        (the usual cause, and invisible in the error numpy gives)."""
+        i = 0
+        for name, sub in self._top_level(spec):
+            n = tree.num_leaves(sub)
+            for note in _suspicious(name, sub, list(leaves[i:i + n])):
+                annotate(error, note)
+            i += n
 
     def _raise_bad_argument(self, spec, leaves):
         names = self._leaf_names(spec)
@@ -419,7 +465,7 @@ class JittedFunction:
         n = self.stats.traces
         if previous is None or n < RETRACE_WARN_AFTER or n % RETRACE_WARN_AFTER:
             return
-        change = _describe_change(previous, key)
+        change = _describe_change(previous, key, self._leaf_names(key[0]) if previous[0] == key[0] else None)
         if key[0] in self._auto_static:
             names = self._leaf_names(key[0])
             scalars = ", ".join(f"'{names[i]}'" for i in sorted(self._auto_static[key[0]]))
@@ -430,26 +476,23 @@ class JittedFunction:
         else:
             advice = ("Each distinct signature is traced and compiled anew: keep shapes and dtypes fixed, pass "
                       "changing values as arrays rather than static arguments, or pad inputs to a few sizes.")
-        warnings.warn(f"{self!r} has been traced for {n} signatures; the latest differed from the previous one in "
-                      f"{change}. {advice}", stacklevel=5)
+        _warn(f"{self!r} has been traced for {n} signatures; the latest differed from the previous one in "
+              f"{change}. {advice}")
 
     def _warn_fallback(self, error):
         key = ("fallback", getattr(error.primitive, "__name__", str(error.primitive)))
         if key in self._warned:
             return
         self._warned.add(key)
-        warnings.warn(f"jit_ps({getattr(self._fun, '__name__', self._fun)}) runs as plain autograd: {error} "
-                      "Use jit_ps(f, fallback='error') to make this an error.", stacklevel=5)
+        _warn(f"jit_ps({getattr(self._fun, '__name__', self._fun)}) runs as plain autograd: {error} "
+              "Use jit_ps(f, fallback='error') to make this an error.")
 
     # ----- introspection --------------------------------------------------------------------
     def _entry_for(self, args, kwargs):
         spec, leaves = self._split(args, kwargs)
         if any(type(x) in box_types for x in leaves):
             raise TypeError("introspection takes concrete arguments, not autograd boxes")
-        auto = self._auto_static.get(spec)
-        sig = tuple(map(_leaf_signature, leaves))
-        key = (spec, sig, tuple(leaves[i] for i in sorted(auto))) if auto else (spec, sig)
-        entry = self._cache.get(key) or self._compile(key, spec, leaves)
+        entry = self._lookup(spec, leaves, count=False)
         if entry.python_fallback:
             raise UnsupportedPrimitiveError(f"{self!r} falls back to plain autograd for these arguments")
         return entry
@@ -490,9 +533,18 @@ def _hashable(v):
 
 
 def _describe_bad_leaf(name, x):
-    if isinstance(x, np.ndarray):
+    if isinstance(x, np.ma.MaskedArray):
+        return (f"argument {name} is a masked array; compiled code would ignore its mask. Pass the data with the "
+                "masked entries filled (x.filled(value)) and, if needed, the mask as a separate boolean array")
+    if isinstance(x, np.matrix):
+        return (f"argument {name} is a numpy.matrix, whose operators (* is a matrix product) compiled code would not "
+                "follow; pass np.asarray(x) and use @ for matrix products")
+    if isinstance(x, (np.ndarray, np.generic)):
         return (f"argument {name} is an array of dtype {x.dtype}, which XLA cannot hold; jitted functions take "
-                "numeric and boolean arrays (convert it, or pass it as a static argument)")
+                "bool, integer, floating and complex arrays (convert it, e.g. x.astype(np.float64), or pass it as "
+                "a static argument)")
+    if x is None:
+        return f"argument {name} is None"
     if isinstance(x, str):
         return f"argument {name} is a string; pass strings through static_argnums/static_argnames"
     return (f"argument {name} has type {type(x).__name__}; jitted functions take numpy arrays, Python and numpy "
@@ -500,27 +552,137 @@ def _describe_bad_leaf(name, x):
             "(they must be hashable)")
 
 
-def _describe_change(old, new):
+def _suspicious(name, treedef, leaves, path=()):
+    """Notes for the parts of one argument that numpy would refuse as an array: None, and
+    nested lists of numbers whose rows differ in length. `leaves`: this subtree's leaves."""
+    if treedef is tree.LEAF:
+        return []
+    kind = treedef[0]
+    where = name + tree.format_path(path)
+    if kind is None:
+        return [f"argument {where} is None (an empty container to jit_ps); if an array was meant, pass one"]
+    if kind in (list, tuple) and leaves and all(type(x) in (bool, int, float, complex) for x in leaves) \
+            and _ragged(treedef):
+        return [f"argument {where} is a ragged nested list (its rows differ in length), which numpy cannot make "
+                "an array of; pass a numpy array of the intended shape"]
+    children = treedef[2] if kind is dict else treedef[1]
+    keys = treedef[1] if kind is dict else range(len(children))
+    notes, i = [], 0
+    for k, c in zip(keys, children):
+        n = tree.num_leaves(c)
+        notes.extend(_suspicious(name, c, leaves[i:i + n], path + (k,)))
+        i += n
+    return notes
+
+
+def _ragged(treedef):
+    """Whether nested lists/tuples of leaves alone have rows of different lengths or depths
+    (False for anything holding another kind of container)."""
+    def shape(t):
+        if t is tree.LEAF:
+            return ()
+        if t[0] not in (list, tuple):
+            raise TypeError
+        shapes = {shape(c) for c in t[1]}
+        if len(shapes) > 1 or _RAGGED in shapes:
+            return _RAGGED
+        return (len(t[1]),) + (shapes.pop() if shapes else ())
+    try:
+        return shape(treedef) is _RAGGED
+    except TypeError:
+        return False
+
+
+_RAGGED = ("ragged",)
+
+
+def _describe_change(old, new, names=None):
     (spec0, sig0, *st0), (spec1, sig1, *st1) = old, new
     if spec0[0] != spec1[0] or spec0[1] != spec1[1]:
         return f"argument structure ({tree.describe(spec0[0])} -> {tree.describe(spec1[0])})"
     if spec0[2:] != spec1[2:]:
-        return "the value of a static argument"
-    for a, b in zip(sig0, sig1):
+        for (i, a), (j, b) in zip(spec0[2] + spec0[3], spec1[2] + spec1[3]):
+            if i == j and a != b:
+                return f"the value of static argument {i!r} ({_short(a)} -> {_short(b)})"
+        return "the set of static arguments given"
+    for k, (a, b) in enumerate(zip(sig0, sig1)):
         if a != b:
+            who = f"argument {names[k]}" if names and k < len(names) else "an argument"
             if isinstance(a, tuple) and isinstance(b, tuple):
-                what = "dtype" if a[0] == b[0] else "shape"
-                return f"an argument's {what} ({_sig_str(a)} -> {_sig_str(b)})"
-            return f"an argument's type ({_sig_str(a)} -> {_sig_str(b)})"
+                what = "dtype" if a[0] == b[0] else "shape" if a[1] == b[1] else "shape and dtype"
+                return f"the {what} of {who} ({_sig_str(a)} -> {_sig_str(b)})"
+            return f"the type of {who} ({_sig_str(a)} -> {_sig_str(b)})"
     if st0 != st1:
         return "the value of a Python scalar used as a static value"
     return "its signature"
+
+
+def _short(v):
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _sig_str(s):
     if isinstance(s, tuple):
         return f"{s[1]}{list(s[0])}"
     return f"Python {s.__name__}"
+
+
+def _warn(message):
+    """warnings.warn attributed to the first frame outside this package, autograd and numpy."""
+    level, f = 2, sys._getframe(1)
+    while f is not None and _library_file(f.f_code.co_filename):
+        f, level = f.f_back, level + 1
+    warnings.warn(message, stacklevel=level)
+
+
+def _explain_compile_error(fn, error, graph, lowered, platform, x64):
+    """XLA rejected a program: a translation rule emitted something invalid (the traced
+    shapes were valid, or tracing would have raised numpy's error). Say which primitive and
+    which line of the user's code, not the module text; keep XLA's words as attributes."""
+    text = str(error)
+    found = re.search(r'(?:^|[\s(])"?-"?:(\d+):\d+:? ?(?:error:)? ?([^\n]*)', text)
+    first = found.group(2).strip() if found else text.split("\n", 1)[0][:300]
+    eqn = _equation_at_line(graph, int(found.group(1)), platform, x64) if found else None
+    where = (f"\nThe operation was emitted for primitive '{prim_name(eqn.prim)}', traced from\n{eqn.source}"
+             if eqn is not None else "")
+    err = CompileError(f"XLA rejected the program compiled for {fn!r}: {first}{where}\nThe traced shapes and "
+                       "dtypes were valid, so this is a bug in a translation rule; please report it. XLA's full "
+                       "message and the module text are in this error's .xla_message and .module_text.")
+    err.xla_message, err.module_text = text, lowered.text
+    err.primitive = eqn.prim if eqn is not None else None
+    err.source = eqn.source if eqn is not None else None
+    return err
+
+
+def _equation_at_line(graph, lineno, platform, x64):
+    """The equation whose lowering produced line `lineno` of the module text: lowering is
+    deterministic and sequential, so lower growing prefixes of the graph and count lines."""
+    eqns = lowering.prune(graph).eqns
+    header = 2  # "module ..." and "func.func ..."
+
+    def body_lines(k):
+        outs = [v for e in eqns[:k] for v in e.outvars if v is not None] or list(graph.invars[:1])
+        sub = Graph(list(graph.invars), list(eqns[:k]), outs, captured=graph.captured, arg_names=graph.arg_names)
+        try:
+            text = lowering.lower(sub, "probe", platform, x64).text
+        except Exception:
+            return None
+        return text.count("\n") - header - 3  # footer: return, "}", "}"
+
+    if lineno <= header:
+        return None
+    lo, hi = 1, len(eqns)
+    while lo < hi:  # smallest k whose prefix reaches the line
+        mid = (lo + hi) // 2
+        n = body_lines(mid)
+        if n is None:
+            return None
+        if n >= lineno - header:
+            hi = mid
+        else:
+            lo = mid + 1
+    return eqns[lo - 1] if eqns and (body_lines(lo) or 0) >= lineno - header else None
 
 
 def jit_ps(fun=None, *, static_argnums=(), static_argnames=(), fallback="python", backend=None,

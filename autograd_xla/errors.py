@@ -73,6 +73,12 @@ class UnsupportedPrimitiveError(JitError, NotImplementedError):
         self.primitive, self.source = primitive, source
 
 
+class ImpureFunctionError(UnsupportedPrimitiveError):
+    """The function draws random numbers in a way a compiled program would freeze (a
+    RandomState/Generator method, a draw used as a concrete value...). jit_ps runs such a
+    function as plain autograd (fallback="python") or raises this (fallback="error")."""
+
+
 class TracerLeakError(JitError):
     """A traced value escaped the function being compiled."""
 

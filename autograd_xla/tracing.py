@@ -147,10 +147,19 @@ def bind(prim, args, kwargs, rule=None):
         raise unsupported(prim)
     if rule.kind == "trace":
         return rule.fn(*args, **kwargs)
+    given = args
     args, kwargs = _replace_tracers((args, kwargs), trace)
     try:
         leaves, out_tree, passthrough = abstract_eval(rule, args, kwargs)
     except Exception as e:
+        # the rule made an array of a list holding traced values (np.dot([a, b], x)): numpy's
+        # asarray of it, traced, is what it meant
+        converted = _lists_as_arrays(given) if type(e) is TypeError and "dtype object" in str(e) else None
+        if converted is not None:
+            try:
+                return bind(prim, converted, kwargs and _replace_vars(kwargs, trace), rule)
+            except Exception:
+                pass
         src = user_frame(2)
         raise annotate(e, f"in primitive '{prim_name(prim)}'" + (f", traced from\n{src}" if src else ""))
     outs, outvars = [], []
@@ -191,6 +200,31 @@ def abstract_eval(rule, args, kwargs):
         avals.append(Aval(v.shape, v.dtype))
         passthrough.append(inputs.get(id(v)))
     return avals, out_tree, passthrough
+
+
+def _lists_as_arrays(args):
+    """`args` with each list/tuple holding traced values made an array (what numpy's
+    asarray does to an operand), or None when there is none or one cannot be converted."""
+    out, changed = [], False
+    for a in args:
+        if type(a) in (list, tuple) and _holds_tracer(a):
+            import autograd.numpy as anp
+            try:
+                a = anp.array(a)
+            except Exception:
+                return None
+            changed = True
+        out.append(a)
+    return tuple(out) if changed else None
+
+
+def _holds_tracer(obj):
+    t = type(obj)
+    return t is Tracer or (t in (list, tuple) and any(_holds_tracer(x) for x in obj))
+
+
+def _replace_vars(obj, trace):
+    return map_structure(obj, Var, lambda v: Tracer(v, trace))
 
 
 def _replace_tracers(obj, trace):

@@ -1,0 +1,445 @@
+"""Random numbers inside jitted functions: fresh draws on every call, never frozen ones.
+
+Plain autograd runs the function on every call, so `np.random.randn(3)` inside it draws
+new numbers each time. A compiled function runs only the XLA program; a draw made while
+tracing would become a constant, the same "noise" forever. Two mechanisms prevent that:
+
+* **Host-drawn inputs.** Calls of numpy.random's module functions (through
+  `autograd.numpy.random` or `numpy.random` itself) that run on numpy's global
+  RandomState are intercepted while tracing: the call is recorded and a new graph input
+  stands for its result. Every call of the compiled function replays the recorded calls
+  on the host, in the same order, against the same global state, and passes the results
+  in. So the numbers, and the state sequence, are exactly what plain autograd produces.
+  The trace itself does not touch the global state: result shapes come from running the
+  call on a scratch copy of it.
+
+* **Detection.** Draws that cannot be intercepted (methods of a `RandomState`,
+  `Generator` or `random.Random` instance, which are C code, or a numpy.random function
+  imported by name before jit_ps could see it) are detected: the states of the generators
+  the function can reach (its globals, closure, defaults, bound object and static
+  arguments, transitively through the functions they reference; plus numpy's and Python's
+  global generators) are saved before tracing and compared after. If one moved, its state
+  is restored and the signature is not compiled: it raises `ImpureFunctionError`, which
+  `jit_ps` turns into running plain autograd (one warning) or, with fallback="error",
+  raises. Plain autograd then draws exactly the numbers it always would.
+"""
+import functools
+import random as _pyrandom
+import sys
+import threading
+import types
+
+import numpy as np
+
+from . import tracing
+from .core import Aval
+from .errors import ImpureFunctionError, _library_file, user_frame
+from .hlo import SUPPORTED_DTYPES
+
+_GLOBAL = np.random.mtrand._rand
+
+#: numpy.random functions that only change the global state (replayed, no result).
+_EFFECTS = {"seed"}
+#: numpy.random functions that cannot be replayed from a recording.
+_UNREPLAYABLE = {"get_state", "set_state", "shuffle", "bytes", "set_bit_generator", "get_bit_generator"}
+#: module aliases of RandomState methods.
+_ALIASES = {"ranf": "random_sample", "sample": "random_sample"}
+
+
+def _global_functions():
+    """name -> callable of every numpy.random module function acting on the global state."""
+    out = {}
+    for name, obj in vars(np.random).items():
+        if name.startswith("_") or not callable(obj) or isinstance(obj, type):
+            continue
+        if getattr(obj, "__self__", None) is _GLOBAL or name in _EFFECTS or name in _ALIASES \
+                or name in ("set_bit_generator", "get_bit_generator"):
+            out[name] = obj
+    return out
+
+
+GLOBAL_FUNCTIONS = _global_functions()
+
+
+class DrawName(str):
+    """The graph-input name of a host-drawn value; tracing recognises it by `random_draw`."""
+
+    random_draw = True
+
+
+class Draw:
+    """One recorded call of a numpy.random function, replayed on every call."""
+
+    __slots__ = ("fn", "name", "args", "kwargs", "returns", "source")
+
+    def __init__(self, fn, name, args, kwargs, returns, source):
+        self.fn, self.name, self.args, self.kwargs = fn, name, args, kwargs
+        self.returns, self.source = returns, source
+
+    def __repr__(self):
+        return f"Draw(numpy.random.{self.name}{_call_text(self.args, self.kwargs)})"
+
+
+def _call_text(args, kwargs):
+    parts = [_short(a) for a in args] + [f"{k}={_short(v)}" for k, v in kwargs.items()]
+    return "(" + ", ".join(parts) + ")"
+
+
+def _short(v):
+    if isinstance(v, np.ndarray):
+        return f"array{list(v.shape)}"
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+# ----- recording while tracing ---------------------------------------------------------------
+class _Local(threading.local):
+    def __init__(self):
+        self.recording = None  # list of Draw for the jitted function being traced on this thread
+        self.scratch = None    # RandomState copy used to learn result shapes
+
+
+_local = _Local()
+
+
+class recording:
+    """Collects the host draws of one trace (api wraps each trace of a jitted function)."""
+
+    def __enter__(self):
+        self._saved = (_local.recording, _local.scratch)
+        _local.recording, _local.scratch = [], None
+        return _local.recording
+
+    def __exit__(self, *exc):
+        _local.recording, _local.scratch = self._saved
+        return False
+
+
+def _has_traced(obj):
+    from autograd.tracer import box_types
+
+    t = type(obj)
+    if t is tracing.Tracer or t in box_types:
+        return True
+    if t in (list, tuple):
+        return any(_has_traced(x) for x in obj)
+    if t is dict:
+        return any(_has_traced(x) for x in obj.values())
+    return False
+
+
+def _first_tracer(obj):
+    t = type(obj)
+    if t is tracing.Tracer:
+        return obj
+    items = obj if t in (list, tuple) else obj.values() if t is dict else ()
+    for x in items:
+        found = _first_tracer(x)
+        if found is not None:
+            return found
+    return None
+
+
+def _refuse(name, why, source):
+    where = f" at\n{source}" if source else ""
+    return ImpureFunctionError(
+        f"numpy.random.{name} is called{where}\n{why}, so it cannot be replayed on each call of the compiled "
+        "function. Draw the noise outside the function and pass it in as an argument (e.g. "
+        "`noise = np.random.randn(n, d); f(params, noise)`).", primitive=f"numpy.random.{name}", source=source)
+
+
+def record_draw(fn, name, args, kwargs):
+    """Stand-in for a numpy.random call while tracing: a new graph input, drawn per call."""
+    trace = tracing.current_trace()
+    source = user_frame(3)
+    if name in _UNREPLAYABLE:
+        raise _refuse(name, "inside a jitted function (it reads, sets or mutates state that a recording cannot "
+                      "reproduce)", source)
+    if _has_traced((args, kwargs)):
+        tracer = _first_tracer((args, kwargs))
+        if tracer is not None:  # a Python scalar argument (a size, a bound) can become static
+            err = tracing.concretization_error(tracer, f"numpy.random.{name}'s argument")
+            if err.scalar_args:
+                raise err
+        raise _refuse(name, "with traced (or differentiated) arguments", source)
+    if trace.parent is not None:
+        raise _refuse(name, "inside a structured control-flow body (it would draw once, not once per iteration)",
+                      source)
+    if _local.recording is None:
+        raise _refuse(name, "while tracing outside jit_ps (nothing would replay it)", source)
+    if _local.scratch is None:
+        _local.scratch = np.random.RandomState()
+        _local.scratch.set_state(_GLOBAL.get_state(legacy=False))
+    method = getattr(_local.scratch, _ALIASES.get(name, name))
+    if name in _EFFECTS:
+        method(*args, **kwargs)
+        _local.recording.append(Draw(fn, name, args, kwargs, False, source))
+        return None
+    sample = method(*args, **kwargs)
+    aval = _aval_of_sample(sample)
+    if aval is None:
+        raise _refuse(name, f"returning {type(sample).__name__} (dtype {getattr(sample, 'dtype', '?')}), which XLA "
+                      "cannot hold,", source)
+    _local.recording.append(Draw(fn, name, args, kwargs, True, source))
+    line = f" at line {source.lineno}" if source else ""
+    return trace.new_arg(aval, DrawName(f"numpy.random.{name}{_call_text(args, kwargs)}{line}"))
+
+
+def _aval_of_sample(sample):
+    t = type(sample)
+    if t is float:
+        return Aval((), np.dtype(np.float64), weak_type=True)
+    if t is int:
+        return Aval((), np.dtype(np.int64), weak_type=True)
+    if t is bool:
+        return Aval((), np.dtype(np.bool_), weak_type=True)
+    if isinstance(sample, (np.ndarray, np.generic)) and sample.dtype in SUPPORTED_DTYPES:
+        return Aval(np.shape(sample), sample.dtype)
+    return None
+
+
+def interceptor(fn, name):
+    """What numpy.random.<name> (and autograd.numpy.random.<name>) is while a trace is active."""
+    def intercepted(*args, **kwargs):
+        if tracing.current_trace() is None:  # another thread, or not tracing: the real thing
+            return fn(*args, **kwargs)
+        return record_draw(fn, name, args, kwargs)
+
+    intercepted.__name__ = name
+    intercepted.__wrapped_raw__ = fn
+    return intercepted
+
+
+def replay(draws):
+    """Run the recorded calls on the host, in order; the values of those that return one."""
+    out = []
+    for d in draws:
+        value = d.fn(*d.args, **d.kwargs)
+        if d.returns:
+            out.append(value)
+    return out
+
+
+def _fresh_generator_guard(fn):
+    """numpy.random.default_rng() without a seed, while tracing: a generator seeded from OS
+    entropy, new on every call of plain autograd; compiled, its draws would be frozen."""
+    def default_rng(seed=None):
+        if seed is None and tracing.current_trace() is not None:
+            source = user_frame(2)
+            raise ImpureFunctionError(
+                "numpy.random.default_rng() without a seed is called inside the function" +
+                (f" at\n{source}\n" if source else "; ") + "it draws from fresh OS entropy on every call, so its "
+                "numbers cannot be compiled. Create the generator outside and pass its draws in as arguments.",
+                primitive="numpy.random.default_rng()", source=source)
+        return fn(seed)
+
+    default_rng.__wrapped_raw__ = fn
+    return default_rng
+
+
+def _install():
+    interceptors = {name: interceptor(fn, name) for name, fn in GLOBAL_FUNCTIONS.items()}
+    interceptors["default_rng"] = _fresh_generator_guard(np.random.default_rng)
+    for name, wrapped in interceptors.items():
+        fn = getattr(np.random, name)
+        tracing.MODULE_PATCHES.append((np.random, name, wrapped))
+        try:
+            tracing.RAW_INTERCEPTORS[fn] = wrapped  # autograd.numpy.random's primitives wrap `fn`
+        except TypeError:
+            pass
+    return interceptors
+
+
+_INTERCEPTORS = _install()
+
+
+# ----- detecting draws that cannot be intercepted --------------------------------------------
+_RNG_TYPES = (np.random.RandomState, np.random.Generator, np.random.BitGenerator, _pyrandom.Random)
+_MAX_CONTAINER = 256
+_MAX_DEPTH = 8
+
+
+def _state_of(obj):
+    if isinstance(obj, np.random.RandomState):
+        return obj.get_state(legacy=False)
+    if isinstance(obj, np.random.Generator):
+        return obj.bit_generator.state
+    if isinstance(obj, np.random.BitGenerator):
+        return obj.state
+    if isinstance(obj, _pyrandom.SystemRandom):
+        return None  # no state: draws from the OS, cannot be checked
+    return obj.getstate()
+
+
+def _set_state(obj, state):
+    if isinstance(obj, np.random.RandomState):
+        obj.set_state(state)
+    elif isinstance(obj, np.random.Generator):
+        obj.bit_generator.state = state
+    elif isinstance(obj, np.random.BitGenerator):
+        obj.state = state
+    else:
+        obj.setstate(state)
+
+
+def _same(a, b):
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, np.ndarray):
+        return a.shape == b.shape and bool(np.array_equal(a, b))
+    return a == b
+
+
+def _code_names(code):
+    names = set(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            names |= _code_names(c)
+    return names
+
+
+def reachable_generators(roots):
+    """[(generator, description)] of the RNG objects reachable from `roots` (pairs of
+    (object, description)): closures, defaults, the globals and module attributes the code
+    names, bound objects, partials, small containers and instance attributes."""
+    from .api import JittedFunction
+
+    found, seen = [], set()
+    stack = [(obj, desc, 0, None) for obj, desc in roots]
+    while stack:
+        obj, desc, depth, names = stack.pop()
+        if id(obj) in seen or depth > _MAX_DEPTH:
+            continue
+        seen.add(id(obj))
+        try:
+            _visit(obj, desc, depth, names, stack.append, found, JittedFunction)
+        except Exception:  # an object that resists inspection is not looked into
+            pass
+    return found
+
+
+def _visit(obj, desc, depth, names, push, found, jitted_type):
+    """One step of reachable_generators: record `obj` or push what it refers to."""
+    t = type(obj)
+    if isinstance(obj, _RNG_TYPES):
+        found.append((obj, desc))
+        return
+    if t is np.ndarray or t in (int, float, complex, bool, str, bytes) or obj is None:
+        return
+    if t is types.FunctionType:
+        code = obj.__code__
+        qual = getattr(obj, "__qualname__", "?")
+        names_used = None if _library_file(code.co_filename) else _code_names(code)
+        for var, cell in zip(code.co_freevars, obj.__closure__ or ()):
+            try:
+                push((cell.cell_contents, f"closure variable '{var}' of {qual}", depth + 1, names_used))
+            except ValueError:  # an empty cell
+                pass
+        for d in (obj.__defaults__ or ()) + tuple((obj.__kwdefaults__ or {}).values()):
+            push((d, f"a default argument of {qual}", depth + 1, None))
+        if names_used is not None:
+            g = obj.__globals__
+            for n in names_used:
+                if n in g:
+                    push((g[n], f"global '{n}' of module {g.get('__name__', '?')}", depth + 1, names_used))
+    elif t is types.MethodType:
+        push((obj.__func__, desc, depth + 1, None))
+        push((obj.__self__, f"the object {obj.__func__.__name__} is bound to", depth + 1, None))
+    elif isinstance(obj, functools.partial):
+        push((obj.func, desc, depth + 1, None))
+        for a in tuple(obj.args) + tuple(obj.keywords.values()):
+            push((a, f"an argument bound by functools.partial ({desc})", depth + 1, None))
+    elif t is types.ModuleType:
+        # the user's own modules (mymodule.rng); the global generators of numpy and `random`
+        # are always watched, and library modules are not walked (nor lazily imported from)
+        if names and obj.__name__.partition(".")[0] not in sys.stdlib_module_names \
+                and not _library_file(getattr(obj, "__file__", None) or "<frozen>"):
+            attrs = vars(obj)
+            for n in names:
+                if n in attrs:
+                    push((attrs[n], f"attribute '{n}' of module {obj.__name__}", depth + 1, names))
+    elif t in (list, tuple, set, frozenset):
+        if len(obj) <= _MAX_CONTAINER:
+            for x in obj:
+                push((x, desc, depth + 1, None))
+    elif t is dict:
+        if len(obj) <= _MAX_CONTAINER:
+            for k, x in obj.items():
+                push((x, f"{desc}[{k!r}]", depth + 1, None))
+    elif isinstance(obj, jitted_type):
+        push((obj._fun, desc, depth + 1, None))
+    elif not isinstance(obj, type) and t.__module__ not in ("builtins",):
+        try:
+            attrs = object.__getattribute__(obj, "__dict__")  # never the object's own __getattr__
+        except AttributeError:
+            attrs = {}
+        if type(attrs) is dict and len(attrs) <= _MAX_CONTAINER:
+            for k, x in attrs.items():
+                push((x, f"attribute '{k}' of {desc}", depth + 1, None))
+        call = getattr(t, "__call__", None)
+        if isinstance(call, types.FunctionType):
+            push((call, f"{t.__name__}.__call__", depth + 1, None))
+
+
+class Watch:
+    """Saves the state of every generator `fun` can reach; `restore()` puts back the ones
+    that moved and returns them (their descriptions)."""
+
+    def __init__(self, fun, extra_roots=()):
+        gens = [(_GLOBAL, "numpy.random's global RandomState (through a function imported by name, e.g. "
+                          "`from numpy.random import randn`)"),
+                (_pyrandom._inst, "the global generator of Python's `random` module")]
+        gens += reachable_generators([(fun, getattr(fun, "__qualname__", repr(fun)))] + list(extra_roots))
+        self.saved = []
+        ids = set()
+        for g, desc in gens:
+            if id(g) in ids:
+                continue
+            ids.add(id(g))
+            state = _state_of(g)
+            if state is not None:
+                self.saved.append((g, desc, state))
+
+    def restore(self):
+        moved = []
+        for g, desc, state in self.saved:
+            if not _same(_state_of(g), state):
+                _set_state(g, state)
+                moved.append((g, desc))
+        return moved
+
+
+def moved_error(fun, moved):
+    g, desc = moved[0]
+    kind = type(g).__name__
+    name = getattr(fun, "__name__", repr(fun))
+    return ImpureFunctionError(
+        f"{name} draws random numbers from a {kind} ({desc}); its state changed while tracing. Compiled, the "
+        "numbers drawn at trace time would be frozen into the program, so this function is not compiled (its state "
+        "was restored: plain autograd draws exactly what it always would). To compile it, draw the noise outside "
+        "and pass it in as an argument (`noise = rs.randn(n, d); f(params, noise)`), or use numpy.random's module "
+        "functions (np.random.randn), whose draws jit_ps replays on every call.",
+        primitive=f"{kind} {desc}")
+
+
+def concretized_draw_error(fun, error):
+    name = getattr(fun, "__name__", repr(fun))
+    draws = ", ".join(error.random_draws)
+    return ImpureFunctionError(
+        f"{name} uses a random draw ({draws}) where a concrete value is needed (Python control flow, float(), an "
+        "index or a size), which a compiled program cannot do with numbers drawn anew on each call:\n"
+        f"{getattr(error, 'source', '')}\nTo compile it, draw the numbers outside and pass them in as arguments.",
+        primitive=f"random draw used concretely: {draws}",
+        source=getattr(error, "source", None))
+
+
+def global_state():
+    return _GLOBAL.get_state(legacy=False)
+
+
+def set_global_state(state):
+    _GLOBAL.set_state(state)

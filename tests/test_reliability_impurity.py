@@ -1,0 +1,312 @@
+"""Reliability: impure functions. Random draws inside a jitted function are never frozen at
+trace time: numpy.random's module functions are replayed on every call (same numbers, same
+order, same state afterwards as plain autograd); other generators are detected and the
+function runs as plain autograd. Python side effects run at trace time (documented)."""
+import random
+import threading
+import types
+import warnings
+
+import numpy as onp
+import numpy.random as npr
+import pytest
+from numpy.random import randn as randn_imported_by_name
+
+import autograd.numpy as np
+import autograd.numpy.random as anpr
+from autograd import grad
+from autograd_xla import ImpureFunctionError, fori_loop, jit_ps
+from helpers import assert_close
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*(runs as plain autograd|draws random numbers)")
+
+
+def same_draws(f, *args, calls=3, seed=0, jf=None):
+    """Plain f and jit_ps(f), from the same global seed: identical outputs call by call and
+    the same global state afterwards."""
+    jf = jf or jit_ps(f)
+    onp.random.seed(seed)
+    expected = [f(*args) for _ in range(calls)]
+    after = onp.random.get_state()[1].copy(), onp.random.random()
+    onp.random.seed(seed)
+    got = [jf(*args) for _ in range(calls)]
+    assert onp.array_equal(onp.random.get_state()[1], after[0]) and onp.random.random() == after[1], \
+        "the global RandomState sequence differs from plain autograd's"
+    for g, e in zip(got, expected):
+        assert_close(g, e, rtol=1e-14)
+    assert not all(onp.array_equal(onp.asarray(got[0]), onp.asarray(g)) for g in got[1:]), "draws were frozen"
+    return jf
+
+
+X = onp.linspace(-1, 1, 6)
+
+
+@pytest.mark.parametrize("via", ["autograd.numpy.random", "numpy.random", "np.random"])
+def test_module_functions_are_replayed_on_every_call(via):
+    mod = {"autograd.numpy.random": anpr, "numpy.random": npr, "np.random": np.random}[via]
+
+    def f(x):
+        return x * mod.randn(6) + mod.uniform(-1, 1, size=(2, 6)) + mod.normal(2.0, 3.0, 6) + mod.rand()
+    jf = same_draws(f, X)
+    assert jf.cache_info()["traces"] == 1 and jf.cache_info()["fallbacks"] == 0
+    assert "numpy.random.randn(6)" in str(jf.graph(X))     # the draws are graph inputs
+
+
+def test_many_kinds_of_draws():
+    data = onp.arange(12.0).reshape(4, 3)
+
+    def f(x):
+        idx = np.random.permutation(4)
+        pick = np.random.choice(4, size=2, replace=False)
+        k = np.random.randint(0, 3)                    # a Python int, used as a traced index
+        counts = np.random.binomial(10, 0.3, size=3)    # int64
+        noise = np.random.multivariate_normal(onp.zeros(2), onp.eye(2), size=3)
+        return (np.sum(data[idx] * x[:3]) + np.sum(data[pick]) + data[k, 0] + np.sum(counts * x[:3])
+                + np.sum(noise) + np.random.standard_t(3.0) + np.random.gamma(2.0, size=2)[1])
+    same_draws(f, X, calls=4)
+
+
+def test_python_scalar_draws_are_weakly_typed():
+    x32 = X.astype(onp.float32)
+    f = lambda x: x * np.random.rand() + np.random.randn()  # noqa: E731
+    onp.random.seed(1)
+    expected = f(x32)
+    onp.random.seed(1)
+    got = jit_ps(f)(x32)
+    assert got.dtype == expected.dtype == onp.float32
+    assert_close(got, expected)
+
+
+def test_seed_inside_the_function_is_replayed():
+    def f(x):
+        np.random.seed(42)
+        a = np.random.randn(6)
+        np.random.seed(7)
+        return x + a + np.random.randn(6)
+    jf = jit_ps(f)
+    for _ in range(2):
+        assert_close(jf(X), f(X), rtol=1e-15)
+    onp.random.seed(3)
+    jf(X)
+    expected_next = onp.random.RandomState(7)
+    expected_next.randn(6)
+    assert onp.random.randn() == expected_next.randn()   # the state after the call is plain autograd's
+
+
+def test_jit_of_grad_shares_the_draws_between_passes():
+    def loss(w):
+        return np.sum(np.tanh(w * np.random.randn(6)) ** 2)
+    same_draws(grad(loss), X, jf=jit_ps(grad(loss)))
+
+
+def test_grad_of_jit_runs_plain_and_keeps_draws_consistent():
+    def loss(w):
+        return np.sum(np.tanh(w * np.random.randn(6)) ** 2)
+    jl = jit_ps(loss)
+    with pytest.warns(UserWarning, match="differentiating it from outside"):
+        same_draws(grad(loss), X, jf=grad(jl))
+
+
+@pytest.mark.parametrize("kind", ["RandomState", "Generator", "python random", "imported by name", "object attribute",
+                                  "module attribute", "static argument"])
+def test_other_generators_are_detected_and_run_as_plain_autograd(kind):
+    rs = npr.RandomState(0)
+    gen = npr.default_rng(0)
+    pyr = random.Random(0)
+
+    class Model:
+        def __init__(self):
+            self.rng = npr.RandomState(5)
+
+        def __call__(self, x):
+            return x * self.rng.randn(6)
+
+    model = Model()
+    mod = types.ModuleType("user_module")
+    mod.__file__ = __file__
+    mod.rng = npr.RandomState(9)
+    f, gens, static = {
+        "module attribute": (lambda x: x - mod.rng.rand(6), [mod.rng], False),
+        "RandomState": (lambda x: x + rs.randn(6), [rs], False),
+        "Generator": (lambda x: x * gen.normal(size=6), [gen.bit_generator], False),
+        "python random": (lambda x: x * pyr.random(), [pyr], False),
+        "imported by name": (lambda x: x + randn_imported_by_name(6), [], False),
+        "object attribute": (model, [model.rng], False),
+        "static argument": (lambda x, r: x + r.randn(6), [rs], True),
+    }[kind]
+    args = (X, rs) if static else (X,)
+
+    def states():
+        return [repr(g.get_state() if hasattr(g, "get_state") else getattr(g, "state", None) or g.getstate())
+                for g in gens] + [repr(onp.random.get_state()[1][:4]), onp.random.get_state()[2]]
+    jf = jit_ps(f, static_argnums=1 if static else ())
+    onp.random.seed(0)
+    before = states()
+    expected = [f(*args) for _ in range(3)]
+    after = states()
+    # rewind every generator to `before` by re-creating the same objects' states
+    rs.seed(0), gen.bit_generator.__setstate__(npr.default_rng(0).bit_generator.__getstate__()), pyr.seed(0)
+    model.rng.seed(5), mod.rng.seed(9)
+    onp.random.seed(0)
+    assert states() == before
+    with pytest.warns(UserWarning, match="runs as plain autograd"):
+        got = [jf(*args) for _ in range(3)]
+    assert states() == after                       # the same sequence as plain autograd
+    for g, e in zip(got, expected):
+        assert_close(g, e, rtol=0, atol=0)
+    assert jf.cache_info()["fallbacks"] == 1
+
+
+def test_detected_generator_with_fallback_error_names_it():
+    rs = npr.RandomState(0)
+
+    def objective(x):
+        return np.sum(x * rs.randn(6))
+    state = rs.get_state()[1].copy()
+    with pytest.raises(ImpureFunctionError, match=r"RandomState \(closure variable 'rs' of .*objective\).*pass it "
+                                                  r"in as an argument"):
+        jit_ps(objective, fallback="error")(X)
+    assert onp.array_equal(rs.get_state()[1], state)     # the trace's draw was undone
+
+
+@pytest.mark.parametrize("via", ["numpy", "autograd.numpy"])
+def test_generator_from_fresh_entropy_runs_as_plain_autograd(via):
+    mod = npr if via == "numpy" else anpr
+
+    def f(x):
+        return x + mod.default_rng().normal(size=6)
+    with pytest.raises(ImpureFunctionError, match="default_rng"):
+        jit_ps(f, fallback="error")(X)
+    jf = jit_ps(f)
+    with pytest.warns(UserWarning, match="fresh OS entropy"):
+        a = jf(X)
+    assert not onp.array_equal(a, jf(X)) and jf.cache_info()["fallbacks"] == 1
+    seeded = jit_ps(lambda x: x + mod.default_rng(3).normal(size=6))  # the same numbers every call: compiled
+    assert_close(seeded(X), X + npr.default_rng(3).normal(size=6))
+    assert seeded.cache_info()["fallbacks"] == 0
+
+
+def test_draw_used_as_a_concrete_value_runs_as_plain_autograd():
+    def f(x):
+        if np.random.rand() < 0.5:
+            return x * 2
+        return x[: np.random.randint(1, 6)].sum() + x
+    jf = jit_ps(f)
+    with pytest.warns(UserWarning, match=r"uses a random draw \(numpy.random.rand\(\)"):
+        same_draws(f, X, calls=6, jf=jf)
+    with pytest.raises(ImpureFunctionError):
+        jit_ps(f, fallback="error")(X)
+
+
+def test_python_scalar_draw_size_becomes_static():
+    def f(x, n):
+        return np.sum(x[:n] * np.random.randn(n))
+    jf = jit_ps(f)
+    onp.random.seed(0)
+    expected = [f(X, n) for n in (2, 3, 2, 2)]
+    onp.random.seed(0)
+    got = [jf(X, n) for n in (2, 3, 2, 2)]
+    assert_close(onp.array(got), onp.array(expected), rtol=1e-15)
+    assert jf.cache_info()["traces"] == 2 and jf.cache_info()["fallbacks"] == 0
+
+
+def test_draws_with_traced_arguments_run_as_plain_autograd():
+    f = lambda mu: np.random.normal(mu, 1.0)  # noqa: E731
+    with pytest.raises(ImpureFunctionError, match="traced"):
+        jit_ps(f, fallback="error")(X)
+    same_draws(f, X)
+
+
+def test_draws_inside_a_loop_body_run_as_plain_autograd():
+    def f(x):
+        return fori_loop(0, 3, lambda i, acc: acc + np.random.randn(6), x)
+    with pytest.raises(ImpureFunctionError, match="control-flow body"):
+        jit_ps(f, fallback="error")(X)
+    same_draws(f, X)
+
+
+@pytest.mark.parametrize("name", ["get_state", "shuffle"])
+def test_state_access_runs_as_plain_autograd(name):
+    data = onp.arange(6.0)
+
+    def f(x):
+        if name == "get_state":
+            s = np.random.get_state()
+            y = np.random.randn(6)
+            np.random.set_state(s)
+            return x + y + np.random.randn(6)
+        np.random.shuffle(data)
+        return x * data
+    jf = jit_ps(f)
+    onp.random.seed(0)
+    expected = [onp.array(f(X)) for _ in range(2)]
+    data[:] = onp.arange(6.0)
+    onp.random.seed(0)
+    got = [onp.array(jf(X)) for _ in range(2)]
+    for g, e in zip(got, expected):
+        assert_close(g, e)
+    assert jf.cache_info()["fallbacks"] == 1
+
+
+def test_guard_failure_keeps_the_random_sequence():
+    """A slice outside its array runs the call as plain autograd: the replayed draws of that
+    call are undone first, so the sequence still matches plain autograd."""
+    def f(x, i):
+        return np.sum(x[i:i + 3]) + np.random.randn()
+    x = onp.arange(6.0)
+    jf = jit_ps(f)
+    onp.random.seed(0)
+    expected = [f(x, i) for i in (0, 5, 1)]
+    onp.random.seed(0)
+    with pytest.warns(UserWarning, match="outside its array"):
+        got = [jf(x, onp.int64(i)) for i in (0, 5, 1)]
+    assert_close(onp.array(got), onp.array(expected), rtol=1e-15)
+    assert jf.cache_info()["traces"] == 1
+
+
+def test_other_threads_draw_real_numbers_while_a_trace_records():
+    """Interception is per thread: a thread drawing from numpy.random while another thread
+    traces gets real numbers, not traced stand-ins."""
+    started, release = threading.Event(), threading.Event()
+    seen = []
+
+    def slow(x):
+        started.set()
+        release.wait(30)
+        return x + np.random.randn(6)
+
+    def other():
+        started.wait(30)
+        seen.append(type(np.random.randn(2)))
+        seen.append(type(anpr.randn(2)))
+        release.set()
+    t = threading.Thread(target=other)
+    t.start()
+    jit_ps(slow)(X)
+    t.join(30)
+    assert seen == [onp.ndarray, onp.ndarray]
+
+
+def test_print_and_side_effects_run_at_trace_time(capsys):
+    log = []
+
+    def f(x):
+        print("tracing f with", x)
+        log.append(x.shape)
+        return x * 2
+    jf = jit_ps(f)
+    for _ in range(3):
+        jf(X)
+    out = capsys.readouterr().out
+    assert out.count("tracing f with") == 1 and "Traced<f64[6]>" in out   # once per signature
+    jf(onp.ones(2))
+    assert capsys.readouterr().out.count("tracing f with") == 1
+    assert log == [(6,), (2,)]
+
+
+def test_no_warnings_for_pure_functions():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        jf = jit_ps(lambda x: np.tanh(x) * 2)
+        jf(X)
+        grad(lambda x: np.sum(jf(x)))(X)
