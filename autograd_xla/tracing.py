@@ -707,8 +707,18 @@ def _make_interceptor(f_wrapped, raw):
     traces = _state
 
     def f_raw(*args, **kwargs):
-        if not traces.traces or not _has_tracer(args, kwargs) or _has_box(args):
+        if not traces.traces or _has_box(args):
             return raw(*args, **kwargs)
+        if not _has_tracer(args, kwargs):
+            try:
+                return raw(*args, **kwargs)
+            except ConcretizationError:
+                # traced values hidden where the scan for them does not look (a closure passed
+                # as an argument, nested containers): the primitive's rule can take them
+                rule = rules.lookup(raw)
+                if rule is None:
+                    raise
+                return bind(raw, args, kwargs, rule)
         rule = rules.lookup(raw)
         if rule is not None:
             return bind(raw, args, kwargs, rule)
@@ -776,12 +786,27 @@ def _module_patches():
     """Module globals of autograd that look at concrete data, swapped while tracing."""
     import autograd.numpy as anp
     from autograd.numpy import numpy_vjps, numpy_wrapper
+    from autograd.numpy.numpy_vspaces import ArrayVSpace
 
     from .rules import autograd_helpers
     return [(numpy_wrapper, "_parse_einsum_input", _parse_einsum_input),
             (numpy_vjps, "unpermuter", autograd_helpers.traced_unpermuter),
             (numpy_wrapper, "select", autograd_helpers.traced_select),
-            (anp, "select", autograd_helpers.traced_select)] + MODULE_PATCHES
+            (anp, "select", autograd_helpers.traced_select),
+            (ArrayVSpace, "zeros", _array_vspace_zeros(ArrayVSpace.zeros))] + MODULE_PATCHES
+
+
+def _array_vspace_zeros(concrete_zeros):
+    """Gradients with respect to a concrete array (a constant being differentiated inside a
+    traced function) start as zeros that autograd then adds traced cotangents into in place
+    (`x += g`, `np.add.at`), which a numpy array cannot hold: in a tracing thread, they
+    start as traced zeros instead (the same values)."""
+    def zeros(vs):
+        if _state.traces:
+            return _full(vs.shape, 0, vs.dtype)
+        return concrete_zeros(vs)
+    zeros.__wrapped__ = concrete_zeros
+    return zeros
 
 
 _saved_globals = []

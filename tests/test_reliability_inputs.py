@@ -270,11 +270,10 @@ def test_nan_gradient_of_max_known_divergence():
     assert_same_nonfinite(jit_ps(grad(lambda x: np.max(x)))(x), grad(lambda x: np.max(x))(x))
 
 
-@pytest.mark.xfail(reason="reported: np.sign(-0.0) is 0.0 in numpy, -0.0 compiled (rules/elementwise.py)",
-                   strict=False)
-def test_sign_of_negative_zero_known_divergence():
-    z = onp.array([-0.0, 0.0, -1.0])
-    assert not onp.signbit(jit_ps(np.sign)(z)[0])
+def test_sign_of_negative_zero_is_positive_zero_as_in_numpy():
+    z = onp.array([-0.0, 0.0, -1.0, onp.nan])
+    out = jit_ps(np.sign)(z)
+    assert not onp.signbit(out[0]) and onp.array_equal(out, onp.sign(z), equal_nan=True)
 
 
 @pytest.mark.parametrize("shape", [(), (0,), (3, 0), (0, 4), (1,), (1, 1), (2, 1, 3)])

@@ -73,6 +73,9 @@ def _sign(ctx, x):
         return ctx.select(ctx.compare(mag, zero, "EQ"), zero, ctx.binary("divide", x, safe))
     if x.dtype.kind == "u":
         return ctx.convert(ctx.compare(x, ctx.zeros_like(x), "NE"), x.dtype)
+    if x.dtype.kind == "f":  # numpy's sign of -0.0 is +0.0; stablehlo.sign keeps the zero's sign
+        zero = ctx.zeros_like(x)
+        return ctx.select(ctx.compare(x, zero, "EQ"), zero, ctx.unary("sign", x))
     return ctx.unary("sign", x)
 
 

@@ -41,18 +41,12 @@ mu, mxordn, mxords (Jacobian and order settings of LSODA's implicit methods) and
 printing options ixpr, mxhnil, printmessg are accepted and ignored: an explicit method
 needs none of them.
 """
-import threading
-
 import autograd.numpy as anp
-import autograd.scipy.integrate as ag_integrate
 import numpy as np
 import scipy.integrate
-from autograd.core import primitive_vjps
-from autograd.numpy.numpy_vspaces import ArrayVSpace
 
-from .. import tracing
 from ..control_flow import fori_loop, scan, while_loop
-from ..tracing import Tracer, TracerVSpace
+from ..tracing import Tracer
 from . import traces
 
 _F64 = np.dtype(np.float64)
@@ -106,44 +100,6 @@ def _concrete(value, name, kind):
         raise TypeError(f"odeint: {name} must be known at trace time (a Python number or a jit_ps static "
                         f"argument): it shapes the compiled loop")
     return kind(value)
-
-
-# ----- autograd's VJP of odeint on traced values ----------------------------------------------
-# autograd's VJP of odeint flattens func's extra arguments into one vector and rebuilds them
-# with a VJP closure (autograd.misc.flatten), both made from the arguments' values: concrete
-# arrays when they are constants of the jitted function. Gradients for them start as
-# ArrayVSpace.zeros() and traced cotangents are added into those in place (`x += y`,
-# np.add.at), which a concrete array cannot hold. While that VJP runs on traced values,
-# concrete arrays' gradient accumulators start as traced zeros instead, like TracerVSpace's
-# (same values). This is scoped to odeint's VJP and to the thread running it; the general
-# fix belongs in tracing.py, next to TracerVSpace.
-_vjp_scope = threading.local()
-_array_zeros = ArrayVSpace.zeros
-
-
-def _zeros(vs):
-    if getattr(_vjp_scope, "depth", 0) and tracing.is_tracing():
-        return TracerVSpace.zeros(vs)
-    return _array_zeros(vs)
-
-
-def _traced_zeros_vjp(vjpmaker):
-    def make(argnums, ans, args, kwargs):
-        vjp = vjpmaker(argnums, ans, args, kwargs)
-
-        def scoped(g):
-            _vjp_scope.depth = getattr(_vjp_scope, "depth", 0) + 1
-            try:
-                return vjp(g)
-            finally:
-                _vjp_scope.depth -= 1
-        return scoped
-    return make
-
-
-if ArrayVSpace.zeros.__module__ != __name__:  # once, even if this module is reloaded
-    ArrayVSpace.zeros = _zeros
-    primitive_vjps[ag_integrate.odeint] = _traced_zeros_vjp(primitive_vjps[ag_integrate.odeint])
 
 
 @traces(scipy.integrate.odeint)
