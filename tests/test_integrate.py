@@ -264,3 +264,15 @@ def test_unsupported_or_bad_arguments_raise(kwargs, error, match):
     f = lambda x: odeint(func, x if y0 is None else x * y0, onp.array([0.0, 1.0]), **kwargs)
     with pytest.raises(error, match=match):
         jit_ps(f, fallback="error")(onp.array([1.0, 2.0]) if y0 is None else 1.0)
+
+
+def test_dynamics_closing_over_a_traced_value_with_constant_state_and_times():
+    """No traced value among odeint's own arguments: the rule still takes the call."""
+    t = onp.linspace(0.0, 1.0, 4)
+
+    def f(a):
+        return np.sum(odeint(lambda y, s: -a * y, onp.array([1.0, 2.0]), t))
+
+    a = 0.7
+    expected = onp.sum(onp.exp(-a * t)[:, None] * onp.array([1.0, 2.0]))
+    assert abs(jit_ps(f, fallback="error")(a) - expected) < 1e-6 * abs(expected)
