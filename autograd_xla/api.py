@@ -145,6 +145,7 @@ class JittedFunction:
         self._platform = None  # resolved on first compile: later default changes do not move us
         self.cache_size = cache_size
         self._cache = collections.OrderedDict()
+        self._simple = {}  # (shape, dtype) per positional array -> entry needing no per-call work
         self._lock = threading.RLock()
         self._auto_static = {}  # spec -> frozenset of leaf indices made static
         self._derivatives = {}
@@ -179,6 +180,17 @@ class JittedFunction:
     def __call__(self, *args, **kwargs):
         if _trace_state.traces:  # inside another trace: inline, the outer function compiles us
             return self._fun(*args, **kwargs)
+        if not kwargs and self._simple:  # the hot path: positional arrays of a known signature
+            hit = self._simple.get(tuple([(a.shape, a.dtype) if type(a) is np.ndarray else None for a in args]))
+            if hit is not None:
+                entry, key = hit
+                self.stats.hits += 1
+                try:
+                    self._cache.move_to_end(key)  # least recently used signatures are evicted first
+                except (KeyError, RuntimeError):  # evicted meanwhile by another thread
+                    pass
+                outs = entry.executable(args, self.keep_on_device)
+                return outs[0] if entry.out_tree is tree.LEAF else tree.unflatten(entry.out_tree, outs)
         if not kwargs and not self._static_argnums and all(type(a) is np.ndarray for a in args):
             spec = _FLAT_SPECS.get(len(args))  # the common case: positional arrays only
             if spec is None:
@@ -260,6 +272,10 @@ class JittedFunction:
         entry = self._lookup(spec, leaves)
         if entry.python_fallback:
             return self._apply(spec, leaves)
+        if (not (entry.static_leaves or entry.draws or entry.guards) and spec is _FLAT_SPECS.get(len(leaves))
+                and all(type(x) is np.ndarray and x.dtype in _SUPPORTED for x in leaves)):
+            sig = tuple([(x.shape, x.dtype) for x in leaves])
+            self._simple[sig] = (entry, (spec, sig))
         args = leaves
         if entry.static_leaves:
             args = [x for i, x in enumerate(leaves) if i not in entry.static_leaves]
@@ -313,6 +329,7 @@ class JittedFunction:
             self._cache[key] = entry
             while len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
+                self._simple.clear()  # refilled by the next calls; never holds an evicted entry
                 self.stats.evictions += 1
             self._note_recompile(key)
             return entry
@@ -521,6 +538,7 @@ class JittedFunction:
     def clear_cache(self):
         with self._lock:
             self._cache.clear()
+            self._simple.clear()
             self._derivatives.clear()
 
 

@@ -121,7 +121,7 @@ class Executable:
     """One compiled signature, with everything the call path needs prepared up front."""
 
     __slots__ = ("backend", "program", "exe", "in_avals", "consts", "handlers", "out_avals", "_put_args",
-                 "_converters", "text", "stats", "_cast")
+                 "_converters", "text", "stats", "_in_place")
 
     def __init__(self, backend, program, in_avals, out_avals, consts, text, stats=None):
         self.backend, self.program, self.exe, self.text = backend, program, program.exe, text
@@ -130,27 +130,32 @@ class Executable:
         self.consts = [backend.put(c) for c in consts]
         sharding = backend.sharding()
         self.handlers = [xc.array_result_handler(a, sharding, True, _skip_checks=True) for a in self.out_avals]
-        self._put_args = (sharding, [backend.default_device], backend.platform == "cpu")
+        self._put_args = (sharding, [backend.default_device])
+        # arguments large enough to be worth reading in place (only on the synchronous CPU client)
+        self._in_place = [backend.platform == "cpu" and a.size * a.dtype.itemsize >= IN_PLACE_MIN_BYTES
+                          for a in self.in_avals]
         self._converters = [_converter(a, backend.platform) for a in self.out_avals]
         self.stats = stats if stats is not None else TransferStats()
-        self._cast = None  # set by the caller when arguments arrive in wider dtypes (x64=False)
 
     def __call__(self, leaves, keep_on_device=False):
-        sharding, devices, in_place_ok = self._put_args
+        sharding, devices = self._put_args
         put = xc.batched_device_put
         buffers = []
-        for aval, x in zip(self.in_avals, leaves):
-            semantics = _HOST_SEMANTICS
+        moved = 0
+        for aval, x, big in zip(self.in_avals, leaves, self._in_place):
             t = type(x)
             if t is DeviceArray and x.backend is self.backend and x.dtype == aval.dtype:
                 buffers.append(x.buffer)
                 continue
+            semantics = _HOST_SEMANTICS
             if t is not np.ndarray or x.dtype != aval.dtype:
                 x = np.asarray(x, dtype=aval.dtype)
-            elif in_place_ok and x.nbytes >= IN_PLACE_MIN_BYTES and x.flags.c_contiguous and not x.ctypes.data % 64:
+            elif big and x.flags.c_contiguous and not x.ctypes.data % 64:
                 semantics = _IN_PLACE
             buffers.append(put(aval, sharding, [x], devices, enable_x64=True, host_buffer_semantics=semantics))
-            self.stats.host_to_device += 1
+            moved += 1
+        stats = self.stats
+        stats.host_to_device += moved
         if self.consts:
             buffers.extend(self.consts)
         try:
@@ -159,7 +164,7 @@ class Executable:
             raise _runtime_error(e) from None
         if keep_on_device:
             return [DeviceArray(o, a, self.backend) for o, a in zip(outs, self.out_avals)]
-        self.stats.device_to_host += len(outs)
+        stats.device_to_host += len(outs)
         return [convert(o) for convert, o in zip(self._converters, outs)]
 
     def optimized_hlo(self):
