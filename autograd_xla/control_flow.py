@@ -10,7 +10,10 @@ Semantics follow jax.lax's. Each function runs in one of three ways:
   `grad(jit_ps(f))`, which re-traces f under autograd) the call is an autograd primitive
   whose VJP and JVP are written with these same functions and autograd's own
   `make_vjp` / `make_jvp`. They are traced and compiled in turn and are differentiable
-  again, which is what makes `grad(grad(.))` and nested loops work.
+  again, which is what makes `grad(grad(.))` and nested loops work. Under reverse mode
+  a scan (and so a fori_loop with static bounds) saves residuals in its forward pass
+  and its VJP is one reverse loop over them, as in jax (see "scan: reverse mode with
+  saved residuals" below; partial_eval.py splits the traced step).
 
 Bodies may close over values that are being differentiated
 (`lambda c, x: (np.tanh(W @ c + x), None)` inside `grad` of a function of W). autograd
@@ -33,20 +36,25 @@ primitive: user function, Python path, traced path, translation rule, derivative
 """
 import copy
 import functools
+import operator
 import types
 import warnings
+import weakref
 
 import autograd.numpy as anp
 import numpy as np
 from autograd import builtins as ag_builtins
-from autograd.core import make_jvp, make_vjp
-from autograd.extend import defjvp_argnums, defvjp_argnums, primitive
-from autograd.tracer import box_types, getval, isbox, trace_stack
+from autograd.core import VJPNode, make_jvp, make_vjp
+from autograd.extend import defjvp, defjvp_argnums, defvjp, defvjp_argnums, primitive
+from autograd.numpy.numpy_boxes import ArrayBox
+from autograd.tracer import box_types, getval, isbox, trace_primitives_map, trace_stack
 
 from . import hlo, rules, tracing, tree
-from .core import Aval, Var
+from .core import Aval, UfuncMethod, Var, map_vars, setitem
 from .errors import ConcretizationError, annotate
 from .lowering import lower_subgraph
+from .partial_eval import PartialEval, cse
+from .rules.dynamic import dynamic_getitem, dynamic_update
 from .tracing import Tracer
 
 __all__ = ["while_loop", "fori_loop", "cond", "switch", "scan"]
@@ -465,11 +473,13 @@ def _as_list(out):
     return [out[k] for k in range(len(getval(out)))] if isinstance(getval(out), tuple) else [out]
 
 
-def _unpack(out):
-    """The leaves of a primitive's result. Integer leaves are taken unboxed: they have no
-    gradient, and autograd could not accumulate a float cotangent into their slot."""
+def _unpack(out, n=None):
+    """The leaves of a primitive's result (the first n). Integer leaves are taken unboxed: they
+    have no gradient, and autograd could not accumulate a float cotangent into their slot."""
     raw = _as_list(getval(out))
-    return [o if _is_float(r) else r for o, r in zip(_as_list(out), raw)]
+    n = len(raw) if n is None else n
+    boxed = [out[k] for k in range(n)] if isinstance(getval(out), tuple) else [out]
+    return [o if _is_float(r) else r for o, r in zip(boxed, raw[:n])]
 
 
 def _flatten_items(items):
@@ -499,6 +509,227 @@ def _item_grads(trees, offsets, leaves, grads):
 def _select(args, argnums, first, grads):
     """The gradient for each argnum from `grads`, a dict leaf index -> gradient (zeros if absent)."""
     return tuple(grads[a - first] if (a - first) in grads else _zeros(args[a]) for a in argnums)
+
+
+# ============================================================================================
+# Replaying a traced graph on new operands, differentiably
+# ============================================================================================
+# The derivatives of scan (below) run pieces of a traced graph as loop bodies. A piece is
+# replayed equation by equation on the current operands. Without autograd boxes among an
+# equation's operands that is `tracing.bind`, which records the same primitive call again.
+# With boxes it is the primitive's autograd wrapper, so the replay is differentiable once
+# more (grad of grad, forward over reverse): autograd's own wrapper of the raw function, or
+# for the few primitives the tracer records without one, a wrapper below (indexing,
+# functional forms of in-place updates, and the control-flow primitives, which become
+# calls of scan / while_loop / cond again with replayed bodies).
+def _eval_graph(graph, args, captured):
+    """`graph`'s outputs on `args` (its invars) and `captured` (values for graph.captured)."""
+    env = dict(zip(graph.invars, args))
+    env.update((inner, value) for (inner, _), value in zip(graph.captured, captured))
+    _replay(graph.eqns, env)
+    return [_read(env, v) for v in graph.outvars]
+
+
+def _read(env, v):
+    return env[v] if isinstance(v, Var) else v
+
+
+def _replay(eqns, env):
+    """Run `eqns` on the values in `env` (Var -> Tracer, box or constant), adding their results."""
+    for eqn in eqns:
+        args, kwargs = map_vars((eqn.args, eqn.kwargs), env.__getitem__)
+        if any(type(env[v]) in box_types for v in eqn.invars()):
+            handler = _box_handler(eqn.prim)
+            if handler is None:  # _replayable() rules this out for the graphs we replay
+                raise NotImplementedError(f"cannot differentiate a replayed '{eqn.prim!r}'")
+            out = handler(args, kwargs)
+        else:
+            out = tracing.bind(eqn.prim, args, kwargs)
+        leaves = tree.flatten(out)[0]
+        if len(leaves) != len(eqn.outvars):
+            raise RuntimeError(f"replaying {eqn.prim!r} gave {len(leaves)} results for {len(eqn.outvars)}")
+        for v, x in zip(eqn.outvars, leaves):
+            if v is not None:
+                if v.aval.weak_type:
+                    _mark_weak(x, args, kwargs)
+                env[v] = x
+
+
+def _mark_weak(x, args, kwargs):
+    """The tracer's operator methods mark results of weak operands weak (NEP 50: `i * 0.5` of
+    a Python-int loop index stays a Python float), which `bind` alone does not: redo it."""
+    v = _unbox(x)
+    if type(v) is not Tracer or v.aval.weak_type:
+        return
+    inputs = set()
+    _operand_vars((args, kwargs), inputs)
+    if v._var not in inputs:  # a fresh result, not an operand passed through
+        v._var.aval = Aval(v.shape, v.dtype, weak_type=True)
+
+
+def _unbox(x):
+    while type(x) in box_types:
+        x = x._value
+    return x
+
+
+def _operand_vars(obj, found):
+    obj = _unbox(obj)
+    t = type(obj)
+    if t is Tracer:
+        found.add(obj._var)
+    elif t is tuple or t is list:
+        for x in obj:
+            _operand_vars(x, found)
+    elif t is dict:
+        for x in obj.values():
+            _operand_vars(x, found)
+
+
+def _box_handler(prim):
+    """fn(args, kwargs) applying `prim` differentiably, or None if there is none."""
+    try:
+        handler = _BOX_HANDLERS.get(prim)
+    except TypeError:  # unhashable
+        return None
+    if handler is not None:
+        return handler
+    wrapped = trace_primitives_map.get(prim)
+    if wrapped is None:
+        return None
+    return lambda args, kwargs: wrapped(*args, **kwargs)
+
+
+def _replayable(eqns):
+    """Whether every equation that may meet an autograd box (one with traced operands) can be
+    replayed differentiably, looking inside control-flow bodies."""
+    for eqn in eqns:
+        if not eqn.invars():
+            continue
+        if _box_handler(eqn.prim) is None:
+            return False
+        for sub in getattr(eqn.prim, "subgraphs", lambda e: ())(eqn):
+            if not _replayable(sub.eqns):
+                return False
+    return True
+
+
+def _graph_fn(graph, consts, args):
+    return _eval_graph(graph, list(args), consts)
+
+
+def _graph_pred(graph, consts, args):
+    return _eval_graph(graph, list(args), consts)[0]
+
+
+def _graph_step(graph, consts, n_carry, i, carry, x):
+    outs = _eval_graph(graph, [i] + list(carry) + list(x), consts)
+    return outs[:n_carry], outs[n_carry:]
+
+
+def _replay_scan(args, kwargs):
+    p = args[0]
+    nc, nx = p.n_carry, p.n_xs
+    carry, xs, consts = list(args[1:1 + nc]), list(args[1 + nc:1 + nc + nx]), list(args[1 + nc + nx:])
+    index_dtype = None if p.index_aval.weak_type else p.index_aval.dtype
+    body = functools.partial(_graph_step, p.graphs[0], consts, nc)
+    c, ys = _scan_flat(body, carry, xs, p.length, p.reverse, index_dtype, [f"carry[{j}]" for j in range(nc)],
+                       "scan's f")
+    return tuple(c + ys)
+
+
+def _replay_while(args, kwargs):
+    p = args[0]
+    nc = p.n_carry
+    carry = list(args[1:1 + nc])
+    cconsts, bconsts = list(args[1 + nc:1 + nc + p.n_cond]), list(args[1 + nc + p.n_cond:])
+    cgraph, bgraph = p.graphs
+    cond = functools.partial(_graph_pred, cgraph, cconsts)
+    body = functools.partial(_graph_fn, bgraph, bconsts)
+    weak = [a.weak_type for a in p.carry_avals]
+    return tuple(_while_flat(cond, body, carry, [f"carry[{j}]" for j in range(nc)], weak))
+
+
+def _replay_case(args, kwargs):
+    p, index = args[0], args[1]
+    ops, start, branches = list(args[2:2 + p.n_ops]), 2 + p.n_ops, []
+    for graph, count in zip(p.graphs, p.n_consts):
+        branches.append(functools.partial(_graph_fn, graph, list(args[start:start + count])))
+        start += count
+    return tuple(_case_flat(index, branches, ops, "cond/switch"))
+
+
+# Functional forms of the tracer's in-place updates and traced-bound slices, as autograd
+# primitives: `x[idx] += v` (np.add.at), `x[idx] = v`, and their DynamicSlice versions.
+def _zeros_like(x, like=None):
+    return np.zeros(np.shape(getval(x)), _dtype(like if like is not None else x))
+
+
+def _unbroadcast_to(g, like):
+    """g summed down to like's shape (a value that was broadcast into g) and like's dtype."""
+    shape = np.shape(getval(like))
+    extra = np.ndim(getval(g)) - len(shape)
+    if extra > 0:
+        g = anp.sum(g, axis=tuple(range(extra)))
+    axes = tuple(k for k, n in enumerate(shape) if n == 1 and np.shape(getval(g))[k] != 1)
+    if axes:
+        g = anp.sum(g, axis=axes, keepdims=True)
+    if _dtype(g).kind == "c" and _dtype(like).kind != "c":
+        g = anp.real(g)
+    return _astype(g, _dtype(like))
+
+
+@primitive
+def _scatter_add(x, idx, v):
+    """np.add.at(x, idx, v) as a function: x with v added at idx."""
+    return tracing.bind(_ADD_AT, (x, idx, v), {})
+
+
+@primitive
+def _set_items(x, idx, v):
+    """x with x[idx] = v, as a function."""
+    return tracing.bind(setitem, (x, idx, v), {})
+
+
+@primitive
+def _dyn_getitem(x, idx):
+    return tracing.bind(dynamic_getitem, (x, idx), {})
+
+
+@primitive
+def _dyn_update(x, idx, v, accumulate):
+    return tracing.bind(dynamic_update, (x, idx, v, accumulate), {})
+
+
+_ADD_AT = UfuncMethod(np.add, "at")
+defvjp(_scatter_add, lambda ans, x, idx, v: lambda g: g,
+       lambda ans, x, idx, v: lambda g: _unbroadcast_to(g[idx], v), argnums=(0, 2))
+defjvp(_scatter_add, lambda g, ans, x, idx, v: g,
+       lambda g, ans, x, idx, v: _scatter_add(_zeros_like(ans, g), idx, g), argnums=(0, 2))
+defvjp(_set_items, lambda ans, x, idx, v: lambda g: _set_items(g, idx, 0),
+       lambda ans, x, idx, v: lambda g: _unbroadcast_to(g[idx], v), argnums=(0, 2))
+defjvp(_set_items, lambda g, ans, x, idx, v: _set_items(g, idx, 0),
+       lambda g, ans, x, idx, v: _set_items(_zeros_like(ans, g), idx, g), argnums=(0, 2))
+defvjp(_dyn_getitem, lambda ans, x, idx: lambda g: _dyn_update(_zeros_like(x, g), idx, g, True))
+defjvp(_dyn_getitem, lambda g, ans, x, idx: _dyn_getitem(g, idx))
+defvjp(_dyn_update,
+       lambda ans, x, idx, v, accumulate: lambda g: g if accumulate else _dyn_update(g, idx, 0, False),
+       lambda ans, x, idx, v, accumulate: lambda g: _unbroadcast_to(_dyn_getitem(g, idx), v), argnums=(0, 2))
+defjvp(_dyn_update, lambda g, ans, x, idx, v, accumulate: g if accumulate else _dyn_update(g, idx, 0, False),
+       lambda g, ans, x, idx, v, accumulate: _dyn_update(_zeros_like(ans, g), idx, g, accumulate), argnums=(0, 2))
+
+
+def _wrap(fn):
+    return lambda args, kwargs: fn(*args, **kwargs)
+
+
+_BOX_HANDLERS = {
+    operator.getitem: _wrap(ArrayBox.__getitem__),
+    _ADD_AT: _wrap(_scatter_add),
+    setitem: _wrap(_set_items),
+    dynamic_getitem: _wrap(_dyn_getitem),
+    dynamic_update: _wrap(_dyn_update),
+}  # and the control-flow primitives, added where they are defined
 
 
 # ============================================================================================
@@ -562,6 +793,7 @@ def _while_traced(cond, body, carry, labels, weak, what):
 
 
 while_p = ControlFlowPrimitive("while_loop")
+_BOX_HANDLERS[while_p] = _replay_while
 
 
 def _while_rule(ctx, p, *operands):
@@ -711,20 +943,38 @@ def _scan_length(xs_leaves, length):
     return sizes[0]
 
 
-def _scan_flat(body, carry, xs, length, reverse, index_dtype, labels, what):
+def _scan_flat(body, carry, xs, length, reverse, index_dtype, labels, what, residuals=True):
     """scan on flat leaves: body(i, carry_leaves, x_leaves) -> (carry_leaves, y_leaves).
 
     `i` is the position in xs: a Python int (weakly typed when traced) if index_dtype
-    is None, else a scalar of that dtype.
+    is None, else a scalar of that dtype. Under reverse-mode autograd the forward pass
+    saves residuals for the backward pass (see "scan: reverse mode with saved residuals");
+    `residuals=False` asks for the recomputing scheme instead.
     """
     if _python_mode(carry + xs):
         return _scan_python(body, carry, xs, length, reverse, index_dtype, labels, what)
     (body_c,), ext = _convert(body)
     if ext or any(isbox(x) for x in carry + xs):
-        spec = _ScanSpec(body_c, len(carry), len(xs), length, reverse, index_dtype, labels, what)
-        out = _unpack(_scan_ad(spec, *carry, *xs, *ext))
+        levels, hidden = _reverse_levels(carry + xs + ext) if residuals else (0, False)
+        dx = [j for j, x in enumerate(xs) if isbox(x) and _is_float(x)]
+        spec = _ScanSpec(body_c, len(carry), len(xs), length, reverse, index_dtype, labels, what,
+                         min(levels, _MAX_STAGES), hidden, dx)
+        out = _unpack(_scan_ad(spec, *carry, *xs, *ext), spec.n_visible)
         return out[:len(carry)], out[len(carry):]
     return _scan_traced(body, carry, xs, length, reverse, index_dtype, labels, what)
+
+
+def _reverse_levels(values):
+    """(How many reverse-mode differentiations (grad, make_vjp) box any of `values`, whether
+    the only one is also the outermost differentiation boxing them)."""
+    reverse, outermost = set(), None
+    for v in values:
+        while type(v) in box_types:
+            if type(v._node) is VJPNode:
+                reverse.add(v._trace)
+            outermost = v._trace if outermost is None else min(outermost, v._trace)
+            v = v._value
+    return len(reverse), reverse == {outermost}
 
 
 def _scan_python(body, carry, xs, length, reverse, index_dtype, labels, what):
@@ -776,7 +1026,8 @@ scan_p = ControlFlowPrimitive("scan")
 
 def _scan_rule(ctx, p, *operands):
     """A while loop over (step, carry, ys buffers); xs and captured values are read from
-    the enclosing scope. ys[idx] is written where xs[idx] was read."""
+    the enclosing scope. ys[idx] is written where xs[idx] was read. A y the body returns
+    as a constant (`return c, 0.0`) is filled outside the loop."""
     (graph,) = p.graphs
     nc, nx, n = p.n_carry, p.n_xs, p.length
     carry = [ctx.asvalue(v, a.dtype) for v, a in zip(operands[:nc], p.carry_avals)]
@@ -784,7 +1035,9 @@ def _scan_rule(ctx, p, *operands):
     consts = operands[nc + nx:]
     if n == 0:
         return tuple(carry + [ctx.full((0,) + a.shape, 0, a.dtype) for a in p.y_avals])
-    ys = [ctx.full((n,) + a.shape, 0, a.dtype) for a in p.y_avals]
+    fixed = {k: v for k, v in enumerate(graph.outvars[nc:]) if not isinstance(v, Var)}
+    looped = [k for k in range(len(p.y_avals)) if k not in fixed]
+    ys = [ctx.full((n,) + p.y_avals[k].shape, 0, p.y_avals[k].dtype) for k in looped]
 
     def cond(b, i, *state):
         return b.compare(i, b.scalar(n, _INT64), "LT")
@@ -797,46 +1050,97 @@ def _scan_rule(ctx, p, *operands):
         index = b.convert(idx, p.index_aval.dtype)
         outs = _cast_all(b, lower_subgraph(b, graph, [_alias(index)] + list(state[:nc]) + x, consts),
                          p.carry_avals + p.y_avals)
-        bufs = [b.dynamic_update_slice(buf, b.reshape(y, (1,) + y.shape), [idx] + [zero] * y.ndim)
-                for buf, y in zip(state[nc:], outs[nc:])]
+        bufs = [b.dynamic_update_slice(buf, b.reshape(outs[nc + k], (1,) + outs[nc + k].shape),
+                                       [idx] + [zero] * outs[nc + k].ndim)
+                for buf, k in zip(state[nc:], looped)]
         return [b.binary("add", i, b.scalar(1, _INT64))] + outs[:nc] + bufs
 
-    return tuple(ctx.while_loop([ctx.scalar(0, _INT64)] + carry + ys, cond, body)[1:])
+    out = ctx.while_loop([ctx.scalar(0, _INT64)] + carry + ys, cond, body)[1:]
+    results, filled = list(out[:nc]), dict(zip(looped, out[nc:]))
+    for k, a in enumerate(p.y_avals):
+        if k in fixed:
+            value = ctx.astype(ctx.asvalue(fixed[k]), a.dtype)
+            filled[k] = ctx.broadcast_in_dim(value, (n,) + a.shape, list(range(1, 1 + value.ndim)))
+        results.append(filled[k])
+    return tuple(results)
 
 
 rules.register_translation_rule(scan_p, _scan_rule)
 
 
 class _ScanSpec(_Opaque):
-    __slots__ = ("body", "n_carry", "n_xs", "length", "reverse", "index_dtype", "labels", "what")
+    """The static half of one differentiated scan call. `levels` > 0 asks the primitive to
+    save residuals for that many nested reverse-mode differentiations; `plan` is then set
+    by the forward pass (None when it kept the recomputing scheme), and `n_visible` is the
+    number of outputs (carry and ys) the caller sees.
 
-    def __init__(self, body, n_carry, n_xs, length, reverse, index_dtype, labels, what):
+    The residuals are extra outputs of the primitive, so that enclosing differentiations
+    see how they depend on the operands, except with `hidden`: when the differentiation
+    that reads them boxes the operands and nothing outside it does, nothing will
+    differentiate them, and the forward pass leaves them in `saved` instead. The result
+    is then exactly the caller's outputs, one leaf bare: autograd accumulates a tuple's
+    cotangent into zeros of each leaf's dtype, and a bare leaf's keeps the dtype it
+    arrives with (a float64 cotangent into a float32 loop gives a float64 gradient, as
+    through the Python loop). With residual outputs that holds for tuples only: under
+    nested grads a call with a single float32 (float16, complex64) result keeps the
+    recomputing scheme, whose result stays bare; under forward mode over grad such a
+    call's tangent and gradient keep its dtype."""
+
+    __slots__ = ("body", "n_carry", "n_xs", "length", "reverse", "index_dtype", "labels", "what", "levels",
+                 "hidden", "dx", "plan", "n_visible", "saved")
+
+    def __init__(self, body, n_carry, n_xs, length, reverse, index_dtype, labels, what, levels=0, hidden=False,
+                 dx=()):
         self.body, self.n_carry, self.n_xs, self.length = body, n_carry, n_xs, length
         self.reverse, self.index_dtype, self.labels, self.what = reverse, index_dtype, labels, what
+        self.levels, self.hidden, self.dx = levels, hidden, list(dx)
+        self.plan = self.n_visible = None
+        self.saved = []
 
     def split(self, leaves):
         nc, nx = self.n_carry, self.n_xs
         return list(leaves[:nc]), list(leaves[nc:nc + nx]), list(leaves[nc + nx:])
 
-    def scan(self, body, carry, xs, reverse, labels, what):
-        return _scan_flat(body, carry, xs, self.length, reverse, self.index_dtype, labels, what)
+    def scan(self, body, carry, xs, reverse, labels, what, residuals=True):
+        return _scan_flat(body, carry, xs, self.length, reverse, self.index_dtype, labels, what, residuals)
 
 
 def _scan_raw(spec, *args):
     carry, xs, ext = spec.split(args)
+    if spec.levels:
+        plan = _plan_scan(spec, carry, xs, ext)
+        if plan is not None and spec.levels > 1 and spec.n_carry + plan.n_y == 1:
+            out = plan.stages[0].fwd_outs[0]
+            dtype = out.aval.dtype if isinstance(out, Var) else np.result_type(out)
+            if dtype.kind in "fc" and dtype not in (np.dtype(np.float64), np.dtype(np.complex128)):
+                plan = None  # see _ScanSpec: keep a bare result, whose cotangent may be wider
+        if plan is not None:
+            spec.plan = plan
+            spec.n_visible = spec.n_carry + plan.n_y
+            outs = _plan_forward(plan, spec, carry, xs, _flatten_items(ext)[0])
+            if spec.hidden:
+                spec.saved = outs[spec.n_visible:]
+                outs = outs[:spec.n_visible]
+            return _pack(outs)
     c, ys = _scan_traced(lambda i, c, x: spec.body(ext, i, c, x), carry, xs, spec.length, spec.reverse,
                          spec.index_dtype, spec.labels, spec.what)
+    spec.n_visible = len(c) + len(ys)
     return _pack(c + ys)
 
 
 _scan_ad = primitive(_scan_raw)
 rules.register_trace_rule(_scan_raw, _scan_raw)
+_BOX_HANDLERS[scan_p] = _replay_scan
 
 
 def _scan_vjp(argnums, ans, args, kwargs):
-    """Reverse scan of the body's VJP. The forward carries are recomputed by a scan that
-    stacks them (residuals); each backward step re-runs the body under make_vjp."""
+    """Reverse scan of the body's VJP. With a plan, the backward pass reads the residuals the
+    forward pass saved (_plan_vjp). Without one (the recomputing scheme) the forward carries
+    are recomputed by a scan that stacks them, and each backward step re-runs the body under
+    make_vjp."""
     spec = args[0]
+    if spec.plan is not None:
+        return _plan_vjp(argnums, ans, args)
     carry0, xs, ext = spec.split(args[1:])
     nc, nx = spec.n_carry, spec.n_xs
     ans = _as_list(ans)
@@ -890,6 +1194,8 @@ def _scan_vjp(argnums, ans, args, kwargs):
 def _scan_jvp(argnums, gs, ans, args, kwargs):
     """A scan over (primal, tangent) pairs: each step runs the body under make_jvp."""
     spec = args[0]
+    if spec.plan is not None:
+        return _plan_jvp(argnums, gs, ans, args)
     carry0, xs, ext = spec.split(args[1:])
     nc, nx = spec.n_carry, spec.n_xs
     ans = _as_list(ans)
@@ -945,6 +1251,493 @@ def _ext_tangents(ext, ext_leaves, ext_trees, offsets, given, first, wide):
 
 defvjp_argnums(_scan_ad, _scan_vjp)
 defjvp_argnums(_scan_ad, _scan_jvp)
+
+
+# ----- scan: reverse mode with saved residuals -----------------------------------------------
+# Under reverse-mode autograd (jit_ps(grad(f)), grad(jit_ps(f)), hessians) a scan is one
+# primitive whose forward pass also saves what its backward pass needs, as jax does:
+#
+# 1. The body and its VJP are traced together into one "joint" graph of
+#    (i, carry, x, closed-over values p, cotangents of the new carry and of y) ->
+#    (new carry, y, gradients for carry, x and p)  (_trace_stage).
+# 2. Partial evaluation (partial_eval.py) gives each equation a time: constants; invariant
+#    (only p and captured values: computed once, before the loop, "hoisted"); indexed (also
+#    the loop index: recomputed wherever needed); varying (carry or x); unknown (needs
+#    cotangents). The known step runs the varying equations; the unknown step, the rest of
+#    the VJP. Residuals are the varying values the unknown step reads (carries included).
+# 3. The forward pass is one scan of the known step, emitting the new carry, y and the
+#    residuals stacked along the scan axis. It *is* the primitive's computation: the
+#    residuals (and hoisted values) are extra outputs that `_scan_flat` hides from its
+#    caller, so the value is computed once.
+# 4. The VJP is one reverse scan of the unknown step over (residuals, cotangents).
+#
+# Both steps run as loop bodies by replaying their equations (_replay), differentiably, so
+# derivatives of these scans are scans again. A second reverse-mode differentiation (a
+# Hessian) also differentiates the residual outputs; for it the forward pass is planned two
+# stages deep when two grads box its operands: stage 2 is the joint of stage 1's known step
+# (outputs: carry, y and stage-1 residuals), and its residuals let the outer VJP run one
+# reverse scan too. Cotangents on residuals deeper than the plan (third order), and incoming
+# cotangents of another dtype than the outputs' (float64 into a float32 scan, whose joint
+# graph was traced for float32), fall back to differentiating the forward pass as a
+# recomputing scan (_plan_math). So does the whole call, before anything is saved, when a
+# joint graph has an equation that cannot be replayed under autograd (no autograd wrapper
+# for its primitive) or tracing it fails for any reason: the recomputing scheme then traces
+# the body itself and reports errors as before.
+_CONST, _INVARIANT, _INDEXED, _VARYING, _UNKNOWN = range(5)
+_MAX_STAGES = 2
+
+
+class _NoPlan(Exception):
+    pass
+
+
+class _Stage(_Opaque):
+    """One joint graph split into hoisted / known-step / unknown-step equations.
+
+    Its inputs are (i, carry[n_c], x[n_x], p[n_p], cotangents): p are the stage's invariant
+    operands (the closed-over leaves; for stage 2 also stage 1's hoisted values). Its
+    outputs are the new carry, `n_out` per-step outputs (y; for stage 2 also stage 1's
+    residuals), then the gradients for carry[dc], x[dx] and p[dp] in the dtypes
+    `_like(operand, wide)`. The cotangent inputs are for carry[dc] and outs[dout].
+    """
+
+    def __init__(self, graph, n_c, n_x, n_p, dc, dx, dp, dout, n_out, wide):
+        self.graph, self.n_c, self.n_p, self.n_out = graph, n_c, n_p, n_out
+        self.dc, self.dx, self.dp, self.dout, self.wide = dc, dx, dp, dout, wide
+        inv = graph.invars
+        self.i_var = inv[0]
+        self.c_vars = inv[1:1 + n_c]
+        self.x_vars = inv[1 + n_c:1 + n_c + n_x]
+        self.p_vars = inv[1 + n_c + n_x:1 + n_c + n_x + n_p]
+        self.ct_vars = inv[1 + n_c + n_x + n_p:]
+        self.captured = list(graph.captured)
+        self.fwd_outs = graph.outvars[:n_c + n_out]
+        self.grad_outs = graph.outvars[n_c + n_out:]
+        times = [_INDEXED] + [_VARYING] * (n_c + n_x) + [_INVARIANT] * n_p + [_UNKNOWN] * len(self.ct_vars)
+        pe = PartialEval(graph, times, captured_time=_INVARIANT)
+        given = set(self.p_vars) | {inner for inner, _ in self.captured} | {self.i_var}
+        x_pos = {v: j for j, v in enumerate(self.x_vars)}
+
+        self.unknown_eqns, needs = pe.slice(self.grad_outs, (_CONST, _INDEXED, _UNKNOWN))
+        self.x_used, self.res_vars, hoisted = [], [], []
+        for v in needs:
+            if v in given or v in self.ct_vars:
+                continue
+            if v in x_pos:
+                self.x_used.append(x_pos[v])  # read from xs itself, not saved again
+            elif pe.time[v] == _VARYING:
+                self.res_vars.append(v)
+            elif pe.time[v] == _INVARIANT:
+                hoisted.append(v)
+            else:
+                raise _NoPlan(f"unexpected input of the backward step: {v}")
+        self.known_eqns, needs = pe.slice(self.fwd_outs + self.res_vars, (_CONST, _INDEXED, _VARYING))
+        for v in needs:
+            if v in given or v in x_pos or v in self.c_vars:
+                continue
+            if pe.time[v] != _INVARIANT:
+                raise _NoPlan(f"unexpected input of the forward step: {v}")
+            hoisted.append(v)
+        self.h_vars = sorted(set(hoisted), key=lambda v: v.count)
+        self.hoist_eqns, needs = pe.slice(self.h_vars, (_CONST, _INVARIANT))
+        if any(v not in given for v in needs):
+            raise _NoPlan("unexpected input of the hoisted equations")
+        if any(v.aval.weak_type for v in self.res_vars):
+            raise _NoPlan("weakly typed residual")  # stacking would make it strong
+
+    def _env(self, P, h):
+        env = {inner: outer for inner, outer in self.captured}
+        env.update(zip(self.p_vars, P))
+        env.update(zip(self.h_vars, h))
+        return env
+
+    def hoist(self, P):
+        """The hoisted values, from the stage's invariant operands P."""
+        env = self._env(P, ())
+        _replay(self.hoist_eqns, env)
+        return [_read(env, v) for v in self.h_vars]
+
+    def known(self, P, h, i, c, x):
+        """One forward step: (new carry, outs, residuals)."""
+        env = self._env(P, h)
+        env[self.i_var] = i
+        env.update(zip(self.c_vars, c))
+        env.update(zip(self.x_vars, x))
+        _replay(self.known_eqns, env)
+        fwd = [_read(env, v) for v in self.fwd_outs]
+        return fwd[:self.n_c], fwd[self.n_c:], [env[v] for v in self.res_vars]
+
+    def unknown(self, P, h, i, x_used, res, cts):
+        """One backward step: the gradients for carry[dc], x[dx] and P[dp]."""
+        env = self._env(P, h)
+        env[self.i_var] = i
+        env.update(zip([self.x_vars[j] for j in self.x_used], x_used))
+        env.update(zip(self.res_vars, res))
+        env.update(zip(self.ct_vars, cts))
+        _replay(self.unknown_eqns, env)
+        return [_read(env, v) for v in self.grad_outs]
+
+
+def _own(value, level, what):
+    """A forward output of the joint function, unboxed from its own make_vjp."""
+    if type(value) in box_types and value._trace == level:
+        value = value._value
+    if type(value) in box_types:
+        raise _hidden_box_error(what)
+    return value
+
+
+def _trace_stage(step, index_aval, c_avals, x_avals, p_avals, dx, dp, labels, what):
+    """Trace step(i, c, x, p) -> (new carry, outs) jointly with its VJP into a _Stage."""
+    nc, nx, npar = len(c_avals), len(x_avals), len(p_avals)
+    dc = [j for j, a in enumerate(c_avals) if a.dtype.kind in "fc"]
+    diff = dc + [nc + j for j in dx] + [nc + nx + j for j in dp]
+    if not diff:
+        raise _NoPlan("nothing to differentiate")
+    info = {}
+
+    def joint(i, *leaves):
+        leaves = list(leaves)
+
+        def restricted(d):
+            full = list(leaves)
+            for k, j in enumerate(diff):
+                full[j] = d[k]
+            new_c, outs = step(i, full[:nc], full[nc:nc + nx], full[nc + nx:])
+            new_c, outs = list(new_c), list(outs)
+            for o, want, label in zip(new_c, c_avals, labels):
+                v = getval(o)
+                _check_leaf(Aval(np.shape(v), _dtype(v)), _is_weak(o), want, what, label)
+            new_c = [_astype(o, a.dtype) for o, a in zip(new_c, c_avals)]
+            dout = [j for j, o in enumerate(outs) if _is_float(o)]
+            info.update(level=d._trace, fwd=new_c + outs, dout=dout)
+            return ag_builtins.list([new_c[j] for j in dc] + [outs[j] for j in dout])
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "Output seems independent of input": zeros are right
+            vjp, _ = make_vjp(restricted, [leaves[j] for j in diff])
+            fwd = [_own(o, info["level"], what) for o in info["fwd"]]
+            float_outs = [fwd[j] for j in dc] + [fwd[nc + j] for j in info["dout"]]
+            if not float_outs:
+                raise _NoPlan("no float outputs")
+            wide = info["wide"] = np.result_type(*[_dtype(o) for o in float_outs])
+            trace = tracing.current_trace()
+            cts = [trace.new_arg(Aval(np.shape(getval(o)), _like(o, wide)), f"cotangent[{k}]")
+                   for k, o in enumerate(float_outs)]
+            grads = vjp(list(cts))
+        grads = [_astype(grads[k], _like(leaves[j], wide)) for k, j in enumerate(diff)]
+        return fwd + grads
+
+    names = ["i"] + list(labels) + [f"x[{j}]" for j in range(nx)] + [f"p[{j}]" for j in range(npar)]
+    graph, _ = tracing.trace_function(joint, [index_aval] + c_avals + x_avals + p_avals, names,
+                                      parent=tracing.current_trace())
+    graph = cse(graph)
+    if not _replayable(graph.eqns):
+        raise _NoPlan("an equation cannot be replayed under autograd")
+    n_out = len(graph.outvars) - nc - len(diff)
+    return _Stage(graph, nc, nx, npar, dc, dx, dp, info["dout"], n_out, info["wide"])
+
+
+class _ScanPlan(_Opaque):
+    """The stages of a scan differentiated with saved residuals, and where the primitive's
+    outputs are: carry (n_c), y (n_y), each stage's stacked residuals, each stage's hoisted
+    values. A residual that is already one of its stage's per-step outputs (stage 2 often
+    needs a value stage 1 saves) is not saved twice: `res_pos[k]` gives the output
+    position of each residual of stage k, `out_pos[k]` that of each per-step output of
+    stage k, and `own[k]` the positions stage k adds."""
+
+    def __init__(self, stages, n_c, n_y):
+        self.stages, self.n_y = stages, n_y
+        start = n_c + n_y
+        outs = list(range(n_c, start))
+        self.out_pos, self.res_pos, self.own = [], [], []
+        for st in stages:
+            per_step = st.fwd_outs[n_c:]
+            rp, own = [], []
+            for v in st.res_vars:
+                hit = next((j for j, o in enumerate(per_step) if o is v), None)
+                if hit is None:
+                    rp.append(start)
+                    own.append(start)
+                    start += 1
+                else:
+                    rp.append(outs[hit])
+            self.out_pos.append(outs)
+            self.res_pos.append(rp)
+            self.own.append(own)
+            outs = outs + rp
+        self.n_steps = start - n_c  # per-step outputs (stacked): y and owned residuals
+        # which of the last stage's per-step values (outs + residuals) gives each of them
+        self.step_select = [outs.index(q) for q in range(n_c, start)]
+        self.hoist_pos = []
+        for st, own in zip(stages, self.own):
+            self.hoist_pos.append(list(range(start, start + len(st.h_vars))))
+            own += self.hoist_pos[-1]
+            start += len(st.h_vars)
+        self.n_out = start
+
+    def depth(self, g):
+        """How many stages' residual outputs have a cotangent that is not a symbolic zero."""
+        for k in range(len(self.stages), 0, -1):
+            if any(_is_float(g[q]) and not _is_zero(g[q]) for q in self.own[k - 1]):
+                return k
+        return 0
+
+
+def _plan_scan(spec, carry, xs, ext):
+    """The _ScanPlan for this call, or None to keep the recomputing scheme."""
+    ext_leaves, ext_trees, offsets = _flatten_items(ext)
+    try:
+        c_avals = [_aval(c) for c in carry]
+        x_avals = [Aval(_aval(x).shape[1:], _aval(x).dtype) for x in xs]
+        p_avals = [_aval(e, keep_weak=True) for e in ext_leaves]
+        index_aval = Aval((), spec.index_dtype or _INT64, weak_type=spec.index_dtype is None)
+        dp = [j for j, a in enumerate(p_avals) if a.dtype.kind in "fc"]
+
+        def step(i, c, x, p):
+            return spec.body(_unflatten_items(ext_trees, offsets, p), i, c, x)
+
+        stages = [_trace_stage(step, index_aval, c_avals, x_avals, p_avals, spec.dx, dp, spec.labels, spec.what)]
+    except Exception:  # noqa: BLE001 -- the recomputing scheme re-traces and reports it
+        return None
+    n_y = stages[0].n_out
+    while len(stages) < spec.levels:
+        prev, n_p = stages[-1], len(p_avals)
+        p_next = p_avals + [v.aval for v in prev.h_vars]
+        dp_next = dp + [n_p + k for k, v in enumerate(prev.h_vars) if v.aval.dtype.kind in "fc"]
+        try:
+            stages.append(_trace_stage(functools.partial(_stage_step, prev, n_p), index_aval, c_avals, x_avals,
+                                       p_next, spec.dx, dp_next, spec.labels, spec.what))
+        except Exception:  # noqa: BLE001 -- a shallower plan is still right
+            break
+        p_avals, dp = p_next, dp_next
+    return _ScanPlan(stages, len(carry), n_y)
+
+
+def _stage_step(stage, n_p, i, c, x, P):
+    """A stage's known step as a step function of the next stage: outs + residuals."""
+    new_c, outs, res = stage.known(P[:n_p], P[n_p:], i, c, x)
+    return new_c, outs + res
+
+
+def _known_body(stage, select, P, h, i, c, x):
+    """The forward step of the primitive: the new carry, and y and the residuals to stack."""
+    new_c, outs, res = stage.known(P, h, i, c, x)
+    values = outs + res
+    return new_c, [values[k] for k in select]
+
+
+def _hoists(plan, p, depth):
+    """(P, [h_1, ..., h_depth]): the hoisted values of the first `depth` stages, and the
+    invariant operands of stage depth + 1 (p, then those hoisted values)."""
+    P, hs = list(p), []
+    for st in plan.stages[:depth]:
+        h = st.hoist(P)
+        hs.append(h)
+        P = P + h
+    return P, hs
+
+
+def _plan_forward(plan, spec, carry, xs, p):
+    """The primitive's computation: one scan of the last stage's known step."""
+    d = len(plan.stages)
+    P, hs = _hoists(plan, p, d)
+    last = plan.stages[-1]
+    body = functools.partial(_known_body, last, plan.step_select, P[:len(P) - len(hs[-1])], hs[-1])
+    c, ys = _scan_traced(body, carry, xs, spec.length, spec.reverse, spec.index_dtype, spec.labels, spec.what)
+    return c + ys + [v for h in hs for v in h]
+
+
+def _plan_math(plan, spec, carry, xs, p, residuals):
+    """The same outputs as _plan_forward, as differentiable code (for JVPs, and for VJPs the
+    plan has no residuals for): the scan goes through _scan_flat again."""
+    d = len(plan.stages)
+    P, hs = _hoists(plan, p, d)
+    body = functools.partial(_known_body, plan.stages[-1], plan.step_select, P[:len(P) - len(hs[-1])], hs[-1])
+    c, ys = spec.scan(body, list(carry), list(xs), spec.reverse, spec.labels, spec.what, residuals)
+    return list(c) + list(ys) + [v for h in hs for v in h]
+
+
+_PRODUCERS = weakref.WeakKeyDictionary()  # Trace -> [equations seen, {Var: np.full equation}]
+
+
+def _is_zero(x):
+    """Whether x is known to be zero: autograd's zero cotangent of an output nobody used is
+    a traced `np.full(shape, 0)` (TracerVSpace.zeros). Under a second differentiation it
+    arrives boxed (taken from a boxed tuple of cotangents) but is still that constant, so
+    its derivative is zero too."""
+    v = _unbox(x)
+    if isinstance(v, (np.ndarray, np.generic) + _PY_SCALARS):
+        return v is x and not np.any(v)
+    if type(v) is not Tracer:
+        return False
+    x, trace = v, v._trace
+    entry = _PRODUCERS.get(trace)
+    if entry is None:
+        entry = _PRODUCERS[trace] = [0, {}]
+    for eqn in trace.eqns[entry[0]:]:
+        if eqn.prim is np.full:
+            for v in eqn.outvars:
+                entry[1][v] = eqn
+    entry[0] = len(trace.eqns)
+    eqn = entry[1].get(x._var)
+    return eqn is not None and len(eqn.args) > 1 and type(eqn.args[1]) in _PY_SCALARS and eqn.args[1] == 0
+
+
+def _plan_vjp(argnums, ans, args):
+    spec = args[0]
+    plan = spec.plan
+    carry0, xs, ext = spec.split(args[1:])
+    ans = _as_list(ans) + spec.saved
+    ext_leaves, ext_trees, offsets = _flatten_items(ext)
+
+    def vjp(g):
+        g = _as_list(g)
+        depth = 0 if spec.hidden else plan.depth(g)
+        grads = None
+        if depth < len(plan.stages):
+            grads = _stage_vjp(plan, depth, spec, carry0, xs, ext_leaves, ans, g)
+        if grads is None:
+            grads = _recompute_vjp(plan, spec, carry0, xs, ext_leaves, ans, g)
+        nc, nx = spec.n_carry, spec.n_xs
+        out = {j: grads[j] for j in range(nc + nx) if j in grads}
+        ext_grads = _item_grads(ext_trees, offsets, ext_leaves,
+                                {j - nc - nx: gr for j, gr in grads.items() if j >= nc + nx})
+        out.update({nc + nx + m: gr for m, gr in enumerate(ext_grads)})
+        return _select(args, argnums, 1, out)
+
+    return vjp
+
+
+def _stage_vjp(plan, depth, spec, carry0, xs, p, ans, g):
+    """One reverse scan of stage depth+1's unknown step; None if the cotangents' dtypes are not
+    the ones its joint graph was traced for. Returns {operand leaf index: gradient}."""
+    st = plan.stages[depth]
+    nc, nx, n_p = spec.n_carry, spec.n_xs, len(p)
+    out_pos = plan.out_pos[depth]  # y, then residuals of the stages below
+    ct_pos = st.dc + [out_pos[j] for j in st.dout]
+    if _incoming_dtype([g[q] for q in ct_pos]) != st.wide:
+        return None
+    P, hs = list(p), []
+    for k in range(depth):
+        hs.append([ans[q] for q in plan.hoist_pos[k]])
+        P = P + hs[-1]
+    h = [ans[q] for q in plan.hoist_pos[depth]]
+    res = [ans[q] for q in plan.res_pos[depth]]
+    ndc, ndx = len(st.dc), len(st.dx)
+    ct_c = [_astype(g[j], _like(ans[j], st.wide)) for j in st.dc]
+    ct_outs = [_astype(g[out_pos[j]], _like(ans[out_pos[j]], st.wide)) for j in st.dout]
+    acc0 = [_zeros(P[j], _like(P[j], st.wide)) for j in st.dp]
+    x_used = [xs[j] for j in st.x_used]
+    nr, nxu = len(res), len(x_used)
+
+    def backward(i, state, inp):
+        ct_c, acc = list(state[:ndc]), state[ndc:]
+        r, xu, ct_o = list(inp[:nr]), list(inp[nr:nr + nxu]), list(inp[nr + nxu:])
+        grads = st.unknown(P, h, i, xu, r, ct_c + ct_o)
+        gp = grads[ndc + ndx:]
+        return grads[:ndc] + [a + b for a, b in zip(acc, gp)], grads[ndc:ndc + ndx]
+
+    labels = [f"cotangent of {spec.labels[j]}" for j in st.dc] + [f"cotangent of closed-over value {j}" for j in st.dp]
+    state, ct_xs = spec.scan(backward, ct_c + acc0, res + x_used + ct_outs, not spec.reverse, labels,
+                             f"{spec.what} (backward pass)")
+    grads = {j: state[k] for k, j in enumerate(st.dc)}
+    grads.update({nc + j: ct_xs[k] for k, j in enumerate(st.dx)})
+    acc = dict(zip(st.dp, state[ndc:]))
+    grads.update({nc + nx + j: acc[j] for j in acc if j < n_p})
+    if depth:  # hoisted values of the stages below: their own and accumulated cotangents
+        flat_h = [v for hh in hs for v in hh]
+        pos = [q for k in range(depth) for q in plan.hoist_pos[k]]
+        dh = [k for k, v in enumerate(flat_h) if _is_float(v)]
+        dpp = [j for j in range(n_p) if _is_float(p[j])]
+        if dh and dpp:
+            cts = []
+            for k in dh:
+                ct = _astype(g[pos[k]], _like(flat_h[k], st.wide))
+                if n_p + k in acc:
+                    ct = ct + acc[n_p + k]
+                cts.append(ct)
+            through = _call_vjp(lambda full: _hoists(plan, full, depth)[0][n_p:], list(p), dpp, dh, cts)
+            for j, gr in zip(dpp, through):
+                gr = _astype(gr, _like(p[j], st.wide))
+                key = nc + nx + j
+                grads[key] = grads[key] + gr if key in grads else gr
+    return grads
+
+
+def _recompute_vjp(plan, spec, carry0, xs, p, ans, g):
+    """The VJP of the primitive's outputs (those g has cotangents for) by differentiating
+    _plan_math (a recomputing scan)."""
+    nc, nx = spec.n_carry, spec.n_xs
+    leaves = list(carry0) + list(xs) + list(p)
+    # numpy constants (a closed-over xs) are not differentiated: they have no gradient, and
+    # autograd would accumulate traced cotangents into numpy zeros
+    diff = [j for j, v in enumerate(leaves) if _is_float(v) and type(getval(v)) is Tracer]
+    outs = [j for j in range(len(g)) if _is_float(ans[j])]
+    wide = _incoming_dtype([g[j] for j in outs])
+    cts = [_astype(g[j], _like(ans[j], wide)) for j in outs]
+
+    def f(full):
+        return _plan_math(plan, spec, full[:nc], full[nc:nc + nx], full[nc + nx:], residuals=False)
+
+    grads = _call_vjp(f, leaves, diff, outs, cts)
+    return {j: _astype(gr, _like(leaves[j], wide)) for j, gr in zip(diff, grads)}
+
+
+def _plan_jvp(argnums, gs, ans, args):
+    """Tangents of the primitive's outputs (residuals included unless hidden): the hoisted
+    values under make_jvp, then one scan over (primal, tangent) pairs whose steps run the
+    last stage's known step under make_jvp."""
+    spec = args[0]
+    plan = spec.plan
+    carry0, xs, ext = spec.split(args[1:])
+    nc, nx = spec.n_carry, spec.n_xs
+    ans = _as_list(ans)
+    given = {a - 1: g for a, g in zip(argnums, gs)}
+    ext_leaves, ext_trees, offsets = _flatten_items(ext)
+    n_p, d = len(ext_leaves), len(plan.stages)
+    wide = _incoming_dtype(gs)
+    dc = [j for j in range(nc) if _is_float(carry0[j])]
+    dx = [j for j in range(nx) if nc + j in given and _is_float(xs[j])]
+    de, te = _ext_tangents(ext, ext_leaves, ext_trees, offsets, given, nc + nx, wide)
+    P, tP = _call_jvp(lambda p: _hoists(plan, p, d)[0], ext_leaves, de, te)
+    dP = de + ([j for j in range(n_p, len(P)) if _is_float(P[j])] if de else [])
+    tP = [_astype(tP[j], _like(P[j], wide)) for j in dP]
+    n_last = len(P) - len(plan.stages[-1].h_vars)  # the last stage's P; its hoisted values follow
+    last = plan.stages[-1]
+    tc0 = [_astype(given[j], _like(carry0[j], wide)) if j in given else _zeros(carry0[j], _like(carry0[j], wide))
+           for j in dc]
+    tx = [_astype(given[nc + j], _like(xs[j], wide)) for j in dx]
+    n_ys = plan.n_steps
+    dy = []
+
+    def body(i, state, inp):
+        c, tc = state[:nc], state[nc:]
+        x, txi = inp[:nx], inp[nx:]
+
+        def f(full):
+            Pf = full[nc + nx:]
+            new_c, ys = _known_body(last, plan.step_select, Pf[:n_last], Pf[n_last:], i, full[:nc],
+                                    full[nc:nc + nx])
+            return list(new_c) + list(ys)
+
+        diff = dc + [nc + j for j in dx] + [nc + nx + j for j in dP]
+        outs, touts = _call_jvp(f, list(c) + list(x) + list(P), diff, list(tc) + list(txi) + tP)
+        new_c, y = outs[:nc], outs[nc:]
+        dy[:] = [j for j in range(len(y)) if _is_float(y[j])]
+        t_c = [_astype(touts[j], _like(c[j], wide)) for j in dc]
+        t_y = [_astype(touts[nc + j], _like(y[j], wide)) for j in dy]
+        return list(new_c) + t_c, list(y) + t_y
+
+    labels = spec.labels + [f"tangent of {spec.labels[j]}" for j in dc]
+    state, ys = spec.scan(body, carry0 + tc0, xs + tx, spec.reverse, labels, spec.what)
+    tangents = {j: state[nc + k] for k, j in enumerate(dc)}
+    tangents.update({nc + j: ys[n_ys + k] for k, j in enumerate(dy)})
+    hoisted_tangents = dict(zip(dP, tP))
+    for j, q in zip(range(n_p, len(P)), [q for pos in plan.hoist_pos for q in pos]):
+        if q < len(ans) and j in hoisted_tangents:
+            tangents[q] = _astype(hoisted_tangents[j], _like(ans[q], wide))
+    return _pack([tangents[j] if j in tangents else _zeros(ans[j]) for j in range(len(ans))])
 
 
 # ============================================================================================
@@ -1100,6 +1893,7 @@ def _join_branch_types(infos, what):
 
 
 case_p = ControlFlowPrimitive("case")
+_BOX_HANDLERS[case_p] = _replay_case
 
 
 def _case_rule(ctx, p, index, *operands):

@@ -1,12 +1,15 @@
 """while_loop, fori_loop, cond, switch and scan: each against the plain Python loop or
 branch it replaces, in value and dtype, in grad (plain, jit_ps(grad(f)), grad(jit_ps(f)))
-and in make_jvp; nested, closed over, and the error cases."""
+and in make_jvp; nested, closed over, and the error cases. Reverse mode through scan saves
+residuals: second and third derivatives through it, and the number of loops compiled."""
 import autograd.numpy as np
 import numpy as onp
 import pytest
-from autograd import grad, hessian, make_jvp
+from autograd import grad, hessian, hessian_tensor_product, make_jvp
 
-from autograd_xla import ConcretizationError, cond, fori_loop, jit_ps, scan, switch, while_loop
+from autograd_xla import ConcretizationError, cond, fori_loop, jit_ps, scan, switch, tracing, while_loop
+from autograd_xla.core import Aval
+from autograd_xla.partial_eval import PartialEval, cse
 from helpers import assert_close, check, dtypes_of, scalarize
 
 rng = onp.random.RandomState(0)
@@ -446,6 +449,201 @@ def test_complex_carry():
     check(f, X + 0.5j * X[::-1])
 
 
+# ----- reverse mode saves residuals instead of recomputing ------------------------------------
+def rnn_loss(W, xs):
+    c, _ = scan(lambda c, x: (np.tanh(np.dot(W, c) + x), None), np.zeros(3), xs)
+    return np.sum(c ** 2)
+
+
+def rnn_loss_ref(W, xs):
+    c = np.zeros(3)
+    for x in xs:
+        c = np.tanh(np.dot(W, c) + x)
+    return np.sum(c ** 2)
+
+
+def test_grad_runs_the_body_once_forward_and_its_vjp_once_backward():
+    for f, args in [(grad(rnn_loss), (W, XS)), (grad(rnn_loss, 1), (W, XS)),
+                    (grad(lambda w: rnn_loss(w, XS) + np.sum(fori_loop(0, 3, lambda i, c: np.sin(c * w), W))), (W,))]:
+        text = jit_ps(f).stablehlo(*args)
+        n_loops = 2 if len(args) == 2 else 4  # the second function has a scan and a fori_loop
+        assert text.count("stablehlo.while") == n_loops
+        assert text.count("stablehlo.tanh") == 1  # the backward loop reads tanh's saved result
+    assert_close(jit_ps(grad(rnn_loss))(W, XS), grad(rnn_loss_ref)(W, XS))
+    assert_close(grad(jit_ps(rnn_loss))(W, XS), grad(rnn_loss_ref)(W, XS))
+
+
+def test_hessian_vector_product_runs_four_loops():
+    # forward (saving residuals for both differentiations), backward, and the backward's
+    # forward and backward passes; the old scheme re-ran the body in every one of them
+    hvp = jit_ps(hessian_tensor_product(rnn_loss))
+    V = W[::-1] * 0.5
+    text = hvp.stablehlo(W, XS, V)
+    assert text.count("stablehlo.while") == 4 and text.count("stablehlo.tanh") == 1
+    assert_close(hvp(W, XS, V), hessian_tensor_product(rnn_loss_ref)(W, XS, V))
+    assert_close(jit_ps(hessian(rnn_loss))(W, XS), hessian(rnn_loss_ref)(W, XS))
+
+
+def _index_dependent(x):
+    return fori_loop(0, 4, lambda i, c: np.sin(c) * np.take(XS, i, axis=0) + i * 0.1, x)
+
+
+def _index_dependent_ref(x):
+    c = x
+    for i in range(4):
+        c = np.sin(c) * XS[i] + i * 0.1
+    return c
+
+
+def _traced_slices(x):
+    def body(i, c):
+        w = np.concatenate([c, c])
+        return np.sin(w[i:i + 3]) * c[::-1] + w[1 + i]
+    return fori_loop(0, 3, body, x)
+
+
+def _traced_slices_ref(x):
+    c = x
+    for i in range(3):
+        w = np.concatenate([c, c])
+        c = np.sin(w[i:i + 3]) * c[::-1] + w[1 + i]
+    return c
+
+
+def _reversed_with_integer_carry(x):
+    (n, c), ys = scan(lambda s, r: ((s[0] + 1, np.sin(s[1] * r) + s[0] * s[1]), s[1] * r), (0, x), XS,
+                      reverse=True)
+    return c * n + np.sum(ys, 0)
+
+
+def _reversed_with_integer_carry_ref(x):
+    n, c, ys = 0, x, []
+    for r in XS[::-1]:
+        ys.append(c * r)
+        n, c = n + 1, np.sin(c * r) + n * c
+    return c * n + np.sum(np.stack(ys), 0)
+
+
+def _branches_in_body(x):
+    def step(c, r):
+        # the loop's trip count depends on c only through its predicate (no gradient)
+        n = while_loop(lambda s: s[1] < np.sum(c ** 2) + 1.0, lambda s: (s[0] + 1, s[1] + 1.0), (0, 0.0))[0]
+        h = switch(n % 3, [np.sin, lambda a: a * a, lambda a: np.cos(a) * 2.0], c * r)
+        return cond(np.sum(h) > 0, lambda h: h * 0.5, lambda h: -h, h) + 0.1 * n * c, n
+    c, ns = scan(step, x, XS)
+    return c * np.sum(ns)
+
+
+def _branches_in_body_ref(x):
+    c, ns = x, []
+    for r in XS:
+        n, s = 0, 0.0
+        while s < np.sum(c ** 2) + 1.0:
+            n, s = n + 1, s + 1.0
+        h = [np.sin, lambda a: a * a, lambda a: np.cos(a) * 2.0][n % 3](c * r)
+        c = (h * 0.5 if np.sum(h) > 0 else -h) + 0.1 * n * c
+        ns.append(n)
+    return c * np.sum(ns)
+
+
+@pytest.mark.parametrize("f, ref", [(_index_dependent, _index_dependent_ref), (_traced_slices, _traced_slices_ref),
+                                    (_reversed_with_integer_carry, _reversed_with_integer_carry_ref),
+                                    (_branches_in_body, _branches_in_body_ref)],
+                         ids=["index", "traced-slices", "reverse-int-carry", "branches"])
+def test_derivatives_through_saved_residuals_match_plain_autograd(f, ref):
+    """Loop index arithmetic (recomputed backward), traced slices and the scatter-adds of
+    their VJPs, integer carries, and control flow inside the body, replayed under a second
+    differentiation: grad both ways, Hessian-vector products reverse-over-reverse and
+    forward-over-reverse, reverse-over-forward (except through while_loop, whose forward-mode
+    tangent would need reverse mode of a while_loop)."""
+    s, sr = scalarize(f), scalarize(ref)
+    v = onp.array([0.7, -0.4, 1.1])
+    assert_close(jit_ps(grad(s))(X), grad(sr)(X), path="jit(grad)")
+    assert_close(grad(jit_ps(s))(X), grad(sr)(X), path="grad(jit)")
+    expected = hessian_tensor_product(sr)(X, v)
+    assert_close(jit_ps(hessian_tensor_product(s))(X, v), expected, path="jit(hvp)")
+    assert_close(grad(lambda x: np.sum(grad(jit_ps(s))(x) * v))(X), expected, path="hvp of grad(jit)")
+    assert_close(jit_ps(lambda x: make_jvp(grad(s))(x)(v)[1])(X), expected, path="forward over reverse")
+    if f is not _branches_in_body:
+        assert_close(jit_ps(grad(lambda x: make_jvp(s)(x)(v)[1]))(X), grad(lambda x: make_jvp(sr)(x)(v)[1])(X),
+                     path="reverse over forward")
+
+
+def test_third_derivative_recomputes_and_matches():
+    # a third grad differentiates residuals the forward pass saved for the second: that
+    # cotangent takes the recomputing path
+    v = onp.array([0.7, -0.4, 1.1])
+    s, sr = scalarize(_index_dependent), scalarize(_index_dependent_ref)
+    third = grad(lambda x: np.sum(hessian_tensor_product(s)(x, v) ** 2))
+    expected = grad(lambda x: np.sum(hessian_tensor_product(sr)(x, v) ** 2))(X)
+    assert_close(jit_ps(third, fallback="error")(X), expected)
+
+
+def test_float32_loop_with_float64_cotangent_keeps_autograd_dtypes():
+    x32 = X.astype(onp.float32)
+    f = lambda x: fori_loop(0, 3, lambda i, c: c - 0.2 * np.sin(c) * x, x)  # noqa: E731
+
+    def ref(x):
+        c = x
+        for _ in range(3):
+            c = c - 0.2 * np.sin(c) * x
+        return c
+
+    s, sr = scalarize(f), scalarize(ref)  # sum(w * f) with float64 w: float64 cotangents
+    for got, expected in [(jit_ps(grad(s))(x32), grad(sr)(x32)),
+                          (jit_ps(hessian_tensor_product(s))(x32, x32), hessian_tensor_product(sr)(x32, x32))]:
+        assert got.dtype == expected.dtype == onp.float64
+        assert_close(got, expected, rtol=1e-5)
+
+
+def test_functional_updates_replayed_under_autograd_have_numpy_derivatives():
+    """The autograd primitives that replay in-place updates and traced slices (x[idx] = v,
+    np.add.at, their traced-start forms) against their derivatives written out by hand."""
+    from autograd_xla import control_flow as cf
+    from autograd_xla.core import DynamicSlice
+
+    x, v, w = onp.array([1.0, -2.0, 0.5, 3.0]), onp.array([0.7, -0.2, 1.5]), onp.array([0.3, -1.1, 2.0, 0.9])
+    dup = onp.array([0, 2, 0])
+    cases = [  # f(x, v, i), gradient wrt x, gradient wrt v (of sum(w * f))
+        (lambda x, v, i: cf._set_items(x, slice(1, 3), v[:1]), w * onp.array([1, 0, 0, 1]),
+         onp.array([w[1] + w[2], 0, 0])),
+        (lambda x, v, i: cf._scatter_add(x, dup, v), w, w[dup]),
+        (lambda x, v, i: cf._dyn_update(x, (DynamicSlice(i, 2),), v[1:], True), w, onp.array([0, w[1], w[2]])),
+        (lambda x, v, i: cf._dyn_update(x, (DynamicSlice(i, 2),), v[1:], False), w * onp.array([1, 0, 0, 1]),
+         onp.array([0, w[1], w[2]])),
+    ]
+    i = onp.int64(1)
+    for k, (f, gx, gv) in enumerate(cases):
+        s = lambda x, v, i: np.sum(w * f(x, v, i))  # noqa: E731
+        assert_close(jit_ps(grad(s, 0))(x, v, i), gx, path=f"case {k} grad x")
+        assert_close(jit_ps(grad(s, 1))(x, v, i), gv, path=f"case {k} grad v")
+        assert_close(jit_ps(lambda x, v, i: make_jvp(s, 1)(x, v, i)(v)[1])(x, v, i), onp.dot(gv, v),
+                     path=f"case {k} jvp v")
+        assert_close(jit_ps(lambda x, v, i: make_jvp(s, 0)(x, v, i)(x)[1])(x, v, i), onp.dot(gx, x),
+                     path=f"case {k} jvp x")
+    g = lambda x, v, i: np.sum(w[:3] * cf._dyn_getitem(x, (DynamicSlice(i, 3),)) ** 2 * v)  # noqa: E731
+    assert_close(jit_ps(grad(g))(x, v, i), onp.concatenate([[0], 2 * w[:3] * x[1:] * v]))
+    assert_close(jit_ps(hessian(g))(x, v, i), onp.diag(onp.concatenate([[0], 2 * w[:3] * v])))
+
+
+def test_partial_eval_splits_a_graph_by_binding_time_and_cse_merges_repeats():
+    def fn(a, b, c):
+        u = a * 2.0 + b                    # times 1, 2
+        return u * c + np.sin(b) + np.sin(b)  # 3, 2 (twice: cse keeps one), 3, 3
+
+    f64 = Aval((), onp.float64)
+    graph, _ = tracing.trace_function(fn, [f64, f64, f64])
+    a, b, c = graph.invars
+    merged = cse(graph)
+    assert len(merged.eqns) == len(graph.eqns) - 1
+    pe = PartialEval(merged, [1, 2, 3])
+    assert pe.eqn_times == [1, 2, 3, 2, 3, 3]
+    late, inputs = pe.slice(merged.outvars, {3})  # what runs once c is known, and what it reads
+    assert len(late) == 3 and inputs[0] is c and [pe.time_of(v) for v in inputs] == [3, 2, 2]
+    early, inputs = pe.slice(inputs[1:], {1, 2})  # the residuals: computed before c is known
+    assert len(early) == 3 and inputs == [a, b]
+
+
 # ----- what the compiled program looks like --------------------------------------------------
 def test_loops_lower_to_one_while_op_with_the_body_once():
     f = lambda x: fori_loop(0, 100, lambda i, c: np.tanh(c) * 1.01, x)  # noqa: E731
@@ -455,6 +653,15 @@ def test_loops_lower_to_one_while_op_with_the_body_once():
     assert "scan(length=100" in graph and "    " in graph
     text = jit_ps(branchy).stablehlo(X, X)
     assert text.count("stablehlo.case") == 1
+
+
+def test_scan_output_returned_as_a_constant_is_filled_outside_the_loop():
+    f = lambda x: scan(lambda c, r: (np.sin(c * r), 0.0), x, XS)  # noqa: E731
+    c, ys = jit_ps(f)(X)
+    assert_close(c, f(X)[0])
+    assert ys.shape == (len(XS),) and ys.dtype == onp.float64 and not ys.any()
+    assert "dynamic_update_slice" not in jit_ps(f).stablehlo(X)
+    check(lambda x: f(x)[0], X)
 
 
 def test_python_loop_over_traced_values_still_unrolls():
