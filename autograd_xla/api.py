@@ -18,18 +18,16 @@ import time
 import warnings
 
 import numpy as np
-from autograd.tracer import box_types
-
-from autograd.tracer import getval
+from autograd.tracer import box_types, getval
 
 from . import autodiff
 from . import backend as backend_mod
 from . import impurity, lowering, rules, tracing, tree
 from .backend import DeviceArray
 from .core import Graph, prim_name
-from .hlo import SUPPORTED_DTYPES as _SUPPORTED
 from .errors import (ArgumentError, CompileError, ConcretizationError, ImpureFunctionError, JitError,
                      UnsupportedPrimitiveError, _library_file, annotate)
+from .hlo import SUPPORTED_DTYPES as _SUPPORTED
 
 rules.load_all()
 _trace_state = tracing._state

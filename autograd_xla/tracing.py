@@ -240,6 +240,19 @@ def unsupported(prim):
         prim, user_frame(2))
 
 
+def trace_through(prim, shown_as, impl, args, kwargs):
+    """Run a primitive's own Python implementation on traced values, so that the numpy calls
+    it makes are recorded one by one. If it needs data (np.asarray, float(x)), the primitive
+    has no traceable form: say so, naming it."""
+    primitive_stack.names.append(shown_as)
+    try:
+        return impl(*args, **kwargs)
+    except ConcretizationError as e:
+        raise unsupported(prim) from e
+    finally:
+        primitive_stack.names.pop()
+
+
 def _has_tracer(args, kwargs):
     for a in args:
         t = type(a)
@@ -463,13 +476,7 @@ class Tracer:
         impl = getattr(func, "_implementation", None)
         if impl is None:
             raise unsupported(func)
-        primitive_stack.names.append(func)
-        try:
-            return impl(*args, **kwargs)
-        except ConcretizationError as e:
-            raise unsupported(func) from e
-        finally:
-            primitive_stack.names.pop()
+        return trace_through(func, func, impl, args, kwargs)
 
     def __array__(self, dtype=None, copy=None):
         raise concretization_error(self, "np.asarray(x) / np.array(x)")
@@ -698,7 +705,7 @@ def _primitive_code():
         code = anp.tanh.__code__
         if "f_raw" not in code.co_freevars:
             raise RuntimeError("autograd's primitive wrapper changed: no 'f_raw' closure cell "
-                               f"(autograd_xla supports autograd 1.9.x)")
+                               "(autograd_xla supports autograd 1.9.x)")
         _PRIMITIVE_CODE = code
     return _PRIMITIVE_CODE
 
@@ -722,14 +729,7 @@ def _make_interceptor(f_wrapped, raw):
         rule = rules.lookup(raw)
         if rule is not None:
             return bind(raw, args, kwargs, rule)
-        primitive_stack.names.append(f_wrapped)
-        try:
-            return raw(*args, **kwargs)
-        except ConcretizationError as e:
-            # the primitive's own implementation needs data: it has no traceable form
-            raise unsupported(raw) from e
-        finally:
-            primitive_stack.names.pop()
+        return trace_through(raw, f_wrapped, raw, args, kwargs)
 
     f_raw.__wrapped_raw__ = raw
     return f_raw

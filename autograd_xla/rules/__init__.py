@@ -114,7 +114,6 @@ def flatten_values(out):
 
 def load_all():
     """Import every rule family (each registers its table on import)."""
-    from . import (autograd_helpers, contractions, creation, dynamic, elementwise, indexing,  # noqa: F401
-                   integrate, linalg, reductions, shape)
-    from . import fft, signal, special, stats  # noqa: F401
+    from . import (autograd_helpers, contractions, creation, dynamic, elementwise, fft,  # noqa: F401
+                   indexing, integrate, linalg, reductions, shape, signal, special, stats)
 

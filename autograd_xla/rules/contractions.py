@@ -7,7 +7,7 @@ import numpy as np
 from numpy._core.einsumfunc import _parse_einsum_input
 
 from ..hlo import Value
-from ..lowering import normalize_axis, result_type
+from ..lowering import normalize_axis
 from . import lowers
 
 

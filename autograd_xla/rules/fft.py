@@ -169,7 +169,6 @@ def c2r(ctx, a, axes, lengths, norm):
     _check_norm(norm)
     v = ctx.asvalue(a)
     cdt = _complex_dtype(v.dtype)
-    rdt = _real_dtype(cdt)
     v = ctx.astype(v, cdt)
     last_ax, last_n = axes[-1], lengths[-1]
     # the other axes first, as their own transform: numpy's irfft then drops the imaginary
