@@ -71,7 +71,7 @@ def parse_args(argv=None):
             p.error(f"unknown workload(s) {', '.join(unknown)}; known: {', '.join(BY_NAME)}")
         args.workloads = [BY_NAME[n] for n in names]
     else:
-        args.workloads = list(WORKLOADS)
+        args.workloads = [w for w in WORKLOADS if w.default]
     if args.repeat is None:
         args.repeat = 9 if args.quick else 31
     if args.target_ms is None:

@@ -14,6 +14,7 @@ import numpy as onp
 
 import autograd.numpy as np
 from autograd import grad, value_and_grad
+from autograd.scipy.signal import convolve
 
 # ---------------------------------------------------------------------------------------
 # The user's code (autograd). Module level, as it would be in a script.
@@ -65,6 +66,34 @@ def selu_sum(W, b, x):
 
 def tiny_scalar(x):
     return np.sum(np.tanh(x) * x)
+
+
+def conv_layer(x, W, b):
+    """x: [batch, channels_in, H, W]; W: [channels_in, channels_out, kH, kW] (autograd's convnet
+    example's layout: scipy's true convolution, 'valid')."""
+    return convolve(x, W, axes=([2, 3], [2, 3]), dot_axes=([1], [0]), mode="valid") + b[None, :, None, None]
+
+
+def max_pool_2x2(x):
+    n, c, h, w = x.shape
+    return np.max(np.max(np.reshape(x, (n, c, h // 2, 2, w // 2, 2)), axis=5), axis=3)
+
+
+def convnet_loss(params, x, y):
+    (W1, b1), (W2, b2), (W3, b3) = params
+    h = max_pool_2x2(np.tanh(conv_layer(x, W1, b1)))      # 3x32x32 -> 16x14x14
+    h = max_pool_2x2(np.tanh(conv_layer(h, W2, b2)))      # -> 32x5x5
+    logits = np.dot(np.reshape(h, (h.shape[0], -1)), W3) + b3
+    m = np.max(logits, axis=1, keepdims=True)
+    log_probs = logits - (m + np.log(np.sum(np.exp(logits - m), axis=1, keepdims=True)))
+    return -np.mean(np.sum(log_probs * y, axis=1))
+
+
+def _build_convnet_step():
+    def sgd_step(params, x, y):
+        grads = grad(convnet_loss)(params, x, y)
+        return [(W - LEARNING_RATE * dW, b - LEARNING_RATE * db) for (W, b), (dW, db) in zip(params, grads)]
+    return sgd_step
 
 
 def _build_logreg():
@@ -150,6 +179,30 @@ def _jax_selu_grad(jax, jnp):
     return jax.grad(total, argnums=(0, 1))
 
 
+def _jax_convnet_step(jax, jnp):
+    def conv(x, W, b):  # a true convolution (flipped kernel), NCHW x OIHW, as scipy's convolve
+        kernel = jnp.transpose(W, (1, 0, 2, 3))[:, :, ::-1, ::-1]
+        out = jax.lax.conv_general_dilated(x, kernel, (1, 1), "VALID", dimension_numbers=("NCHW", "OIHW", "NCHW"),
+                                           precision=jax.lax.Precision.HIGHEST)
+        return out + b[None, :, None, None]
+
+    def pool(x):
+        n, c, h, w = x.shape
+        return jnp.max(jnp.reshape(x, (n, c, h // 2, 2, w // 2, 2)), axis=(3, 5))
+
+    def loss(params, x, y):
+        (W1, b1), (W2, b2), (W3, b3) = params
+        h = pool(jnp.tanh(conv(x, W1, b1)))
+        h = pool(jnp.tanh(conv(h, W2, b2)))
+        logits = jnp.reshape(h, (h.shape[0], -1)) @ W3 + b3
+        return -jnp.mean(jnp.sum(jax.nn.log_softmax(logits, axis=1) * y, axis=1))
+
+    def sgd_step(params, x, y):
+        grads = jax.grad(loss)(params, x, y)
+        return [(W - LEARNING_RATE * dW, b - LEARNING_RATE * db) for (W, b), (dW, db) in zip(params, grads)]
+    return sgd_step
+
+
 def _jax_tiny(jax, jnp):
     return lambda x: x + 1.0
 
@@ -185,6 +238,15 @@ def _selu_inputs(dtype, rng, batch=256, width=1024):
     return W, b, x
 
 
+def _convnet_inputs(dtype, rng, batch=128):
+    shapes = [((3, 16, 5, 5), 16), ((16, 32, 5, 5), 32), ((32 * 5 * 5, 10), 10)]
+    params = [((rng.standard_normal(s) / onp.sqrt(onp.prod(s) / s[1])).astype(dtype), onp.zeros(n, dtype))
+              for s, n in shapes]
+    x = rng.standard_normal((batch, 3, 32, 32)).astype(dtype)
+    y = onp.eye(10, dtype=dtype)[rng.integers(0, 10, batch)]
+    return params, x, y
+
+
 def _tiny_inputs(dtype, rng):
     return (onp.array([0.5, -1.0, 2.0], dtype=dtype),)
 
@@ -193,10 +255,11 @@ class Workload:
     """name: the CLI name. times: exactly what one timed call does.
     overhead_bound: the acceptance bound on jit_ps time / jax.jit time."""
 
-    def __init__(self, name, times, build_autograd, build_jax, make_inputs, overhead_bound=1.25):
+    def __init__(self, name, times, build_autograd, build_jax, make_inputs, overhead_bound=1.25, default=True):
         self.name, self.times = name, times
         self.build_autograd, self.build_jax, self.make_inputs = build_autograd, build_jax, make_inputs
         self.overhead_bound = overhead_bound
+        self.default = default  # part of a run without --only
 
 
 WORKLOADS = [
@@ -214,6 +277,12 @@ WORKLOADS = [
     Workload("selu_grad",
              "grad(sum(selu(x @ W + b)), argnum=(0, 1)) -> (dW, db), same shapes as selu_fwd",
              _build_selu_grad, _jax_selu_grad, _selu_inputs),
+    Workload("convnet_step",
+             "one SGD step of a convnet on CIFAR-shaped input (batch 128, 3x32x32): two 5x5 'valid' "
+             "convolutions (autograd.scipy.signal.convolve, 16 and 32 channels) with tanh and 2x2 max "
+             "pooling, a dense softmax layer; grad of cross-entropy, then params - 0.01 * grads. Plain "
+             "autograd takes about a second per step on CPU, so it runs only when named with --only",
+             _build_convnet_step, _jax_convnet_step, _convnet_inputs, default=False),
     Workload("tiny",
              "per-call overhead: lambda x: x + 1.0 on a 3-element array",
              _build_tiny, _jax_tiny, _tiny_inputs, overhead_bound=2.0),
