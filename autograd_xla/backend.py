@@ -327,10 +327,11 @@ def _make_cpu():
     return Backend("cpu", client)
 
 
-def _unavailable_error(platform, reason):
+def _unavailable_error(platform, reason, installed=False):
+    remedy = "" if installed else f"Install it with {PLATFORM_EXTRAS[platform]}, or use"
     return PlatformUnavailableError(
-        f"platform {platform!r} is not available: {reason}. Install it with {PLATFORM_EXTRAS[platform]}, "
-        "or use the CPU (jit_ps(f, backend='cpu') or AUTOGRAD_XLA_PLATFORM=cpu).")
+        f"platform {platform!r} is not available: {reason}. {remedy or 'Use'} the CPU instead "
+        "(jit_ps(f, backend='cpu') or AUTOGRAD_XLA_PLATFORM=cpu).")
 
 
 def cuda_plugin():
@@ -388,7 +389,8 @@ def _make_gpu():
         options = dict(xc.generate_pjrt_gpu_plugin_options())
         client = xc.make_c_api_client("cuda", options, None)
     except Exception as e:  # the plugin reports a missing driver or GPU in its own words
-        raise _unavailable_error("gpu", f"the CUDA plugin is installed but found no usable GPU ({e})") from None
+        raise _unavailable_error("gpu", f"the CUDA plugin is installed but found no usable GPU ({e})",
+                                 installed=True) from None
     backend = Backend("gpu", client)
     backend.kernels = _register_cuda_kernels(c_api, flavor)
     return backend
@@ -407,7 +409,7 @@ def _make_tpu():
         _load_plugin("tpu", path)
         client = xc.make_c_api_client("tpu", {}, None)
     except Exception as e:
-        raise _unavailable_error("tpu", f"libtpu is installed but found no usable TPU ({e})") from None
+        raise _unavailable_error("tpu", f"libtpu is installed but found no usable TPU ({e})", installed=True) from None
     return Backend("tpu", client)
 
 

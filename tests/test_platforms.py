@@ -17,7 +17,10 @@ from helpers import assert_close
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 rs = onp.random.RandomState(3)
-HAS_GPU = backend_mod.cuda_plugin()[0] is not None and backend_mod.is_available("gpu")
+HAS_PLUGIN = backend_mod.cuda_plugin()[0] is not None
+HAS_GPU = HAS_PLUGIN and backend_mod.is_available("gpu")
+#: what the absent-GPU error must say: the extra to install, or (plugin installed) that no GPU is visible
+GPU_ABSENT = "no usable GPU" if HAS_PLUGIN else r"autograd-xla\[cuda12\]"
 
 
 def test_cpu_is_listed_and_is_the_default_without_accelerators():
@@ -37,7 +40,7 @@ def test_explicit_cpu_backend():
 @pytest.mark.skipif(HAS_GPU, reason="a GPU is available here")
 def test_absent_gpu_is_a_clear_error_naming_the_extra():
     f = jit_ps(lambda x: x + 1, backend="gpu")
-    with pytest.raises(PlatformUnavailableError, match=r"autograd-xla\[cuda12\]"):
+    with pytest.raises(PlatformUnavailableError, match=GPU_ABSENT):
         f(onp.ones(3))
     with pytest.raises(PlatformUnavailableError, match="gpu"):
         autograd_xla.set_default_platform("gpu")
@@ -75,7 +78,8 @@ def test_environment_variable_selects_the_platform():
     if not HAS_GPU:
         env["AUTOGRAD_XLA_PLATFORM"] = "gpu"
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-        assert "gpu" in out.stdout and "unavailable" in out.stdout and "cuda12" in out.stdout, out.stdout + out.stderr
+        expected = "no usable GPU" if HAS_PLUGIN else "cuda12"
+        assert "gpu" in out.stdout and "unavailable" in out.stdout and expected in out.stdout, out.stdout + out.stderr
 
 
 def test_extras_pin_plugins_to_the_jaxlib_version():
@@ -138,3 +142,17 @@ def test_x64_off_linear_algebra_uses_32_bit_kernels():
     out = f(A)
     assert out.dtype == onp.float32
     assert_close(out, (onp.linalg.cholesky(A) @ onp.linalg.inv(A)).astype(onp.float32), rtol=1e-5)
+
+
+def test_installed_plugin_without_a_device_is_a_clear_error(monkeypatch):
+    """The CUDA plugin loads on a machine without a GPU and then reports it; we pass that on.
+    (Simulated with a plugin path that cannot load; with jax-cuda12-pjrt installed on a CPU
+    machine the message ends in the plugin's own 'No visible GPU devices'.)"""
+    if HAS_GPU:
+        pytest.skip("a GPU is available here")
+    monkeypatch.setattr(backend_mod, "cuda_plugin", lambda: ("/nonexistent/xla_cuda_plugin.so", "xla_cuda12"))
+    monkeypatch.setattr(backend_mod, "_unavailable", {})
+    with pytest.raises(PlatformUnavailableError, match="installed but found no usable GPU") as info:
+        jit_ps(lambda x: x + 1, backend="gpu")(onp.ones(2))
+    assert "Install it" not in str(info.value)
+    assert_close(jit_ps(lambda x: x + 1)(onp.ones(2)), onp.full(2, 2.0))   # the CPU keeps working
