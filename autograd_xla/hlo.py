@@ -311,6 +311,11 @@ class Builder:
         dtype = np.dtype(dtype)
         if x.dtype == dtype:
             return x
+        if x.dtype == np.bool_ and dtype.kind in "fc":
+            # A select, not a convert: XLA's simplifier rewrites a * convert(mask) into
+            # select(mask, a, 0), which drops numpy's nan * False = nan and -1.0 * False = -0.0
+            # (autograd's max/min gradients multiply by such masks).
+            return self.select(x, self.splat(1, x.shape, dtype), self.splat(0, x.shape, dtype))
         return self.op1("stablehlo.convert", [x], x.shape, dtype)
 
     def bitcast_convert(self, x, dtype):

@@ -15,6 +15,7 @@ import numpy as onp
 import autograd.numpy as np
 from autograd import grad, value_and_grad
 from autograd.scipy.signal import convolve
+from autograd.scipy.special import logsumexp
 
 # ---------------------------------------------------------------------------------------
 # The user's code (autograd). Module level, as it would be in a script.
@@ -32,19 +33,12 @@ def logreg_loss(w, X, y):
     return np.mean(np.logaddexp(0.0, z) - y * z)
 
 
-def logsumexp(z, axis):
-    # Written out rather than autograd.scipy.special.logsumexp, which jit_ps could not trace
-    # when this was written; the jax side uses the same formula so both run the same math.
-    m = np.max(z, axis=axis, keepdims=True)
-    return m + np.log(np.sum(np.exp(z - m), axis=axis, keepdims=True))
-
-
 def mlp_predict(params, x):
     for W, b in params[:-1]:
         x = np.tanh(x @ W + b)
     W, b = params[-1]
     logits = x @ W + b
-    return logits - logsumexp(logits, axis=1)
+    return logits - logsumexp(logits, axis=1, keepdims=True)
 
 
 def mlp_loss(params, x, y):

@@ -262,12 +262,18 @@ def test_nan_and_inf_in_gradients():
         assert_same_nonfinite(grad(jit_ps(f))(finite_x), expected)
 
 
-@pytest.mark.xfail(reason="reported: XLA's simplifier turns g * mask / count into select(mask, g / count, 0), "
-                          "so the gradient of max over a NaN is 0 where autograd's is NaN (0/0)", strict=False)
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-def test_nan_gradient_of_max_known_divergence():
-    x = onp.array([1.0, onp.nan, 3.0])
+def test_multiplying_by_a_mask_keeps_nan_inf_and_negative_zero():
+    # XLA's simplifier turns a * convert(mask) into select(mask, a, 0), losing nan * False = nan
+    # and -1.0 * False = -0.0; bool -> float conversions are lowered so that it cannot.
+    g = onp.array([onp.nan, onp.inf, -1.0, 1.0, -onp.inf])
+    m = onp.array([False, False, False, True, True])
+    for f in (lambda g, m: g * m, lambda g, m: g * m.astype(g.dtype), lambda g, m: m / g * g):
+        assert_same_nonfinite(jit_ps(f)(g, m), f(g, m))
+        assert onp.array_equal(onp.signbit(jit_ps(f)(g, m)), onp.signbit(f(g, m)))
+    x = onp.array([1.0, onp.nan, 3.0])  # autograd's max gradient divides the mask by its count: 0/0
     assert_same_nonfinite(jit_ps(grad(lambda x: np.max(x)))(x), grad(lambda x: np.max(x))(x))
+    assert_same_nonfinite(grad(jit_ps(lambda x: np.max(x)))(x), grad(lambda x: np.max(x))(x))
 
 
 def test_sign_of_negative_zero_is_positive_zero_as_in_numpy():
