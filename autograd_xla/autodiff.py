@@ -6,7 +6,7 @@ Its VJP and JVP are themselves jitted functions, built by running autograd's own
 is compiled too, and because those derivative functions are jitted functions again,
 a second derivative (`grad(grad(jit_ps(f)))`, `hessian`) goes round the same loop.
 """
-from autograd.builtins import tuple as differentiable_tuple
+from autograd import builtins as differentiable
 from autograd.core import make_jvp, make_vjp
 from autograd.extend import defjvp_argnums, defvjp_argnums, primitive
 
@@ -37,8 +37,8 @@ class _Restricted:
     looks constant to it, and it has no forward mode through dicts); `out_tree` restores it.
     """
 
-    def __init__(self, fn, spec, leaves, nums):
-        self.fn, self.spec, self.leaves, self.nums = fn, spec, leaves, nums
+    def __init__(self, fn, spec, leaves, nums, boxing):
+        self.fn, self.spec, self.leaves, self.nums, self.boxing = fn, spec, leaves, nums, boxing
         self.out_tree = None
 
     def point(self):
@@ -48,20 +48,27 @@ class _Restricted:
 
     def __call__(self, diff):
         values = (diff,) if len(self.nums) == 1 else diff
-        out = self.fn._apply(self.spec, _with(self.leaves, self.nums, values))
+        out = self.fn._apply(self.spec, _with(self.leaves, self.nums, values), self.boxing)
         outs, self.out_tree = tree.flatten(out)
-        return outs[0] if self.out_tree is tree.LEAF else differentiable_tuple(outs)
+        return outs[0] if self.out_tree is tree.LEAF else differentiable.tuple(outs)
+
+
+# Argument containers holding boxes are rebuilt as autograd's container boxes, as `grad`
+# would have passed them (see tree.unflatten); not dicts in forward mode, where autograd's
+# dict constructor has no JVP.
+_VJP_BOXING = {tuple: differentiable.tuple, list: differentiable.list, dict: differentiable.dict}
+_JVP_BOXING = {tuple: differentiable.tuple, list: differentiable.list}
 
 
 def make_vjp_function(fn, spec, nums):
     """(leaves, g) -> gradients of fn's output . g with respect to leaves[nums]."""
     def vjp_fn(leaves, g):
-        f = _Restricted(fn, spec, leaves, nums)
+        f = _Restricted(fn, spec, leaves, nums, _VJP_BOXING)
         vjp, _ = make_vjp(f, f.point())
         grads = vjp(g if f.out_tree is tree.LEAF else tuple(tree.flatten(g)[0]))
         # a tuple built with autograd.builtins.tuple stays differentiable (a SequenceBox when
         # its elements are boxes), which higher derivatives of this function need
-        return differentiable_tuple([grads] if len(nums) == 1 else grads)
+        return differentiable.tuple([grads] if len(nums) == 1 else grads)
     vjp_fn.__name__ = f"vjp_{getattr(fn._fun, '__name__', 'fn')}"
     return vjp_fn
 
@@ -69,7 +76,7 @@ def make_vjp_function(fn, spec, nums):
 def make_jvp_function(fn, spec, nums):
     """(leaves, tangents) -> the tangent of fn's output along tangents of leaves[nums]."""
     def jvp_fn(leaves, tangents):
-        f = _Restricted(fn, spec, leaves, nums)
+        f = _Restricted(fn, spec, leaves, nums, _JVP_BOXING)
         _, out_tangent = make_jvp(f, f.point())(tangents[0] if len(nums) == 1 else tuple(tangents))
         return out_tangent if f.out_tree is tree.LEAF else tree.unflatten(f.out_tree, out_tangent)
     jvp_fn.__name__ = f"jvp_{getattr(fn._fun, '__name__', 'fn')}"

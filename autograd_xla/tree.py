@@ -9,6 +9,7 @@ children are read through the box (`box[i]`), which autograd records, so gradien
 back into the container exactly as they would through user code indexing it.
 """
 from autograd.builtins import DictBox, SequenceBox
+from autograd.tracer import Box
 
 LEAF = "*"
 
@@ -42,21 +43,30 @@ def _flatten(obj, leaves):
     return LEAF
 
 
-def unflatten(treedef, leaves):
-    it = iter(leaves)
-    out = _unflatten(treedef, it)
-    return out
+def unflatten(treedef, leaves, boxing=None, plain_levels=0):
+    """The structure rebuilt around `leaves`.
+
+    `boxing` (container kind -> autograd's differentiable constructor) rebuilds a container
+    that holds autograd boxes as autograd's own container box, as `grad` hands a list or dict
+    argument to the function it differentiates: code that passes such a container on to a
+    primitive whole (`odeint(f, y0, t, autograd.builtins.tuple((params,)))`) needs it boxed.
+    The top `plain_levels` levels (an argument tuple) stay plain containers.
+    """
+    return _unflatten(treedef, iter(leaves), boxing, plain_levels)
 
 
-def _unflatten(treedef, it):
+def _unflatten(treedef, it, boxing=None, plain_levels=0):
     if treedef is LEAF:
         return next(it)
     kind = treedef[0]
     if kind is None:
         return None
+    below = max(plain_levels - 1, 0)
+    children = [_unflatten(c, it, boxing, below) for c in treedef[-1]]
+    if boxing and not plain_levels and kind in boxing and any(isinstance(c, Box) for c in children):
+        return boxing[kind](dict(zip(treedef[1], children)) if kind is dict else children)
     if kind is dict:
-        return {k: _unflatten(c, it) for k, c in zip(treedef[1], treedef[2])}
-    children = [_unflatten(c, it) for c in treedef[1]]
+        return dict(zip(treedef[1], children))
     if kind is tuple or kind is list:
         return kind(children)
     return kind(*children)

@@ -130,6 +130,29 @@ def test_default_tolerance_and_both_nestings_match_plain_autograd():
     assert units(flat(grad(jit_ps(f, fallback="error"))(p)), expected, tol) < SOLVER_UNITS
 
 
+def mlp_dynamics(y, t, params):
+    for W, b in params:
+        out = np.dot(y, W) + b
+        y = np.tanh(out)
+    return out
+
+
+def test_neural_ode_with_a_parameter_list_as_in_autograds_ode_net_example():
+    """autograd's examples/ode_net.py passes its list of (W, b) layers on whole, as
+    odeint(f, y0, t, tuple((params,))). That works because grad hands the list to the loss as
+    one box; grad(jit_ps(loss)) must rebuild it the same way in the compiled VJP."""
+    rs = onp.random.RandomState(0)
+    params = [(0.3 * rs.randn(2, 8), 0.1 * rs.randn(8)), (0.3 * rs.randn(8, 2), 0.1 * rs.randn(2))]
+    y0, t = onp.array([2.0, 0.0]), onp.linspace(0.0, 1.0, 5)
+
+    def loss(params):
+        return np.sum(odeint(mlp_dynamics, y0, t, ag_tuple((params,)), rtol=TOL, atol=TOL) ** 2)
+
+    expected = flat(grad(loss)(params))
+    assert units(flat(grad(jit_ps(loss, fallback="error"))(params)), expected) < SOLVER_UNITS
+    assert units(flat(jit_ps(grad(loss), fallback="error")(params)), expected) < SOLVER_UNITS
+
+
 # ----- the program ---------------------------------------------------------------------------
 def cos_decay(y, t, a):
     return -np.cos(y) * a

@@ -113,6 +113,29 @@ def test_recompile_warning_names_an_automatically_static_scalar():
     assert "Python scalar used as a static value" in msg and "'i'" in msg and "as arguments" in msg
 
 
+def test_a_large_unrolled_program_warns_once_naming_the_loop_line(monkeypatch):
+    """XLA compile time grows with program size; a Python loop unrolled at trace time is
+    the usual cause, so the warning (before compiling) names the lines that made it."""
+    import autograd_xla.api as api
+    monkeypatch.setattr(api, "LARGE_PROGRAM_WARN_AFTER", 100)
+
+    def rnn(W, c, xs):
+        for i in range(xs.shape[0]):
+            c = np.tanh(np.dot(W, c) + xs[i])
+        return np.sum(c ** 2)
+    loop_line = rnn.__code__.co_firstlineno + 2
+    args = (onp.eye(3) * 0.5, onp.ones(3), onp.ones((40, 3)))
+    f = jit_ps(grad(rnn))
+    with pytest.warns(UserWarning, match="grad_of_rnn_wrt_argnum_0> traced to a program of") as w:
+        assert_close(f(*args), grad(rnn)(*args))
+    msg = str(w[0].message)
+    assert f"160 from {__file__}:{loop_line}" in msg and "scan or fori_loop" in msg
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        f(onp.eye(3), onp.ones(3), onp.ones((41, 3)))   # new signature, still large: warned once only
+        jit_ps(rnn)(*args[:2], onp.ones((20, 3)))       # 20 steps x 4 calls + 2: under the bound
+
+
 # ----- threads ---------------------------------------------------------------------------------------
 THREADS, CALLS = 8, 150
 
