@@ -42,10 +42,10 @@ DEFAULT_CACHE_SIZE = 64
 #: changed between the last two: each new signature costs a trace and usually a compile.
 RETRACE_WARN_AFTER = 8
 #: A traced program with more primitive calls than this warns before it compiles: XLA's
-#: compile time and memory grow with program size (measured here: 4,000 calls of an
-#: unrolled RNN step compile in 35 s, 10,000 in 130 s; tens of thousands, minutes and
-#: gigabytes), and the usual cause is a Python loop unrolled at trace time.
-LARGE_PROGRAM_WARN_AFTER = 4000
+#: compile time and memory grow with program size (measured here: an unrolled RNN's
+#: gradient, 10,000 calls, compiles in 130 s; autograd's hmm_em example, ~50,000, ran out of
+#: 22 GiB), and the usual cause is a Python loop unrolled at trace time.
+LARGE_PROGRAM_WARN_AFTER = 10000
 
 
 class CacheStats:
@@ -408,9 +408,19 @@ class JittedFunction:
         treedef, _, static_pos, static_kw = spec
         watch = impurity.Watch(self._fun, [(v, f"static argument {n}") for n, v in
                                            self._static_items(static_pos, static_kw)])
+        def trace(stand_ins):
+            with impurity.recording() as draws, impurity.standing_in(watch, stand_ins):
+                return (*tracing.trace_function(flat_fun, in_avals, names), draws)
         try:
-            with impurity.recording() as draws:
-                graph, out_tree = tracing.trace_function(flat_fun, in_avals, names)
+            try:
+                graph, out_tree, draws = trace(stand_ins=True)
+            except Exception as e:
+                if isinstance(e, JitError) or not impurity.standing_in(watch).swaps:
+                    raise
+                # a generator stand-in upset the code (`isinstance(rs, RandomState)`, scipy's
+                # random_state=rs): trace with the real generators; draws then mean plain autograd
+                watch.restore()
+                graph, out_tree, draws = trace(stand_ins=False)
         except ConcretizationError as e:
             watch.restore()
             if getattr(e, "random_draws", None):
@@ -439,7 +449,7 @@ class JittedFunction:
         lines = collections.Counter((e.source.filename, e.source.lineno) for e in graph.eqns if e.source)
         top = "; ".join(f"{c:,} from {f}:{ln}" for (f, ln), c in lines.most_common(3))
         _warn(f"{self!r} traced to a program of {n:,} primitive calls ({top}). XLA's compile time and memory "
-              "grow with program size: this may take minutes. A Python loop over traced values is unrolled at "
+              "grow with program size: minutes and gigabytes at this scale. A Python loop over traced values is unrolled at "
               "trace time; written with autograd_xla.scan or fori_loop its body is compiled once.")
 
     def _backend(self):

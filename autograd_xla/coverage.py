@@ -29,7 +29,7 @@ import numpy as onp
 
 _MODULES = ["autograd.numpy", "autograd.numpy.linalg", "autograd.numpy.fft", "autograd.scipy.special",
             "autograd.scipy.stats", "autograd.scipy.linalg", "autograd.scipy.signal", "autograd.scipy.integrate",
-            "autograd.builtins"]
+            "autograd.builtins", "autograd.misc.fixed_points"]
 
 #: Relative tolerance for "agrees with plain autograd": a report, not a test.
 RTOL = 1e-6
@@ -291,6 +291,8 @@ def _examples():
         # differentiated with respect to y0 here; t and args work when passed as autograd tuples
         "scipy.integrate.odeint": E(_r((2,), seed=26), Const(onp.linspace(0.0, 0.5, 3)),
                                     call=lambda w, y0, t: w(_ode_rhs, y0, t, (0.7,))),
+        "autograd.misc.fixed_points.fixed_point": E(_r((3,), 1.0, 3.0, seed=27),
+                                                    call=lambda w, a: w(_newton_sqrt, a, onp.ones(3), _gap, 1e-12)),
         "scipy.stats.multivariate_normal.logpdf": E(_r((3,), seed=28), _r((3,), seed=29), _spd(3, 6)),
         "scipy.stats.multivariate_normal.pdf": E(_r((3,), seed=28), _r((3,), seed=29), _spd(3, 6)),
         "scipy.stats.multivariate_normal.entropy": E(_r((3,), seed=29), _spd(3, 6)),
@@ -335,6 +337,15 @@ def _real_eig(result):
 def _ode_rhs(y, t, a):
     import autograd.numpy as anp
     return -a * y + anp.sin(t)
+
+
+def _newton_sqrt(a):
+    return lambda x: 0.5 * (x + a / x)
+
+
+def _gap(x, y):
+    import autograd.numpy as anp
+    return anp.max(anp.abs(x - y))
 
 
 def generic_example(raw):

@@ -13,9 +13,14 @@ tracing would become a constant, the same "noise" forever. Two mechanisms preven
   The trace itself does not touch the global state: result shapes come from running the
   call on a scratch copy of it.
 
-* **Detection.** Draws that cannot be intercepted (methods of a `RandomState`,
-  `Generator` or `random.Random` instance, which are C code, or a numpy.random function
-  imported by name before jit_ps could see it) are detected: the states of the generators
+* **Stand-ins.** Methods of a numpy `RandomState` or `Generator` are C code and cannot be
+  patched, but the generator object itself can be swapped where the function holds it (a
+  closure cell, its globals, a module or instance attribute) for a `GeneratorStandIn`
+  whose draws are recorded and replayed the same way, on the real generator.
+
+* **Detection.** Draws that cannot be intercepted (a `random.Random`, a numpy generator
+  held where it cannot be swapped, or a numpy.random function imported by name before
+  jit_ps could see it) are detected: the states of the generators
   the function can reach (its globals, closure, defaults, bound object and static
   arguments, transitively through the functions they reference; plus numpy's and Python's
   global generators) are saved before tracing and compared after. If one moved, its state
@@ -23,6 +28,7 @@ tracing would become a constant, the same "noise" forever. Two mechanisms preven
   `jit_ps` turns into running plain autograd (one warning) or, with fallback="error",
   raises. Plain autograd then draws exactly the numbers it always would.
 """
+import copy
 import functools
 import random as _pyrandom
 import sys
@@ -40,8 +46,9 @@ _GLOBAL = np.random.mtrand._rand
 
 #: numpy.random functions that only change the global state (replayed, no result).
 _EFFECTS = {"seed"}
-#: numpy.random functions that cannot be replayed from a recording.
-_UNREPLAYABLE = {"get_state", "set_state", "shuffle", "bytes", "set_bit_generator", "get_bit_generator"}
+#: numpy.random functions (and generator methods) that cannot be replayed from a recording.
+_UNREPLAYABLE = {"get_state", "set_state", "shuffle", "bytes", "set_bit_generator", "get_bit_generator", "spawn",
+                 "__getstate__", "__setstate__", "__reduce__"}
 #: module aliases of RandomState methods.
 _ALIASES = {"ranf": "random_sample", "sample": "random_sample"}
 
@@ -96,7 +103,7 @@ def _short(v):
 class _Local(threading.local):
     def __init__(self):
         self.recording = None  # list of Draw for the jitted function being traced on this thread
-        self.scratch = None    # RandomState copy used to learn result shapes
+        self.scratch = {}      # id(generator) -> a copy of it, drawn from to learn result shapes
 
 
 _local = _Local()
@@ -107,7 +114,7 @@ class recording:
 
     def __enter__(self):
         self._saved = (_local.recording, _local.scratch)
-        _local.recording, _local.scratch = [], None
+        _local.recording, _local.scratch = [], {}
         return _local.recording
 
     def __exit__(self, *exc):
@@ -140,37 +147,42 @@ def _first_tracer(obj):
     return None
 
 
-def _refuse(name, why, source):
+def _refuse(call, why, source):
     where = f" at\n{source}" if source else ""
     return ImpureFunctionError(
-        f"numpy.random.{name} is called{where}\n{why}, so it cannot be replayed on each call of the compiled "
+        f"{call} is called{where}\n{why}, so it cannot be replayed on each call of the compiled "
         "function. Draw the noise outside the function and pass it in as an argument (e.g. "
-        "`noise = np.random.randn(n, d); f(params, noise)`).", primitive=f"numpy.random.{name}", source=source)
+        "`noise = np.random.randn(n, d); f(params, noise)`).", primitive=call, source=source)
 
 
-def record_draw(fn, name, args, kwargs):
-    """Stand-in for a numpy.random call while tracing: a new graph input, drawn per call."""
+def record_draw(fn, name, args, kwargs, generator=None, label=None):
+    """Stand-in for a numpy.random call while tracing: a new graph input, drawn per call.
+    `generator` is the RandomState or Generator drawn from (None: numpy's global one) and
+    `label` how the function reaches it; `fn` is what replays the call on it."""
     trace = tracing.current_trace()
     source = user_frame(3)
+    label = label or "numpy.random"
     if name in _UNREPLAYABLE:
-        raise _refuse(name, "inside a jitted function (it reads, sets or mutates state that a recording cannot "
-                      "reproduce)", source)
+        raise _refuse(f"{label}.{name}", "inside a jitted function (it reads, sets or mutates state that a "
+                      "recording cannot reproduce)", source)
     if _has_traced((args, kwargs)):
         tracer = _first_tracer((args, kwargs))
         if tracer is not None:  # a Python scalar argument (a size, a bound) can become static
-            err = tracing.concretization_error(tracer, f"numpy.random.{name}'s argument")
+            err = tracing.concretization_error(tracer, f"{label}.{name}'s argument")
             if err.scalar_args:
                 raise err
-        raise _refuse(name, "with traced (or differentiated) arguments", source)
+        raise _refuse(f"{label}.{name}", "with traced (or differentiated) arguments", source)
     if trace.parent is not None:
-        raise _refuse(name, "inside a structured control-flow body (it would draw once, not once per iteration)",
-                      source)
+        raise _refuse(f"{label}.{name}", "inside a structured control-flow body (it would draw once, not once per "
+                      "iteration)", source)
     if _local.recording is None:
-        raise _refuse(name, "while tracing outside jit_ps (nothing would replay it)", source)
-    if _local.scratch is None:
-        _local.scratch = np.random.RandomState()
-        _local.scratch.set_state(_GLOBAL.get_state(legacy=False))
-    method = getattr(_local.scratch, _ALIASES.get(name, name))
+        raise _refuse(f"{label}.{name}", "while tracing outside jit_ps (nothing would replay it)", source)
+    # result shapes come from the same call on a scratch copy: the real state is not touched
+    generator = _GLOBAL if generator is None else generator
+    scratch = _local.scratch.get(id(generator))
+    if scratch is None:
+        scratch = _local.scratch[id(generator)] = copy.deepcopy(generator)
+    method = getattr(scratch, _ALIASES.get(name, name))
     if name in _EFFECTS:
         method(*args, **kwargs)
         _local.recording.append(Draw(fn, name, args, kwargs, False, source))
@@ -178,11 +190,11 @@ def record_draw(fn, name, args, kwargs):
     sample = method(*args, **kwargs)
     aval = _aval_of_sample(sample)
     if aval is None:
-        raise _refuse(name, f"returning {type(sample).__name__} (dtype {getattr(sample, 'dtype', '?')}), which XLA "
-                      "cannot hold,", source)
+        raise _refuse(f"{label}.{name}", f"returning {type(sample).__name__} (dtype {getattr(sample, 'dtype', '?')}), "
+                      "which XLA cannot hold,", source)
     _local.recording.append(Draw(fn, name, args, kwargs, True, source))
     line = f" at line {source.lineno}" if source else ""
-    return trace.new_arg(aval, DrawName(f"numpy.random.{name}{_call_text(args, kwargs)}{line}"))
+    return trace.new_arg(aval, DrawName(f"{label}.{name}{_call_text(args, kwargs)}{line}"))
 
 
 def _aval_of_sample(sample):
@@ -310,23 +322,28 @@ def reachable_generators(roots):
 
     found, seen = [], set()
     stack = [(obj, desc, 0, None) for obj, desc in roots]
+    holders = {}  # id(generator) -> [(dict or closure cell, key)]: where the function holds it
     while stack:
-        obj, desc, depth, names = stack.pop()
+        obj, desc, depth, names, *held = stack.pop()
+        if held and isinstance(obj, _NUMPY_GENERATORS):
+            holders.setdefault(id(obj), []).append(held[0])
         if id(obj) in seen or depth > _MAX_DEPTH:
             continue
         seen.add(id(obj))
         try:
-            _visit(obj, desc, depth, names, stack.append, found, JittedFunction)
+            _visit(obj, desc, depth, names, stack.append, found, JittedFunction, holders)
         except Exception:  # an object that resists inspection is not looked into
             pass
     return found
 
 
-def _visit(obj, desc, depth, names, push, found, jitted_type):
-    """One step of reachable_generators: record `obj` or push what it refers to."""
+def _visit(obj, desc, depth, names, push, found, jitted_type, holders):
+    """One step of reachable_generators: record `obj` (with the list of places that hold it,
+    which later steps may extend) or push what it refers to, with where a dict or closure
+    cell holds it."""
     t = type(obj)
     if isinstance(obj, _RNG_TYPES):
-        found.append((obj, desc))
+        found.append((obj, desc, holders.setdefault(id(obj), [])))
         return
     if t is np.ndarray or t in (int, float, complex, bool, str, bytes) or obj is None:
         return
@@ -336,7 +353,7 @@ def _visit(obj, desc, depth, names, push, found, jitted_type):
         names_used = None if _library_file(code.co_filename) else _code_names(code)
         for var, cell in zip(code.co_freevars, obj.__closure__ or ()):
             try:
-                push((cell.cell_contents, f"closure variable '{var}' of {qual}", depth + 1, names_used))
+                push((cell.cell_contents, f"closure variable '{var}' of {qual}", depth + 1, names_used, (cell, None)))
             except ValueError:  # an empty cell
                 pass
         for d in (obj.__defaults__ or ()) + tuple((obj.__kwdefaults__ or {}).values()):
@@ -345,7 +362,7 @@ def _visit(obj, desc, depth, names, push, found, jitted_type):
             g = obj.__globals__
             for n in names_used:
                 if n in g:
-                    push((g[n], f"global '{n}' of module {g.get('__name__', '?')}", depth + 1, names_used))
+                    push((g[n], f"global '{n}' of module {g.get('__name__', '?')}", depth + 1, names_used, (g, n)))
     elif t is types.MethodType:
         push((obj.__func__, desc, depth + 1, None))
         push((obj.__self__, f"the object {obj.__func__.__name__} is bound to", depth + 1, None))
@@ -361,7 +378,7 @@ def _visit(obj, desc, depth, names, push, found, jitted_type):
             attrs = vars(obj)
             for n in names:
                 if n in attrs:
-                    push((attrs[n], f"attribute '{n}' of module {obj.__name__}", depth + 1, names))
+                    push((attrs[n], f"attribute '{n}' of module {obj.__name__}", depth + 1, names, (attrs, n)))
     elif t in (list, tuple, set, frozenset):
         if len(obj) <= _MAX_CONTAINER:
             for x in obj:
@@ -379,10 +396,77 @@ def _visit(obj, desc, depth, names, push, found, jitted_type):
             attrs = {}
         if type(attrs) is dict and len(attrs) <= _MAX_CONTAINER:
             for k, x in attrs.items():
-                push((x, f"attribute '{k}' of {desc}", depth + 1, None))
+                push((x, f"attribute '{k}' of {desc}", depth + 1, None, (attrs, k)))
         call = getattr(t, "__call__", None)
         if isinstance(call, types.FunctionType):
             push((call, f"{t.__name__}.__call__", depth + 1, None))
+
+
+# ----- replaying draws of the function's own generators --------------------------------------
+_NUMPY_GENERATORS = (np.random.RandomState, np.random.Generator)
+
+
+class GeneratorStandIn:
+    """What a closure variable, global or attribute holding a numpy RandomState or Generator
+    holds while its function is traced: its draws are recorded like numpy.random's module
+    functions and replayed on the real generator at every call, so the compiled function
+    draws the same numbers, in the same order, leaving the same state, as plain autograd
+    (autograd's own examples draw from a closed-over `rs = npr.RandomState(0)`). Outside a
+    trace on the calling thread, everything goes straight to the real generator."""
+
+    __slots__ = ("_real", "_label")
+
+    def __init__(self, real, label):
+        object.__setattr__(self, "_real", real)
+        object.__setattr__(self, "_label", label)
+
+    def __getattr__(self, name):
+        real = object.__getattribute__(self, "_real")
+        attr = getattr(real, name)
+        if tracing.current_trace() is None or not callable(attr) or (name.startswith("_") and
+                                                                    name not in _UNREPLAYABLE):
+            return attr
+        label = object.__getattribute__(self, "_label")
+
+        def draw(*args, **kwargs):
+            if tracing.current_trace() is None:
+                return attr(*args, **kwargs)
+            return record_draw(attr, name, args, kwargs, real, label)
+        return draw
+
+    def __repr__(self):
+        return repr(object.__getattribute__(self, "_real"))
+
+
+class standing_in:
+    """Puts GeneratorStandIns where `watch` found numpy generators held by a closure cell or a
+    dict (globals, module or instance attributes), for the duration of one trace."""
+
+    def __init__(self, watch, enabled=True):
+        self.swaps = []
+        for gen, desc, holders in watch.found if enabled else ():
+            if isinstance(gen, _NUMPY_GENERATORS):
+                stand_in = GeneratorStandIn(gen, f"{type(gen).__name__} ({desc})")
+                self.swaps += [(holder, key, gen, stand_in) for holder, key in holders]
+
+    def __enter__(self):
+        for holder, key, gen, stand_in in self.swaps:
+            _put(holder, key, gen, stand_in)
+        return self
+
+    def __exit__(self, *exc):
+        for holder, key, gen, stand_in in reversed(self.swaps):
+            _put(holder, key, stand_in, gen)
+        return False
+
+
+def _put(holder, key, old, new):
+    """Replace `old` by `new` where it is held, unless something else was put there meanwhile."""
+    if key is None:
+        if holder.cell_contents is old:
+            holder.cell_contents = new
+    elif holder.get(key) is old:
+        holder[key] = new
 
 
 class Watch:
@@ -393,7 +477,8 @@ class Watch:
         gens = [(_GLOBAL, "numpy.random's global RandomState (through a function imported by name, e.g. "
                           "`from numpy.random import randn`)"),
                 (_pyrandom._inst, "the global generator of Python's `random` module")]
-        gens += reachable_generators([(fun, getattr(fun, "__qualname__", repr(fun)))] + list(extra_roots))
+        self.found = reachable_generators([(fun, getattr(fun, "__qualname__", repr(fun)))] + list(extra_roots))
+        gens += [(g, desc) for g, desc, _ in self.found]
         self.saved = []
         ids = set()
         for g, desc in gens:

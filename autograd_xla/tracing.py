@@ -479,7 +479,12 @@ class Tracer:
         return trace_through(func, func, impl, args, kwargs)
 
     def __array__(self, dtype=None, copy=None):
-        raise concretization_error(self, "np.asarray(x) / np.array(x)")
+        err = concretization_error(self, "np.asarray(x) / np.array(x)")
+        if self.aval.dtype.kind in "biu":  # most often numpy's own indexing: table[idx]
+            err.args = (err.args[0] + "\nIf a plain numpy array is indexed with it (`table[idx]`, `table` a constant, "
+                        "not an argument), numpy itself asks for concrete indices: pass `table` to the jitted "
+                        "function as an argument, or look it up with np.take(table, idx, axis=...).",)
+        raise err
 
     __bool__ = _concrete("bool(x), `if x:` or `while x:`")
     __float__ = _concrete("float(x)")

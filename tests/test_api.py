@@ -222,3 +222,93 @@ def test_large_inputs_at_any_alignment(offset):
         assert_close(f(X, w), expected)
     X[0, 0] += 1.0                   # the caller may modify arguments between calls
     assert_close(f(X, w), onp.tanh(X @ w) + X.sum(0)[:3].sum())
+
+
+# ----- what cannot be traced, and the legacy patterns that still work ---------------------------
+def _line_of(fn, text):
+    import inspect
+    lines, start = inspect.getsourcelines(fn)
+    return start + next(i for i, line in enumerate(lines) if text in line)
+
+
+def branchy(x, scale):
+    if np.sum(x) > 0:                         # Python control flow on a traced value
+        return x * scale
+    return x
+
+
+def floaty(x):
+    return x * float(np.sum(x))
+
+
+def asarrayish(x):
+    return onp.asarray(x) + 1.0
+
+
+TABLE = onp.arange(12.0).reshape(4, 3)
+
+
+def lookup(x):
+    return TABLE[np.argmax(x)] * x[0]
+
+
+@pytest.mark.parametrize("fn, text, what", [
+    (branchy, "if np.sum(x) > 0", "bool(x), `if x:`"),
+    (floaty, "float(np.sum(x))", "float(x)"),
+    (asarrayish, "onp.asarray(x)", "np.asarray(x)"),
+])
+def test_untraceable_uses_name_the_argument_the_line_and_the_remedies(fn, text, what):
+    from autograd_xla import ConcretizationError
+    x = onp.ones(3)
+    f = jit_ps(fn)
+    args = (x, 2.0) if fn is branchy else (x,)
+    with pytest.raises(ConcretizationError) as info:
+        f(*args)
+    msg = str(info.value)
+    assert what in msg and "computed from 'x' (f64[3])" in msg
+    assert f'{__file__}", line {_line_of(fn, text)}' in msg
+    assert "static_argnums" in msg and "cond" in msg and "fori_loop" in msg
+    if fn is branchy:   # the suggested remedy works
+        assert_close(jit_ps(lambda x, s: np.where(np.sum(x) > 0, x * s, x))(*args), fn(*args))
+    with pytest.raises(ConcretizationError):        # the failure left nothing behind: it fails the same way
+        f(*args)
+
+
+def test_numpy_table_indexed_by_a_traced_integer_says_how_to_look_it_up():
+    from autograd_xla import ConcretizationError
+    x = onp.array([0.1, 0.7, 0.2])
+    with pytest.raises(ConcretizationError, match=r"np\.take\(table, idx"):
+        jit_ps(lookup)(x)
+    assert_close(jit_ps(lambda x: np.take(TABLE, np.argmax(x), axis=0) * x[0])(x), lookup(x))
+
+
+def test_legacy_minibatch_objective_with_an_iteration_counter():
+    """autograd's examples select a minibatch of a closed-over dataset by slicing with
+    `iter`: each iteration value is traced (the slice is concrete), XLA compiles once and the
+    sliced batch is passed as a resident parameter; values match plain autograd."""
+    data = rs.rand(600, 4)
+    w = rs.rand(4)
+
+    def objective(w, iter):
+        idx = iter % 6
+        batch = data[idx * 100:(idx + 1) * 100]
+        return np.sum(np.tanh(batch @ w))
+    f = jit_ps(grad(objective))
+    for it in list(range(7)) * 2:
+        assert_close(f(w, it), grad(objective)(w, it))
+    info = f.cache_info()
+    assert info["traces"] == 7 and info["compiles"] == 1 and info["hits"] == 7
+
+
+def test_slices_of_an_argument_with_traced_bounds_compile_once():
+    """With the dataset passed as an argument the slice bounds stay traced: one trace, a
+    dynamic slice of fixed length."""
+    data = rs.rand(600, 4)
+    w = rs.rand(4)
+
+    def objective(w, data, i):
+        return np.sum(np.tanh(data[i * 100:(i + 1) * 100] @ w))
+    f = jit_ps(grad(objective))
+    for i in range(6):
+        assert_close(f(w, data, i), grad(objective)(w, data, i))
+    assert f.cache_info()["traces"] == 1

@@ -725,3 +725,31 @@ def test_differentiated_value_hidden_from_the_body_raises():
     assert_close(grad(s)(X), grad(scalarize(lambda w: w * w))(X))  # plain Python sees it
     with pytest.raises(TypeError, match="neither through its arguments nor through its closure"):
         jit_ps(grad(s))(X)
+
+
+# ----- autograd.misc.fixed_points.fixed_point: a while_loop, differentiated by autograd's VJP ----
+def _newton_sqrt(a):
+    return lambda x: 0.5 * (x + a / x)
+
+
+def _descent_sqrt(a):                  # autograd's examples/fixed_points.py
+    return lambda x: x - 0.05 * (x ** 2 - a)
+
+
+@pytest.mark.parametrize("iteration, tol", [(_newton_sqrt, 1e-12), (_descent_sqrt, 1e-4)])
+def test_fixed_point_compiles_with_first_and_second_derivatives(iteration, tol):
+    from autograd.misc.fixed_points import fixed_point
+
+    def sqrt(a):
+        return fixed_point(iteration, a, 10.0, lambda x, y: np.abs(x - y), tol)
+
+    def sqrts(a):
+        return np.sum(fixed_point(iteration, a, np.ones(3), lambda x, y: np.max(np.abs(x - y)), tol) ** 2)
+    a, v = 2.0, onp.array([2.0, 3.0, 5.0])
+    f = jit_ps(sqrt, fallback="error")
+    assert_close(f(a), sqrt(a), rtol=1e-14)     # same iterations, same stopping point
+    assert "stablehlo.while" in f.stablehlo(a)
+    assert_close(jit_ps(grad(sqrt), fallback="error")(a), grad(sqrt)(a), rtol=1e-13)
+    assert_close(grad(jit_ps(sqrt, fallback="error"))(a), grad(sqrt)(a), rtol=1e-13)
+    assert_close(jit_ps(grad(grad(sqrt)), fallback="error")(a), grad(grad(sqrt))(a), rtol=1e-12)
+    assert_close(jit_ps(grad(sqrts), fallback="error")(v), grad(sqrts)(v), rtol=1e-13)

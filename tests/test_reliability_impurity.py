@@ -1,7 +1,7 @@
 """Reliability: impure functions. Random draws inside a jitted function are never frozen at
-trace time: numpy.random's module functions are replayed on every call (same numbers, same
-order, same state afterwards as plain autograd); other generators are detected and the
-function runs as plain autograd. Python side effects run at trace time (documented)."""
+trace time: numpy.random's module functions, and the numpy generators a function holds, are
+replayed on every call (same numbers, same order, same state afterwards as plain autograd);
+other generators are detected and the function runs as plain autograd. Python side effects run at trace time (documented)."""
 import random
 import threading
 import types
@@ -10,6 +10,7 @@ import warnings
 import numpy as onp
 import numpy.random as npr
 import pytest
+import scipy.stats
 from numpy.random import randn as randn_imported_by_name
 
 import autograd.numpy as np
@@ -107,9 +108,17 @@ def test_grad_of_jit_runs_plain_and_keeps_draws_consistent():
         same_draws(grad(loss), X, jf=grad(jl))
 
 
-@pytest.mark.parametrize("kind", ["RandomState", "Generator", "python random", "imported by name", "object attribute",
-                                  "module attribute", "static argument"])
-def test_other_generators_are_detected_and_run_as_plain_autograd(kind):
+GLOBAL_RS = npr.RandomState(3)
+COMPILED_KINDS = ["RandomState", "Generator", "object attribute", "module attribute", "global"]
+
+
+@pytest.mark.parametrize("kind", COMPILED_KINDS + ["python random", "imported by name", "static argument",
+                                  "scipy random_state"])
+def test_other_generators_are_replayed_or_detected(kind):
+    """A numpy RandomState or Generator the function holds (closure, global, module or object
+    attribute) is stood in for while tracing and its draws replayed on every call; other
+    generators are detected and the function runs as plain autograd. Either way: the same
+    numbers, in the same order, leaving every generator in the same state."""
     rs = npr.RandomState(0)
     gen = npr.default_rng(0)
     pyr = random.Random(0)
@@ -127,46 +136,89 @@ def test_other_generators_are_detected_and_run_as_plain_autograd(kind):
     mod.rng = npr.RandomState(9)
     f, gens, static = {
         "module attribute": (lambda x: x - mod.rng.rand(6), [mod.rng], False),
-        "RandomState": (lambda x: x + rs.randn(6), [rs], False),
-        "Generator": (lambda x: x * gen.normal(size=6), [gen.bit_generator], False),
+        "RandomState": (lambda x: x + rs.randn(6) + rs.uniform(-1, 1, size=(2, 6)), [rs], False),
+        "Generator": (lambda x: x * gen.normal(size=6) + gen.integers(0, 5, size=6), [gen.bit_generator], False),
+        "global": (lambda x: x * GLOBAL_RS.standard_normal(6), [GLOBAL_RS], False),
         "python random": (lambda x: x * pyr.random(), [pyr], False),
         "imported by name": (lambda x: x + randn_imported_by_name(6), [], False),
         "object attribute": (model, [model.rng], False),
         "static argument": (lambda x, r: x + r.randn(6), [rs], True),
+        # scipy rejects a stand-in as random_state: traced again with the real generator
+        "scipy random_state": (lambda x: x + scipy.stats.norm.rvs(size=6, random_state=rs), [rs], False),
     }[kind]
     args = (X, rs) if static else (X,)
 
     def states():
         return [repr(g.get_state() if hasattr(g, "get_state") else getattr(g, "state", None) or g.getstate())
                 for g in gens] + [repr(onp.random.get_state()[1][:4]), onp.random.get_state()[2]]
+
+    def rewind():
+        rs.seed(0), gen.bit_generator.__setstate__(npr.default_rng(0).bit_generator.__getstate__()), pyr.seed(0)
+        model.rng.seed(5), mod.rng.seed(9), GLOBAL_RS.seed(3)
+        onp.random.seed(0)
     jf = jit_ps(f, static_argnums=1 if static else ())
-    onp.random.seed(0)
+    rewind()
     before = states()
     expected = [f(*args) for _ in range(3)]
     after = states()
-    # rewind every generator to `before` by re-creating the same objects' states
-    rs.seed(0), gen.bit_generator.__setstate__(npr.default_rng(0).bit_generator.__getstate__()), pyr.seed(0)
-    model.rng.seed(5), mod.rng.seed(9)
-    onp.random.seed(0)
+    rewind()
     assert states() == before
-    with pytest.warns(UserWarning, match="runs as plain autograd"):
-        got = [jf(*args) for _ in range(3)]
+    if kind in COMPILED_KINDS:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = [jf(*args) for _ in range(3)]
+        assert jf.cache_info()["fallbacks"] == 0 and jf.cache_info()["traces"] == 1
+        assert "randn" in str(jf.graph(*args)) or kind != "RandomState"   # the draws are graph inputs
+    else:
+        with pytest.warns(UserWarning, match="runs as plain autograd"):
+            got = [jf(*args) for _ in range(3)]
+        assert jf.cache_info()["fallbacks"] == 1
     assert states() == after                       # the same sequence as plain autograd
     for g, e in zip(got, expected):
-        assert_close(g, e, rtol=0, atol=0)
-    assert jf.cache_info()["fallbacks"] == 1
+        assert_close(g, e, rtol=1e-15)
+    assert not onp.array_equal(got[0], got[1]), "draws were frozen"
+
+
+def test_replayed_generator_draws_are_shared_by_a_jitted_gradients_two_passes():
+    """jit_ps(grad(f)) draws once per call for both passes, as plain autograd does."""
+    rs = npr.RandomState(1)
+
+    def objective(w):
+        return np.sum(np.tanh(w * rs.randn(4, 3)) ** 2)
+    w = onp.linspace(0.5, 1.5, 3)
+    expected = [grad(objective)(w) for _ in range(3)]
+    rs.seed(1)
+    jg = jit_ps(grad(objective))
+    got = [jg(w) for _ in range(3)]
+    for g, e in zip(got, expected):
+        assert_close(g, e, rtol=1e-14)
+    assert jg.cache_info()["fallbacks"] == 0
 
 
 def test_detected_generator_with_fallback_error_names_it():
-    rs = npr.RandomState(0)
+    pyr = random.Random(0)
 
     def objective(x):
-        return np.sum(x * rs.randn(6))
-    state = rs.get_state()[1].copy()
-    with pytest.raises(ImpureFunctionError, match=r"RandomState \(closure variable 'rs' of .*objective\).*pass it "
+        return np.sum(x * pyr.random())
+    state = pyr.getstate()
+    with pytest.raises(ImpureFunctionError, match=r"Random \(closure variable 'pyr' of .*objective\).*pass it "
                                                   r"in as an argument"):
         jit_ps(objective, fallback="error")(X)
-    assert onp.array_equal(rs.get_state()[1], state)     # the trace's draw was undone
+    assert pyr.getstate() == state     # the trace's draw was undone
+
+
+def test_generator_methods_that_cannot_be_replayed_run_as_plain_autograd():
+    rs = npr.RandomState(2)
+
+    def f(x):
+        state = rs.get_state()
+        out = x + rs.randn(6)
+        rs.set_state(state)
+        return out + rs.randn(6)
+    expected = f(X)
+    rs.seed(2)
+    with pytest.warns(UserWarning, match="RandomState.*get_state"):
+        assert_close(jit_ps(f)(X), expected, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("via", ["numpy", "autograd.numpy"])
@@ -269,22 +321,25 @@ def test_other_threads_draw_real_numbers_while_a_trace_records():
     traces gets real numbers, not traced stand-ins."""
     started, release = threading.Event(), threading.Event()
     seen = []
+    rs = npr.RandomState(0)
 
     def slow(x):
         started.set()
         release.wait(30)
-        return x + np.random.randn(6)
+        return x + np.random.randn(6) + rs.randn(6)
 
     def other():
         started.wait(30)
         seen.append(type(np.random.randn(2)))
         seen.append(type(anpr.randn(2)))
+        seen.append(type(rs.randn(2)))    # the same closure cell, holding a stand-in meanwhile
         release.set()
     t = threading.Thread(target=other)
     t.start()
     jit_ps(slow)(X)
     t.join(30)
-    assert seen == [onp.ndarray, onp.ndarray]
+    assert seen == [onp.ndarray, onp.ndarray, onp.ndarray]
+    assert type(rs) is npr.RandomState   # put back after the trace
 
 
 def test_print_and_side_effects_run_at_trace_time(capsys):

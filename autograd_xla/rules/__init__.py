@@ -115,5 +115,5 @@ def flatten_values(out):
 def load_all():
     """Import every rule family (each registers its table on import)."""
     from . import (autograd_helpers, contractions, creation, dynamic, elementwise, fft,  # noqa: F401
-                   indexing, integrate, linalg, reductions, shape, signal, special, stats)
+                   fixed_points, indexing, integrate, linalg, reductions, shape, signal, special, stats)
 
