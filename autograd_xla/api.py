@@ -9,6 +9,7 @@ the cache and execute. Calls that carry autograd boxes go through one autograd p
 (autodiff.py), so `grad(jit_ps(f))` differentiates the compiled function.
 """
 import collections
+import contextlib
 import functools
 import inspect
 import re
@@ -408,19 +409,21 @@ class JittedFunction:
         treedef, _, static_pos, static_kw = spec
         watch = impurity.Watch(self._fun, [(v, f"static argument {n}") for n, v in
                                            self._static_items(static_pos, static_kw)])
-        def trace(stand_ins):
-            with impurity.recording() as draws, impurity.standing_in(watch, stand_ins):
+        stand_ins = impurity.standing_in(watch)
+
+        def trace(swapping):
+            with impurity.recording() as draws, swapping:
                 return (*tracing.trace_function(flat_fun, in_avals, names), draws)
         try:
             try:
-                graph, out_tree, draws = trace(stand_ins=True)
+                graph, out_tree, draws = trace(stand_ins)
             except Exception as e:
-                if isinstance(e, JitError) or not impurity.standing_in(watch).swaps:
+                if isinstance(e, JitError) or not stand_ins.swaps:
                     raise
                 # a generator stand-in upset the code (`isinstance(rs, RandomState)`, scipy's
                 # random_state=rs): trace with the real generators; draws then mean plain autograd
                 watch.restore()
-                graph, out_tree, draws = trace(stand_ins=False)
+                graph, out_tree, draws = trace(contextlib.nullcontext())
         except ConcretizationError as e:
             watch.restore()
             if getattr(e, "random_draws", None):
@@ -449,8 +452,8 @@ class JittedFunction:
         lines = collections.Counter((e.source.filename, e.source.lineno) for e in graph.eqns if e.source)
         top = "; ".join(f"{c:,} from {f}:{ln}" for (f, ln), c in lines.most_common(3))
         _warn(f"{self!r} traced to a program of {n:,} primitive calls ({top}). XLA's compile time and memory "
-              "grow with program size: minutes and gigabytes at this scale. A Python loop over traced values is unrolled at "
-              "trace time; written with autograd_xla.scan or fori_loop its body is compiled once.")
+              "grow with program size: minutes and gigabytes at this scale. A Python loop over traced values is "
+              "unrolled at trace time; written with autograd_xla.scan or fori_loop its body is compiled once.")
 
     def _backend(self):
         if self._platform is None:

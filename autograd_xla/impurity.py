@@ -442,9 +442,9 @@ class standing_in:
     """Puts GeneratorStandIns where `watch` found numpy generators held by a closure cell or a
     dict (globals, module or instance attributes), for the duration of one trace."""
 
-    def __init__(self, watch, enabled=True):
+    def __init__(self, watch):
         self.swaps = []
-        for gen, desc, holders in watch.found if enabled else ():
+        for gen, desc, holders in watch.found:
             if isinstance(gen, _NUMPY_GENERATORS):
                 stand_in = GeneratorStandIn(gen, f"{type(gen).__name__} ({desc})")
                 self.swaps += [(holder, key, gen, stand_in) for holder, key in holders]

@@ -1,7 +1,8 @@
 """Reliability: impure functions. Random draws inside a jitted function are never frozen at
 trace time: numpy.random's module functions, and the numpy generators a function holds, are
 replayed on every call (same numbers, same order, same state afterwards as plain autograd);
-other generators are detected and the function runs as plain autograd. Python side effects run at trace time (documented)."""
+other generators are detected and the function runs as plain autograd. Python side effects
+run at trace time (documented)."""
 import random
 import threading
 import types
