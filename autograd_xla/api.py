@@ -385,14 +385,15 @@ class JittedFunction:
         t1 = time.perf_counter()
         backend = self._backend()
         x64 = self._x64(backend)
-        lowered = lowering.lower(graph, getattr(self._fun, "__name__", "jit_fn"), backend.platform, x64)
+        lowered = lowering.lower(graph, getattr(self._fun, "__name__", "jit_fn"), backend.platform, x64,
+                                 pack=not self.keep_on_device)
         t2 = time.perf_counter()
         try:
             exe, compiled = backend.compile(lowered.text)
         except CompileError as e:
             raise _explain_compile_error(self, e, graph, lowered, backend.platform, x64) from None
         executable = backend_mod.Executable(backend, exe, lowered.in_avals, lowered.out_avals, lowered.consts,
-                                            lowered.text, self.stats)
+                                            lowered.text, self.stats, lowered.sources)
         t3 = time.perf_counter()
         s = self.stats
         s.traces += 1

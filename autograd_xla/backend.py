@@ -121,11 +121,13 @@ class Executable:
     """One compiled signature, with everything the call path needs prepared up front."""
 
     __slots__ = ("backend", "program", "exe", "in_avals", "consts", "handlers", "out_avals", "_put_args",
-                 "_converters", "text", "stats", "_in_place")
+                 "_converters", "text", "stats", "_in_place", "sources")
 
-    def __init__(self, backend, program, in_avals, out_avals, consts, text, stats=None):
+    def __init__(self, backend, program, in_avals, out_avals, consts, text, stats=None, sources=None):
         self.backend, self.program, self.exe, self.text = backend, program, program.exe, text
         self.in_avals = [Aval(s, d) for s, d in in_avals]
+        # what each parameter is made of: an argument index, or a list of them packed together
+        self.sources = list(range(len(in_avals))) if sources is None else sources
         self.out_avals = [Aval(s, d) for s, d in out_avals]
         self.consts = [backend.put(c) for c in consts]
         sharding = backend.sharding()
@@ -142,7 +144,13 @@ class Executable:
         put = xc.batched_device_put
         buffers = []
         moved = 0
-        for aval, x, big in zip(self.in_avals, leaves, self._in_place):
+        for aval, source, big in zip(self.in_avals, self.sources, self._in_place):
+            if type(source) is list:  # small arguments, sent as one buffer
+                x = np.concatenate([np.ravel(leaves[i]) for i in source], dtype=aval.dtype)
+                buffers.append(put(aval, sharding, [x], devices, enable_x64=True, host_buffer_semantics=_HOST_SEMANTICS))
+                moved += len(source)
+                continue
+            x = leaves[source]
             t = type(x)
             if t is DeviceArray and x.backend is self.backend and x.dtype == aval.dtype:
                 buffers.append(x.buffer)
