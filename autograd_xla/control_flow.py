@@ -1199,39 +1199,52 @@ def _scan_jvp(argnums, gs, ans, args, kwargs):
     carry0, xs, ext = spec.split(args[1:])
     nc, nx = spec.n_carry, spec.n_xs
     ans = _as_list(ans)
-    ny = len(ans) - nc
     given = {a - 1: g for a, g in zip(argnums, gs)}
     ext_leaves, ext_trees, offsets = _flatten_items(ext)
     dc = [j for j in range(nc) if _is_float(carry0[j])]
     dx = [j for j in range(nx) if nc + j in given and _is_float(xs[j])]
-    dy = [j for j in range(ny) if _is_float(ans[nc + j])]
     wide = _incoming_dtype(gs)
     de, te = _ext_tangents(ext, ext_leaves, ext_trees, offsets, given, nc + nx, wide)
+
+    def step(i, c, x, e_leaves):
+        return spec.body(_unflatten_items(ext_trees, offsets, e_leaves), i, c, x)
+    tangents = _tangent_scan(spec, step, carry0, xs, given, dc, dx, ext_leaves, de, te, wide)
+    return _pack([tangents[j] if j in tangents else _zeros(ans[j]) for j in range(len(ans))])
+
+
+def _tangent_scan(spec, step, carry0, xs, given, dc, dx, extra, d_extra, t_extra, wide):
+    """Both scan JVPs' loop: one scan over (primal, tangent) pairs whose step runs
+    `step(i, carry, x, extra)` -> (new carry, ys) under make_jvp, differentiated in the carry
+    leaves dc, the xs leaves dx and the `extra` operands d_extra (tangents t_extra). Returns
+    {output index: tangent} for the carry and the float ys."""
+    nc, nx = spec.n_carry, spec.n_xs
     tc0 = [_astype(given[j], _like(carry0[j], wide)) if j in given else _zeros(carry0[j], _like(carry0[j], wide))
            for j in dc]
     tx = [_astype(given[nc + j], _like(xs[j], wide)) for j in dx]
+    dy = []  # the float ys, known once the step has been traced
 
     def body(i, state, inp):
         c, tc = state[:nc], state[nc:]
         x, txi = inp[:nx], inp[nx:]
 
         def f(full):
-            e = _unflatten_items(ext_trees, offsets, full[nc + nx:])
-            new_c, y = spec.body(e, i, full[:nc], full[nc:nc + nx])
+            new_c, y = step(i, full[:nc], full[nc:nc + nx], full[nc + nx:])
             return list(new_c) + list(y)
 
-        diff = dc + [nc + j for j in dx] + [nc + nx + j for j in de]
-        outs, touts = _call_jvp(f, list(c) + list(x) + ext_leaves, diff, list(tc) + list(txi) + te)
+        diff = dc + [nc + j for j in dx] + [nc + nx + j for j in d_extra]
+        outs, touts = _call_jvp(f, list(c) + list(x) + list(extra), diff, list(tc) + list(txi) + list(t_extra))
         new_c, y = outs[:nc], outs[nc:]
+        dy[:] = [j for j in range(len(y)) if _is_float(y[j])]
         t_c = [_astype(touts[j], _like(c[j], wide)) for j in dc]
         t_y = [_astype(touts[nc + j], _like(y[j], wide)) for j in dy]
         return list(new_c) + t_c, list(y) + t_y
 
     labels = spec.labels + [f"tangent of {spec.labels[j]}" for j in dc]
-    state, ys = spec.scan(body, carry0 + tc0, xs + tx, spec.reverse, labels, spec.what)
+    state, ys = spec.scan(body, list(carry0) + tc0, list(xs) + tx, spec.reverse, labels, spec.what)
+    n_ys = len(ys) - len(dy)
     tangents = {j: state[nc + k] for k, j in enumerate(dc)}
-    tangents.update({nc + j: ys[ny + k] for k, j in enumerate(dy)})
-    return _pack([tangents[j] if j in tangents else _zeros(ans[j]) for j in range(len(ans))])
+    tangents.update({nc + j: ys[n_ys + k] for k, j in enumerate(dy)})
+    return tangents
 
 
 def _ext_tangents(ext, ext_leaves, ext_trees, offsets, given, first, wide):
@@ -1705,34 +1718,10 @@ def _plan_jvp(argnums, gs, ans, args):
     tP = [_astype(tP[j], _like(P[j], wide)) for j in dP]
     n_last = len(P) - len(plan.stages[-1].h_vars)  # the last stage's P; its hoisted values follow
     last = plan.stages[-1]
-    tc0 = [_astype(given[j], _like(carry0[j], wide)) if j in given else _zeros(carry0[j], _like(carry0[j], wide))
-           for j in dc]
-    tx = [_astype(given[nc + j], _like(xs[j], wide)) for j in dx]
-    n_ys = plan.n_steps
-    dy = []
 
-    def body(i, state, inp):
-        c, tc = state[:nc], state[nc:]
-        x, txi = inp[:nx], inp[nx:]
-
-        def f(full):
-            Pf = full[nc + nx:]
-            new_c, ys = _known_body(last, plan.step_select, Pf[:n_last], Pf[n_last:], i, full[:nc],
-                                    full[nc:nc + nx])
-            return list(new_c) + list(ys)
-
-        diff = dc + [nc + j for j in dx] + [nc + nx + j for j in dP]
-        outs, touts = _call_jvp(f, list(c) + list(x) + list(P), diff, list(tc) + list(txi) + tP)
-        new_c, y = outs[:nc], outs[nc:]
-        dy[:] = [j for j in range(len(y)) if _is_float(y[j])]
-        t_c = [_astype(touts[j], _like(c[j], wide)) for j in dc]
-        t_y = [_astype(touts[nc + j], _like(y[j], wide)) for j in dy]
-        return list(new_c) + t_c, list(y) + t_y
-
-    labels = spec.labels + [f"tangent of {spec.labels[j]}" for j in dc]
-    state, ys = spec.scan(body, carry0 + tc0, xs + tx, spec.reverse, labels, spec.what)
-    tangents = {j: state[nc + k] for k, j in enumerate(dc)}
-    tangents.update({nc + j: ys[n_ys + k] for k, j in enumerate(dy)})
+    def step(i, c, x, Pf):
+        return _known_body(last, plan.step_select, Pf[:n_last], Pf[n_last:], i, c, x)
+    tangents = _tangent_scan(spec, step, carry0, xs, given, dc, dx, P, dP, tP, wide)
     hoisted_tangents = dict(zip(dP, tP))
     for j, q in zip(range(n_p, len(P)), [q for pos in plan.hoist_pos for q in pos]):
         if q < len(ans) and j in hoisted_tangents:

@@ -202,6 +202,16 @@ def _check_1d_length(lengths):
         raise ValueError(f"Invalid number of FFT data points ({lengths[0]}) specified.")
 
 
+_TRANSFORMS = ("fft", "ifft", "rfft", "irfft")
+
+
+def _numpy_transform(ctx, kind, v, axes, lengths, norm):
+    """One of _TRANSFORMS of v along axes, the 1-d and n-d entry points alike."""
+    if kind in ("fft", "ifft"):
+        return c2c(ctx, v, axes, lengths, norm, kind == "ifft")
+    return (r2c if kind == "rfft" else c2r)(ctx, v, axes, lengths, norm)
+
+
 def _one_d(kind):
     default = (lambda d: (d - 1) * 2) if kind in ("irfft", "hfft") else (lambda d: d)
 
@@ -210,14 +220,8 @@ def _one_d(kind):
         v = ctx.asvalue(a)
         axes, lengths = _n_axis(v, n, axis, default)
         _check_1d_length(lengths)
-        if kind == "fft":
-            return c2c(ctx, v, axes, lengths, norm, False)
-        if kind == "ifft":
-            return c2c(ctx, v, axes, lengths, norm, True)
-        if kind == "rfft":
-            return r2c(ctx, v, axes, lengths, norm)
-        if kind == "irfft":
-            return c2r(ctx, v, axes, lengths, norm)
+        if kind in _TRANSFORMS:
+            return _numpy_transform(ctx, kind, v, axes, lengths, norm)
         _check_norm(norm)
         swapped = {None: "forward", "backward": "forward", "ortho": "ortho", "forward": "backward"}[norm]
         if kind == "hfft":
@@ -243,13 +247,7 @@ def _n_d(kind, default_axes):
             if kind in ("rfft", "irfft"):
                 raise IndexError("list index out of range")   # what numpy raises for axes=()
             return ctx.astype(v, _complex_dtype(v.dtype))
-        if kind == "fft":
-            return c2c(ctx, v, ax, lengths, norm, False)
-        if kind == "ifft":
-            return c2c(ctx, v, ax, lengths, norm, True)
-        if kind == "rfft":
-            return r2c(ctx, v, ax, lengths, norm)
-        return c2r(ctx, v, ax, lengths, norm)
+        return _numpy_transform(ctx, kind, v, ax, lengths, norm)
     rule.__name__ = f"{kind}n_rule"
     return rule
 
