@@ -26,7 +26,7 @@ from . import backend as backend_mod
 from . import impurity, lowering, rules, tracing, tree
 from .backend import DeviceArray
 from .core import Graph, prim_name
-from .errors import (ArgumentError, CompileError, ConcretizationError, ImpureFunctionError, JitError,
+from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, ImpureFunctionError, JitError,
                      UnsupportedPrimitiveError, _library_file, annotate)
 from .hlo import SUPPORTED_DTYPES as _SUPPORTED
 
@@ -538,7 +538,7 @@ class JittedFunction:
             return
         self._warned.add(key)
         _warn(f"jit_ps({getattr(self._fun, '__name__', self._fun)}) runs as plain autograd: {error} "
-              "Use jit_ps(f, fallback='error') to make this an error.")
+              "Use jit_ps(f, fallback='error') to make this an error.", FallbackWarning)
 
     # ----- introspection --------------------------------------------------------------------
     def _entry_for(self, args, kwargs):
@@ -682,12 +682,12 @@ def _sig_str(s):
     return f"Python {s.__name__}"
 
 
-def _warn(message):
+def _warn(message, category=UserWarning):
     """warnings.warn attributed to the first frame outside this package, autograd and numpy."""
     level, f = 2, sys._getframe(1)
     while f is not None and _library_file(f.f_code.co_filename):
         f, level = f.f_back, level + 1
-    warnings.warn(message, stacklevel=level)
+    warnings.warn(message, category, stacklevel=level)
 
 
 def _explain_compile_error(fn, error, graph, lowered, platform, x64):

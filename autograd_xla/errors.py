@@ -61,6 +61,11 @@ class JitError(Exception):
     """Base class of errors raised by autograd_xla itself."""
 
 
+class FallbackWarning(UserWarning):
+    """A signature that cannot be compiled runs as plain autograd (fallback="python"); the
+    message names the cause, the user's line and the remedy. fallback="error" raises instead."""
+
+
 class ConcretizationError(JitError, TypeError):
     """A traced (abstract) value was asked for a concrete Python value."""
 
