@@ -20,13 +20,13 @@ from .backend import DeviceArray, default_platform, devices, set_default_platfor
 from .control_flow import cond, fori_loop, scan, switch, while_loop  # noqa: E402
 from .core import Graph  # noqa: E402
 from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning,  # noqa: E402
-                     ImpureFunctionError, JitError, PlatformUnavailableError, TracerLeakError, UnsupportedPrimitiveError)
+                     ImpureFunctionError, JitError, PlatformUnavailableError, ProgramTooLargeError, TracerLeakError, UnsupportedPrimitiveError)
 from .rules import register_trace_rule, register_translation_rule  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = ["jit_ps", "JittedFunction", "register_translation_rule", "register_trace_rule", "Graph",
            "JitError", "ConcretizationError", "UnsupportedPrimitiveError", "ImpureFunctionError", "TracerLeakError",
-           "CompileError", "FallbackWarning",
+           "CompileError", "FallbackWarning", "ProgramTooLargeError",
            "ArgumentError", "PlatformUnavailableError", "DeviceArray", "devices", "default_platform",
            "set_default_platform", "while_loop", "fori_loop", "cond", "switch", "scan"]

@@ -11,6 +11,7 @@ the cache and execute. Calls that carry autograd boxes go through one autograd p
 import collections
 import contextlib
 import functools
+import hashlib
 import inspect
 import re
 import sys
@@ -19,23 +20,24 @@ import time
 import warnings
 
 import numpy as np
+from autograd.extend import VSpace
 from autograd.tracer import box_types, getval
 
 from . import autodiff
 from . import backend as backend_mod
 from . import impurity, lowering, rules, tracing, tree
 from .backend import DeviceArray
-from .core import Graph, prim_name
+from .core import Aval, Graph, prim_name
 from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, ImpureFunctionError, JitError,
-                     UnsupportedPrimitiveError, _library_file, annotate)
+                     PlatformUnavailableError, ProgramTooLargeError, UnsupportedPrimitiveError, _library_file, annotate)
 from .hlo import SUPPORTED_DTYPES as _SUPPORTED
 
 rules.load_all()
 _trace_state = tracing._state
 _FLAT_SPECS = {}
 
-_PY_SCALARS = {bool: np.dtype(np.bool_), int: np.dtype(np.int64), float: np.dtype(np.float64),
-               complex: np.dtype(np.complex128)}
+# Python numbers traced as weakly typed scalars; a bool is static (it is a flag: keepdims=True)
+_PY_SCALARS = {int: np.dtype(np.int64), float: np.dtype(np.float64), complex: np.dtype(np.complex128)}
 
 #: Default bound on the number of compiled signatures one jitted function keeps.
 DEFAULT_CACHE_SIZE = 64
@@ -47,6 +49,12 @@ RETRACE_WARN_AFTER = 8
 #: gradient, 10,000 calls, compiles in 130 s; autograd's hmm_em example, ~50,000, ran out of
 #: 22 GiB), and the usual cause is a Python loop unrolled at trace time.
 LARGE_PROGRAM_WARN_AFTER = 10000
+#: A float argument whose value a trace needs (`x[x > 0]`, `if t > 0.5`) is traced as a static
+#: value, unless it has had more than this many values: then it is a parameter, not data.
+STATIC_FLOAT_VALUES = 4
+#: Programs above either bound run as plain autograd instead (jit_ps's `max_program`):
+#: primitive calls, and bytes of StableHLO text (a rule that inlines loops emits much per call).
+MAX_PROGRAM = (40000, 32 << 20)
 
 
 class CacheStats:
@@ -71,21 +79,37 @@ class CacheStats:
 
 
 class _Entry:
-    __slots__ = ("executable", "out_tree", "graph", "lowered", "python_fallback", "guards", "draws", "static_leaves",
+    __slots__ = ("executable", "out_tree", "graph", "lowered", "fallback_cause", "guards", "draws", "static_leaves",
                  "impure")
 
-    def __init__(self, executable, out_tree, graph, lowered, python_fallback=False, draws=(), static_leaves=(),
-                 impure=False):
-        self.executable, self.out_tree, self.graph = executable, out_tree, graph
-        self.lowered, self.python_fallback = lowered, python_fallback
+    def __init__(self, executable, out_tree, graph, lowered, draws=(), static_leaves=(), impure=False):
+        self.executable, self.out_tree, self.graph, self.lowered = executable, out_tree, graph, lowered
+        self.fallback_cause = None                  # see _fallback_entry
         self.guards = graph.guards if graph is not None else []
         self.draws = list(draws)                    # numpy.random calls replayed on every call (impurity.py)
         self.static_leaves = frozenset(static_leaves)  # leaf indices traced as static values
         self.impure = impure or bool(self.draws)    # differentiated calls run as plain autograd
 
+    @property
+    def python_fallback(self):
+        return self.executable is None
+
+
+def _fallback_entry(cause, impure=False):
+    """A signature that runs as plain autograd; `cause` (the exception that stopped compiling
+    it) is reported once the plain run has succeeded, and then cleared."""
+    entry = _Entry(None, None, None, None, impure=impure)
+    entry.fallback_cause = cause
+    return entry
+
 
 # ndarray subclasses whose semantics a compiled program would silently drop
 _REJECTED_SUBCLASSES = (np.matrix, np.ma.MaskedArray)
+
+
+class _Plain(Exception):
+    """An argument that compiled code cannot take, although plain autograd can (a masked array,
+    an int beyond int64, an autograd vector space of a type jit_ps cannot flatten)."""
 
 
 def _native(dtype):
@@ -93,29 +117,78 @@ def _native(dtype):
     (the argument is converted on the way in)."""
     if dtype.byteorder not in "=|" and dtype.newbyteorder("=") in _SUPPORTED:
         return dtype.newbyteorder("=")
-    raise TypeError(dtype)
+    return None
 
 
 def _leaf_signature(x):
+    """What the cache key holds of one argument leaf: (shape, dtype) for an array, the type for
+    a Python number (traced weakly typed), else the leaf itself as a `Static` value."""
     t = type(x)
     if t is np.ndarray:
         if x.dtype not in _SUPPORTED:
-            return (x.shape, _native(x.dtype))
+            native = _native(x.dtype)
+            return (x.shape, native) if native is not None else Static(x)
         return (x.shape, x.dtype)
     if t in _PY_SCALARS:
         if t is int and not -2**63 <= x < 2**63:
-            raise OverflowError(f"Python int {x} does not fit in int64")
+            raise _Plain(f"the Python int {x} does not fit in int64")
         return t
     if t is DeviceArray:
         return (x.shape, x.dtype)
-    if isinstance(x, (np.generic, np.ndarray)) and not isinstance(x, _REJECTED_SUBCLASSES):
-        return (x.shape, x.dtype if x.dtype in _SUPPORTED else _native(x.dtype))
-    raise TypeError(t)
+    if isinstance(x, (np.generic, np.ndarray)):
+        if isinstance(x, _REJECTED_SUBCLASSES):
+            raise _Plain(_describe_rejected(x))
+        dtype = x.dtype if x.dtype in _SUPPORTED else _native(x.dtype)
+        return (x.shape, dtype) if dtype is not None else Static(x)
+    if t in VSpace.mappings and t is not bool:
+        raise _Plain(f"it is a {t.__name__}, a type autograd differentiates through its own vector space, which "
+                     "jit_ps cannot flatten into arrays; pass its arrays (in tuples, lists or dicts) instead")
+    return Static(x)
+
+
+class Static:
+    """An argument leaf passed into the trace by value: part of the cache key, not of the
+    compiled program's parameters. Strings, None-like markers, slices, dtypes, callables and
+    other objects compare by value where they are hashable and by identity where they are not
+    (like a closed-over array, a later mutation is not seen); arrays (boolean masks, index
+    arrays that decide a shape) by a digest of their bytes, computed on every call."""
+
+    __slots__ = ("value", "key")
+
+    def __init__(self, value):
+        self.value = value
+        self.key = _static_key(value)
+
+    def __hash__(self):
+        return hash(self.key)
+
+    def __eq__(self, other):
+        if type(other) is not Static:
+            return False
+        try:
+            return bool(self.key == other.key)
+        except Exception:  # an object whose == is not a truth value
+            return False
+
+    def __repr__(self):
+        return f"Static({_short(self.value)})"
+
+
+def _static_key(x):
+    if isinstance(x, (np.ndarray, np.generic)) and x.dtype.kind != "O":
+        data = np.ascontiguousarray(x).reshape(-1).view(np.uint8)  # any dtype's bytes (datetimes too)
+        digest = hashlib.sha1(data, usedforsecurity=False).digest()
+        return ("array", type(x), x.shape, x.dtype.str, digest)
+    if type(x) in (float, complex):
+        return (type(x), repr(x))  # -0.0 and nan are values of their own
+    try:
+        hash(x)
+    except TypeError:
+        return ("identity", id(x))
+    return (type(x), x)
 
 
 def _aval_of(x):
-    from .core import Aval
-
     t = type(x)
     if t in _PY_SCALARS:
         return Aval((), _PY_SCALARS[t], weak_type=True)
@@ -127,7 +200,7 @@ class JittedFunction:
     """A function compiled per signature. Call it like the original."""
 
     def __init__(self, fun, static_argnums=(), static_argnames=(), fallback="python", backend=None,
-                 cache_size=DEFAULT_CACHE_SIZE, keep_on_device=False, x64=None):
+                 cache_size=DEFAULT_CACHE_SIZE, keep_on_device=False, x64=None, max_program=MAX_PROGRAM):
         if fallback not in ("python", "error"):
             raise ValueError("fallback must be 'python' or 'error'")
         if backend is not None:
@@ -146,12 +219,14 @@ class JittedFunction:
         self.backend = backend
         self.keep_on_device = keep_on_device
         self.x64 = x64
+        self.max_program = tuple(max_program)
         self._platform = None  # resolved on first compile: later default changes do not move us
         self.cache_size = cache_size
         self._cache = collections.OrderedDict()
         self._simple = {}  # (shape, dtype) per positional array -> entry needing no per-call work
         self._lock = threading.RLock()
         self._auto_static = {}  # spec -> frozenset of leaf indices made static
+        self._static_seen = {}  # (spec, leaf index) -> digests of a float leaf traced as static
         self._derivatives = {}
         self._warned = set()
         self._last_key = None
@@ -207,10 +282,30 @@ class JittedFunction:
         spec, leaves = self._split(args, kwargs)
         for x in leaves:
             if type(x) in box_types:
-                if self._lookup(spec, [getval(x) for x in leaves], count=False).impure:
+                entry = self._lookup(spec, [getval(x) for x in leaves], count=False)
+                if entry.python_fallback:
+                    return self._run_plain(entry, spec, leaves)
+                if entry.impure:
                     return self._differentiate_plainly(spec, leaves)
                 return autodiff.jit_call(self, spec, *leaves)
         return self._call_flat(spec, leaves)
+
+    def _run_plain(self, entry, spec, leaves):
+        """A signature that does not compile runs as plain autograd. The first time, its cause
+        is reported if the plain run succeeds; if plain autograd fails too, that error is the
+        user's own, raised with what tracing found out about it (the primitive, the line)."""
+        cause = entry.fallback_cause
+        if cause is None:
+            return self._apply(spec, leaves, autodiff.PLAIN_BOXING)
+        try:
+            out = self._apply(spec, leaves, autodiff.PLAIN_BOXING)
+        except Exception as plain_error:
+            for note in getattr(cause, "__notes__", ()):
+                annotate(plain_error, note)
+            raise
+        entry.fallback_cause = None
+        self._warn_fallback(cause)
+        return out
 
     def _differentiate_plainly(self, spec, leaves):
         """A function whose compiled form replays random draws (or draws in a way that cannot
@@ -261,9 +356,9 @@ class JittedFunction:
         auto = self._auto_static.get(spec)
         try:
             sig = tuple(map(_leaf_signature, leaves))
-        except (TypeError, OverflowError):
-            self._raise_bad_argument(spec, leaves)
-        key = (spec, sig, tuple(leaves[i] for i in sorted(auto))) if auto else (spec, sig)
+        except _Plain:
+            return self._plain_argument(spec, leaves)
+        key = (spec, sig, tuple([Static(leaves[i]) for i in sorted(auto)])) if auto else (spec, sig)
         cache = self._cache
         entry = cache.get(key)
         if entry is None:
@@ -279,7 +374,7 @@ class JittedFunction:
     def _call_flat(self, spec, leaves):
         entry = self._lookup(spec, leaves)
         if entry.python_fallback:
-            return self._apply(spec, leaves)
+            return self._run_plain(entry, spec, leaves)
         if (not (entry.static_leaves or entry.draws or entry.guards) and spec is _FLAT_SPECS.get(len(leaves))
                 and all(type(x) is np.ndarray and x.dtype in _SUPPORTED for x in leaves)):
             sig = tuple([(x.shape, x.dtype) for x in leaves])
@@ -345,33 +440,77 @@ class JittedFunction:
             return entry
 
     def _build(self, key, spec, leaves):
-        """Trace and compile; a Python scalar that must be concrete becomes static and the
-        trace is retried (the key then includes its value). Returns (key, entry)."""
+        """Trace and compile. An argument whose value the trace needs (an int used as an axis,
+        a boolean mask that decides a shape) becomes static and the trace is retried, the key
+        then holding its value; what cannot compile becomes a plain-autograd entry (or raises,
+        under fallback="error"). Returns (key, entry)."""
         while True:
             auto = self._auto_static.get(spec, frozenset())
+            varying = {i for i in auto if self._varies(spec, i, key)}
+            if varying:  # a parameter, not data: trace it (and, if the trace needs it, run plainly)
+                auto = self._auto_static[spec] = auto - varying
+                key = (spec, key[1], tuple([Static(leaves[i]) for i in sorted(auto)])) if auto else key[:2]
             try:
-                return key, self._trace_and_compile(spec, leaves, auto)
+                return key, self._trace_and_compile(spec, key[1], leaves, auto)
             except ConcretizationError as e:
-                dynamic = [i for i in range(len(leaves)) if i not in auto]
-                extra = {dynamic[i] for i in getattr(e, "scalar_args", ())} - auto
-                if not extra:
-                    raise
+                dynamic = [i for i, sig in enumerate(key[1]) if i not in auto and type(sig) is not Static]
+                wanted = {dynamic[i] for i in e.static_candidates}
+                extra = wanted - auto
+                if not extra or any((spec, i) in self._static_seen and self._static_seen[spec, i] is None
+                                    for i in wanted):
+                    return key, self._fallback(e)
                 auto = self._auto_static[spec] = auto | extra
-                key = (spec, key[1], tuple(leaves[i] for i in sorted(auto)))
+                key = (spec, key[1], tuple([Static(leaves[i]) for i in sorted(auto)]))
                 hit = self._cache.get(key)
                 if hit is not None:
                     return key, hit
-            except UnsupportedPrimitiveError as e:
-                if self.fallback == "error":
-                    raise
-                self._warn_fallback(e)
-                self.stats.fallbacks += 1
-                return key, _Entry(None, None, None, None, python_fallback=True,
-                                   impure=isinstance(e, ImpureFunctionError))
+            except PlatformUnavailableError:  # configuration, not the program: plain autograd would not help
+                raise
+            except Exception as e:
+                return key, self._fallback(e)
 
-    def _trace_and_compile(self, spec, leaves, auto):
+    def _varies(self, spec, i, key):
+        """Whether float leaf i, traced as a static value, has now had more than
+        STATIC_FLOAT_VALUES values: then it is a parameter that changes every call (making it
+        static would trace every call), and it is marked (None) never to be static again."""
+        auto = sorted(self._auto_static[spec])
+        value = key[2][auto.index(i)]
+        if not (isinstance(value.value, (float, complex)) or value.key[0] == "array" and value.value.dtype.kind in "fc"):
+            return False
+        seen = self._static_seen.setdefault((spec, i), set())
+        if seen is None:
+            return True
+        seen.add(value.key)
+        if len(seen) > STATIC_FLOAT_VALUES:
+            self._static_seen[spec, i] = None
+            return True
+        return False
+
+    def _fallback(self, cause):
+        """What happens to a signature that cannot be compiled: fallback="error" raises the
+        cause (inside the handler that caught it, so its traceback is kept); else plain autograd."""
+        if self.fallback == "error":
+            raise
+        self.stats.fallbacks += 1
+        return _fallback_entry(cause, impure=isinstance(cause, ImpureFunctionError))
+
+    def _plain_argument(self, spec, leaves):
+        """An argument that compiled code cannot take (_leaf_signature raised _Plain)."""
+        for name, x in zip(self._leaf_names(spec), leaves):
+            try:
+                _leaf_signature(x)
+            except _Plain as e:
+                cause = ArgumentError(f"argument {name}: {e}")
+                break
+        if self.fallback == "error":
+            raise cause
+        self.stats.fallbacks += 1
+        return _fallback_entry(cause)
+
+    def _trace_and_compile(self, spec, sig, leaves, auto):
         names = self._leaf_names(spec)
-        dynamic = [i for i in range(len(leaves)) if i not in auto]
+        static = set(auto) | {i for i, s in enumerate(sig) if type(s) is Static}
+        dynamic = [i for i in range(len(leaves)) if i not in static]
         in_avals = [_aval_of(leaves[i]) for i in dynamic]
 
         def flat_fun(*tracers):
@@ -387,6 +526,7 @@ class JittedFunction:
         x64 = self._x64(backend)
         lowered = lowering.lower(graph, getattr(self._fun, "__name__", "jit_fn"), backend.platform, x64,
                                  pack=not self.keep_on_device)
+        self._check_size(graph, lowered)
         t2 = time.perf_counter()
         try:
             exe, compiled = backend.compile(lowered.text)
@@ -401,7 +541,7 @@ class JittedFunction:
         s.trace_seconds += t1 - t0
         s.lower_seconds += t2 - t1
         s.compile_seconds += t3 - t2
-        return _Entry(executable, out_tree, graph, lowered, draws=draws, static_leaves=auto)
+        return _Entry(executable, out_tree, graph, lowered, draws=draws, static_leaves=static)
 
     def _trace(self, flat_fun, in_avals, names, spec, leaves):
         """Trace with numpy.random's global-state calls recorded as host draws, and with the
@@ -447,14 +587,25 @@ class JittedFunction:
     def _warn_if_large(self, graph):
         """Say so before XLA spends minutes on a huge program, and which lines made it huge."""
         n = len(graph.eqns)
-        if n <= LARGE_PROGRAM_WARN_AFTER or "large_program" in self._warned:
+        if n <= LARGE_PROGRAM_WARN_AFTER or n > self.max_program[0] or "large_program" in self._warned:
             return
         self._warned.add("large_program")
-        lines = collections.Counter((e.source.filename, e.source.lineno) for e in graph.eqns if e.source)
-        top = "; ".join(f"{c:,} from {f}:{ln}" for (f, ln), c in lines.most_common(3))
-        _warn(f"{self!r} traced to a program of {n:,} primitive calls ({top}). XLA's compile time and memory "
-              "grow with program size: minutes and gigabytes at this scale. A Python loop over traced values is "
-              "unrolled at trace time; written with autograd_xla.scan or fori_loop its body is compiled once.")
+        _warn(f"{self!r} traced to a program of {n:,} primitive calls ({_busiest_lines(graph)}). XLA's compile "
+              "time and memory grow with program size: minutes and gigabytes at this scale. A Python loop over "
+              "traced values is unrolled at trace time; written with autograd_xla.scan or fori_loop its body is "
+              "compiled once.")
+
+    def _check_size(self, graph, lowered):
+        """Programs beyond `max_program` are not given to XLA (its compile could take the machine)."""
+        max_eqns, max_bytes = self.max_program
+        n, size = len(graph.eqns), len(lowered.text)
+        if n > max_eqns or size > max_bytes:
+            raise ProgramTooLargeError(
+                f"the traced program is too large to compile: {n:,} primitive calls (bound {max_eqns:,}) and "
+                f"{size / 2**20:.1f} MiB of StableHLO (bound {max_bytes / 2**20:.0f} MiB), mostly from "
+                f"{_busiest_lines(graph)}. A Python loop over traced values is unrolled at trace time: written "
+                "with autograd_xla.scan or fori_loop its body is compiled once. jit_ps(f, max_program=(calls, "
+                "bytes)) moves the bound.")
 
     def _backend(self):
         if self._platform is None:
@@ -500,17 +651,6 @@ class JittedFunction:
                 annotate(error, note)
             i += n
 
-    def _raise_bad_argument(self, spec, leaves):
-        names = self._leaf_names(spec)
-        for name, x in zip(names, leaves):
-            try:
-                _leaf_signature(x)
-            except OverflowError as e:
-                raise ArgumentError(f"argument {name}: {e}; pass it as a numpy array of an explicit dtype "
-                                    "or mark it static") from None
-            except TypeError:
-                raise ArgumentError(_describe_bad_leaf(name, x)) from None
-
     # ----- warnings -------------------------------------------------------------------------
     def _note_recompile(self, key):
         """Warn when one function keeps meeting new signatures, saying what changed."""
@@ -521,11 +661,12 @@ class JittedFunction:
         change = _describe_change(previous, key, self._leaf_names(key[0]) if previous[0] == key[0] else None)
         if key[0] in self._auto_static:
             names = self._leaf_names(key[0])
-            scalars = ", ".join(f"'{names[i]}'" for i in sorted(self._auto_static[key[0]]))
-            advice = (f"The Python scalar {scalars} is used where a concrete value is needed, so the function is "
-                      "traced once per value (XLA compilation is reused when only the data differs). To trace "
-                      "once: pass the arrays it slices as arguments (slices with traced bounds of fixed length "
-                      "compile to dynamic slices), or make it static explicitly with static_argnums.")
+            which = ", ".join(f"'{names[i]}'" for i in sorted(self._auto_static[key[0]]))
+            advice = (f"The value of {which} is used where a concrete value is needed (a size, an axis, a slice "
+                      "bound, a mask), so the function is traced once per value (XLA compilation is reused when "
+                      "only the data differs); static_argnums would do the same. To trace once: compute with it "
+                      "as data (np.where instead of a mask, slices of fixed length with a traced start compile to "
+                      "dynamic slices) or pass the arrays it slices as arguments.")
         else:
             advice = ("Each distinct signature is traced and compiled anew: keep shapes and dtypes fixed, pass "
                       "changing values as arrays rather than static arguments, or pad inputs to a few sizes.")
@@ -533,12 +674,17 @@ class JittedFunction:
               f"{change}. {advice}")
 
     def _warn_fallback(self, error):
-        key = ("fallback", getattr(error.primitive, "__name__", str(error.primitive)))
+        """One FallbackWarning per cause: what stopped compiling, the user's line, the remedy."""
+        text = str(error).strip()
+        key = ("fallback", type(error), text.split("\n", 1)[0])
         if key in self._warned:
             return
         self._warned.add(key)
-        _warn(f"jit_ps({getattr(self._fun, '__name__', self._fun)}) runs as plain autograd: {error} "
-              "Use jit_ps(f, fallback='error') to make this an error.", FallbackWarning)
+        if not isinstance(error, JitError):  # numpy or a rule raised while tracing
+            text = (f"tracing it raised {type(error).__name__}: {text}\n" + "\n".join(getattr(error, "__notes__", ()))
+                    + "\nPlain autograd runs it, so this is a gap in autograd_xla; please report it.")
+        _warn(f"{self!r} runs as plain autograd for this signature: {text}\n"
+              "jit_ps(f, fallback='error') makes this an error.", FallbackWarning)
 
     # ----- introspection --------------------------------------------------------------------
     def _entry_for(self, args, kwargs):
@@ -547,7 +693,8 @@ class JittedFunction:
             raise TypeError("introspection takes concrete arguments, not autograd boxes")
         entry = self._lookup(spec, leaves, count=False)
         if entry.python_fallback:
-            raise UnsupportedPrimitiveError(f"{self!r} falls back to plain autograd for these arguments")
+            raise UnsupportedPrimitiveError(f"{self!r} runs as plain autograd for these arguments, so there is no "
+                                            "compiled program to show; jit_ps(f, fallback='error') raises the cause")
         return entry
 
     def graph(self, *args, **kwargs):
@@ -586,24 +733,17 @@ def _hashable(v):
         return False
 
 
-def _describe_bad_leaf(name, x):
+def _describe_rejected(x):
     if isinstance(x, np.ma.MaskedArray):
-        return (f"argument {name} is a masked array; compiled code would ignore its mask. Pass the data with the "
-                "masked entries filled (x.filled(value)) and, if needed, the mask as a separate boolean array")
-    if isinstance(x, np.matrix):
-        return (f"argument {name} is a numpy.matrix, whose operators (* is a matrix product) compiled code would not "
-                "follow; pass np.asarray(x) and use @ for matrix products")
-    if isinstance(x, (np.ndarray, np.generic)):
-        return (f"argument {name} is an array of dtype {x.dtype}, which XLA cannot hold; jitted functions take "
-                "bool, integer, floating and complex arrays (convert it, e.g. x.astype(np.float64), or pass it as "
-                "a static argument)")
-    if x is None:
-        return f"argument {name} is None"
-    if isinstance(x, str):
-        return f"argument {name} is a string; pass strings through static_argnums/static_argnames"
-    return (f"argument {name} has type {type(x).__name__}; jitted functions take numpy arrays, Python and numpy "
-            "scalars, and tuples/lists/dicts of them. Pass other objects through static_argnums/static_argnames "
-            "(they must be hashable)")
+        return ("it is a masked array, whose mask compiled code would ignore. Pass the data with the masked entries "
+                "filled (x.filled(value)) and, if needed, the mask as a separate boolean array")
+    return ("it is a numpy.matrix, whose operators (* is a matrix product) compiled code would not follow; pass "
+            "np.asarray(x) and use @ for matrix products")
+
+
+def _busiest_lines(graph):
+    lines = collections.Counter((e.source.filename, e.source.lineno) for e in graph.eqns if e.source)
+    return "; ".join(f"{c:,} from {f}:{ln}" for (f, ln), c in lines.most_common(3))
 
 
 def _suspicious(name, treedef, leaves, path=()):
@@ -665,9 +805,11 @@ def _describe_change(old, new, names=None):
             if isinstance(a, tuple) and isinstance(b, tuple):
                 what = "dtype" if a[0] == b[0] else "shape" if a[1] == b[1] else "shape and dtype"
                 return f"the {what} of {who} ({_sig_str(a)} -> {_sig_str(b)})"
+            if type(a) is Static and type(b) is Static:
+                return f"the value of {who} ({_sig_str(a)} -> {_sig_str(b)})"
             return f"the type of {who} ({_sig_str(a)} -> {_sig_str(b)})"
     if st0 != st1:
-        return "the value of a Python scalar used as a static value"
+        return "the value of an argument used as a static value"
     return "its signature"
 
 
@@ -679,6 +821,8 @@ def _short(v):
 def _sig_str(s):
     if isinstance(s, tuple):
         return f"{s[1]}{list(s[0])}"
+    if type(s) is Static:
+        return f"static {_short(s.value)}"
     return f"Python {s.__name__}"
 
 
@@ -740,13 +884,17 @@ def _equation_at_line(graph, lineno, platform, x64):
 
 
 def jit_ps(fun=None, *, static_argnums=(), static_argnames=(), fallback="python", backend=None,
-           cache_size=DEFAULT_CACHE_SIZE, keep_on_device=False, x64=None):
+           cache_size=DEFAULT_CACHE_SIZE, keep_on_device=False, x64=None, max_program=MAX_PROGRAM):
     """Compile `fun` with XLA, once per signature; use as `jit_ps(f)` or `@jit_ps(...)`.
 
-    static_argnums / static_argnames: arguments passed by value into the trace (must be
-    hashable; each distinct value compiles separately). fallback: 'python' runs plain
-    autograd, with one warning, when the function uses a primitive without a translation
-    rule; 'error' raises instead. backend: 'cpu', 'gpu' or 'tpu'; None uses the default
+    Array leaves and Python numbers are traced; every other argument leaf (a string, a bool,
+    a slice, a callable, any object) is passed by value into the trace, and so is an int or an
+    integer/boolean array whose value the trace turns out to need (an axis, a mask): each
+    distinct value then has its own trace. static_argnums / static_argnames: arguments passed
+    by value explicitly (must be hashable). fallback: 'python' runs a signature that cannot be
+    compiled as plain autograd, with one FallbackWarning naming the cause; 'error' raises the
+    cause instead. max_program: (primitive calls, bytes of StableHLO) beyond which a program
+    is not compiled. backend: 'cpu', 'gpu' or 'tpu'; None uses the default
     platform (set_default_platform, $AUTOGRAD_XLA_PLATFORM, else the best available).
     keep_on_device: return DeviceArrays that stay on the device and can be passed back in
     without a transfer, instead of numpy arrays. x64=False computes float64/int64 work in
@@ -755,8 +903,9 @@ def jit_ps(fun=None, *, static_argnums=(), static_argnames=(), fallback="python"
     if fun is None:
         return functools.partial(jit_ps, static_argnums=static_argnums, static_argnames=static_argnames,
                                  fallback=fallback, backend=backend, cache_size=cache_size,
-                                 keep_on_device=keep_on_device, x64=x64)
+                                 keep_on_device=keep_on_device, x64=x64, max_program=max_program)
     if isinstance(fun, JittedFunction) and not (static_argnums or static_argnames or keep_on_device
                                                   or x64 is not None or backend is not None):
         return fun
-    return JittedFunction(fun, static_argnums, static_argnames, fallback, backend, cache_size, keep_on_device, x64)
+    return JittedFunction(fun, static_argnums, static_argnames, fallback, backend, cache_size, keep_on_device, x64,
+                          max_program)

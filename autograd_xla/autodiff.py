@@ -8,7 +8,7 @@ a second derivative (`grad(grad(jit_ps(f)))`, `hessian`) goes round the same loo
 """
 from autograd import builtins as differentiable
 from autograd.core import make_jvp, make_vjp
-from autograd.extend import defjvp_argnums, defvjp_argnums, primitive
+from autograd.extend import defjvp, defjvp_argnums, defvjp_argnums, primitive
 
 from . import tree
 
@@ -55,14 +55,24 @@ class _Restricted:
 
 # Argument containers holding boxes are rebuilt as autograd's container boxes, as `grad`
 # would have passed them (see tree.unflatten); not dicts in forward mode, where autograd's
-# dict constructor has no JVP.
+# dict constructor has no JVP. PLAIN_BOXING serves both directions (a function run as plain
+# autograd on boxes).
 _VJP_BOXING = {tuple: differentiable.tuple, list: differentiable.list, dict: differentiable.dict}
-_JVP_BOXING = {tuple: differentiable.tuple, list: differentiable.list}
+_JVP_BOXING = PLAIN_BOXING = {tuple: differentiable.tuple, list: differentiable.list}
+
+# autograd's dict constructor has a VJP but no JVP; forward mode over a compiled VJP (which
+# rebuilds dict arguments with it) needs one. It is linear in the values.
+defjvp(differentiable._make_dict, lambda g, ans, keys, vals: differentiable._make_dict(keys, g), argnums=(1,))
+
+# The derivative functions take the leaves as separate positional arguments, never as one
+# tuple: differentiated again, a tuple holding boxes would be rebuilt as a SequenceBox, and
+# reading it would box every leaf, differentiating also those autograd did not.
 
 
 def make_vjp_function(fn, spec, nums):
-    """(leaves, g) -> gradients of fn's output . g with respect to leaves[nums]."""
-    def vjp_fn(leaves, g):
+    """(*leaves, g) -> gradients of fn's output . g with respect to leaves[nums]."""
+    def vjp_fn(*args):
+        leaves, g = args[:-1], args[-1]
         f = _Restricted(fn, spec, leaves, nums, _VJP_BOXING)
         vjp, _ = make_vjp(f, f.point())
         grads = vjp(g if f.out_tree is tree.LEAF else tuple(tree.flatten(g)[0]))
@@ -74,8 +84,9 @@ def make_vjp_function(fn, spec, nums):
 
 
 def make_jvp_function(fn, spec, nums):
-    """(leaves, tangents) -> the tangent of fn's output along tangents of leaves[nums]."""
-    def jvp_fn(leaves, tangents):
+    """(*leaves, *tangents) -> the tangent of fn's output along tangents of leaves[nums]."""
+    def jvp_fn(*args):
+        leaves, tangents = args[:-len(nums)], args[-len(nums):]
         f = _Restricted(fn, spec, leaves, nums, _JVP_BOXING)
         _, out_tangent = make_jvp(f, f.point())(tangents[0] if len(nums) == 1 else tuple(tangents))
         return out_tangent if f.out_tree is tree.LEAF else tree.unflatten(f.out_tree, out_tangent)
@@ -84,14 +95,14 @@ def make_jvp_function(fn, spec, nums):
 
 
 def _derivative(fn, kind, spec, nums):
-    from .api import JittedFunction
-
+    """The jitted VJP or JVP of jitted `fn` with respect to leaves[nums]: one per set of
+    differentiated leaves, as autograd asks for them."""
     key = (kind, spec, nums)
     d = fn._derivatives.get(key)
     if d is None:
         maker = make_vjp_function if kind == "vjp" else make_jvp_function
-        d = fn._derivatives[key] = JittedFunction(maker(fn, spec, nums), fallback=fn.fallback, backend=fn.backend,
-                                                  cache_size=fn.cache_size, x64=fn.x64)
+        d = fn._derivatives[key] = type(fn)(maker(fn, spec, nums), fallback=fn.fallback, backend=fn.backend,
+                                            cache_size=fn.cache_size, x64=fn.x64, max_program=fn.max_program)
         d._warned = fn._warned  # one warning per problem, not one per derivative
     return d
 
@@ -99,13 +110,13 @@ def _derivative(fn, kind, spec, nums):
 def _vjp(argnums, ans, args, kwargs):
     fn, spec, leaves = args[0], args[1], args[_LEAVES:]
     bwd = _derivative(fn, "vjp", spec, tuple(a - _LEAVES for a in argnums))
-    return lambda g: bwd(tuple(leaves), g)
+    return lambda g: bwd(*leaves, g)
 
 
 def _jvp(argnums, gs, ans, args, kwargs):
     fn, spec, leaves = args[0], args[1], args[_LEAVES:]
     fwd = _derivative(fn, "jvp", spec, tuple(a - _LEAVES for a in argnums))
-    return fwd(tuple(leaves), tuple(gs))
+    return fwd(*leaves, *gs)
 
 
 defvjp_argnums(jit_call, _vjp)

@@ -478,8 +478,9 @@ def _unpack(out, n=None):
     have no gradient, and autograd could not accumulate a float cotangent into their slot."""
     raw = _as_list(getval(out))
     n = len(raw) if n is None else n
-    boxed = [out[k] for k in range(n)] if isinstance(getval(out), tuple) else [out]
-    return [o if _is_float(r) else r for o, r in zip(boxed, raw[:n])]
+    if not isinstance(getval(out), tuple):
+        return [out if _is_float(raw[0]) else raw[0]]
+    return [out[k] if _is_float(r) else r for k, r in enumerate(raw[:n])]
 
 
 def _flatten_items(items):

@@ -67,7 +67,29 @@ class FallbackWarning(UserWarning):
 
 
 class ConcretizationError(JitError, TypeError):
-    """A traced (abstract) value was asked for a concrete Python value."""
+    """A traced (abstract) value was asked for a concrete Python value.
+
+    static_candidates: indices of the jitted function's inputs the value was computed
+    from, when each may be retried as a static value (tracing.concretization_error says
+    which may); empty otherwise. random_draws: names of the host-drawn random inputs it
+    was computed from. source: the user's line."""
+
+    def __init__(self, message, static_candidates=(), random_draws=(), source=None):
+        super().__init__(message)
+        self.static_candidates = tuple(static_candidates)
+        self.random_draws = tuple(random_draws)
+        self.source = source
+
+
+class ConcreteValueRequired(Exception):
+    """Raised inside a translation rule that needs an operand's value, not only its type
+    (an axis, a repeat count, a boolean mask that decides a shape). Tracing turns it into a
+    ConcretizationError naming the argument the operand came from. `value`: the operand
+    (an hlo.Value); `what`: what needed it, for the message."""
+
+    def __init__(self, value, what):
+        super().__init__(what)
+        self.value, self.what = value, what
 
 
 class UnsupportedPrimitiveError(JitError, NotImplementedError):
@@ -90,6 +112,10 @@ class TracerLeakError(JitError):
 
 class CompileError(JitError):
     """XLA rejected the program; names the primitive and the user's line."""
+
+
+class ProgramTooLargeError(CompileError):
+    """The traced program is beyond jit_ps's `max_program` bound, so it is not given to XLA."""
 
 
 class PlatformUnavailableError(JitError, RuntimeError):

@@ -17,6 +17,8 @@ import threading
 import ml_dtypes
 import numpy as np
 
+from .errors import ConcreteValueRequired
+
 _ELEMENT_TYPES = {
     np.dtype(np.bool_): "i1",
     np.dtype(np.int8): "i8",
@@ -153,6 +155,25 @@ class Value:
 
     def __repr__(self):
         return f"{self.name}: {self.type}"
+
+    # A rule that asks an operand for a Python integer (an axis, a count, a split point)
+    # needs its value: tracing retries with that argument static, or says which it is.
+    def __index__(self):
+        raise ConcreteValueRequired(self, "an integer argument (an axis, size, count or index)")
+
+    __int__ = __index__
+
+    def __bool__(self):  # a flag passed as 0/1 (`lower=1`): never silently true
+        raise ConcreteValueRequired(self, "a flag argument")
+
+    def __iter__(self):  # a sequence of ints expected (split points, tensordot axes)
+        raise ConcreteValueRequired(self, "a sequence argument (split points, axes)")
+
+    def _arithmetic(self, *other):  # a rule computing with an int argument (`n - ddof`, `n < 0`)
+        raise ConcreteValueRequired(self, "an integer argument used in the rule's arithmetic")
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __floordiv__ = __rfloordiv__ = _arithmetic
+    __mod__ = __rmod__ = __neg__ = __lt__ = __le__ = __gt__ = __ge__ = _arithmetic
 
 
 class Builder:

@@ -169,7 +169,7 @@ def record_draw(fn, name, args, kwargs, generator=None, label=None):
         tracer = _first_tracer((args, kwargs))
         if tracer is not None:  # a Python scalar argument (a size, a bound) can become static
             err = tracing.concretization_error(tracer, f"{label}.{name}'s argument")
-            if err.scalar_args:
+            if err.static_candidates:
                 raise err
         raise _refuse(f"{label}.{name}", "with traced (or differentiated) arguments", source)
     if trace.parent is not None:

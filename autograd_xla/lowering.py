@@ -13,7 +13,7 @@ import numpy as np
 
 from . import hlo, rules
 from .core import Var, map_vars, prim_name
-from .errors import annotate
+from .errors import ConcreteValueRequired, annotate
 
 #: Constants larger than this (and not a single repeated value) become executable
 #: parameters held on the device, instead of literals baked into the program text.
@@ -183,6 +183,8 @@ def normalize_axis(axis, ndim, name="axis"):
         if not -ndim <= axis < ndim:
             raise np.exceptions.AxisError(f"{name} {axis} is out of bounds for array of dimension {ndim}")
         return axis % ndim
+    if isinstance(axis, hlo.Value):
+        raise ConcreteValueRequired(axis, f"the {name}")
     raise TypeError(f"{name} must be an integer, got {axis!r}")
 
 

@@ -21,18 +21,21 @@ import contextlib
 import gc
 import itertools
 import operator
+import sys
 import threading
 import types
 
 import numpy as np
+from autograd.builtins import (container_take, container_untake, make_sequence, sequence_extend_left,
+                               sequence_extend_right)
 from autograd.extend import VSpace
 from autograd.numpy.numpy_boxes import ArrayBox
-from autograd.tracer import box_types, trace_primitives_map
+from autograd.tracer import Box, box_types, trace_primitives_map
 
 from . import hlo, rules, tree
 from .core import Aval, DynamicSlice, Eqn, Graph, UfuncMethod, Var, map_structure, map_vars, prim_name, setitem
-from .errors import (ConcretizationError, TracerLeakError, UnsupportedPrimitiveError, annotate,
-                     primitive_stack, user_frame)
+from .errors import (ConcreteValueRequired, ConcretizationError, TracerLeakError, UnsupportedPrimitiveError,
+                     annotate, primitive_stack, user_frame)
 from .lowering import LoweringContext, ModuleState
 from .rules.dynamic import dynamic_getitem, dynamic_update
 
@@ -65,6 +68,7 @@ class Trace:
         self.captured = {}  # outer Var -> (inner Var, outer Tracer)
         self.affine = {}    # Var of a traced integer scalar -> (constant, ((Var, coefficient), ...))
         self.guards = []    # (bool Tracer, SourceInfo): conditions the compiled code assumes
+        self.boxed = set()  # Vars autograd has boxed: values being differentiated
         self._counter = parent._counter if parent is not None else itertools.count()
 
     def new_var(self, aval):
@@ -95,9 +99,9 @@ class Trace:
     def is_active(self):
         return self in _state.traces
 
-    def depends_on_args(self, var):
-        """Indices of the inputs that `var` was computed from (for error messages)."""
-        needed = {var}
+    def depends_on_args(self, *vars):
+        """Indices of the inputs that `vars` were computed from (for error messages)."""
+        needed = set(vars)
         for eqn in reversed(self.eqns):
             if any(v in needed for v in eqn.outvars if v is not None):
                 needed.update(eqn.invars())
@@ -190,7 +194,11 @@ def abstract_eval(rule, args, kwargs):
         return value
 
     a, k = map_vars((args, kwargs), placeholder)
-    out = rule.fn(ctx, *a, **k)
+    inputs = {}
+    try:
+        out = rule.fn(ctx, *a, **k)
+    except ConcreteValueRequired as e:
+        raise _needed_concretely(e, {id(v): var for var, v in env.items()}) from None
     leaves, out_tree = tree.flatten(out)
     inputs = {id(v): var for var, v in env.items()}
     avals, passthrough = [], []
@@ -200,6 +208,16 @@ def abstract_eval(rule, args, kwargs):
         avals.append(Aval(v.shape, v.dtype))
         passthrough.append(inputs.get(id(v)))
     return avals, out_tree, passthrough
+
+
+def _needed_concretely(e, inputs):
+    """A rule needed an operand's value: the ConcretizationError of the input it is (or, for
+    a value the rule computed itself, of all the primitive's traced inputs together)."""
+    trace = current_trace()
+    var = inputs.get(id(e.value))
+    if var is not None:
+        return concretization_error(Tracer(var, trace), e.what, decides_shape=True)
+    return concretization_error(None, e.what, trace.depends_on_args(*inputs.values()), decides_shape=True)
 
 
 def _lists_as_arrays(args):
@@ -243,11 +261,16 @@ def unsupported(prim):
 def trace_through(prim, shown_as, impl, args, kwargs):
     """Run a primitive's own Python implementation on traced values, so that the numpy calls
     it makes are recorded one by one. If it needs data (np.asarray, float(x)), the primitive
-    has no traceable form: say so, naming it."""
+    has no traceable form: say so, naming it. Unless the value comes from arguments that can
+    be made static (the retry with them static makes it traceable), or the primitive is one
+    of autograd's own thin wrappers (`ArrayBox.__getitem__`), where the data dependence is
+    the user's code's (`x[x > 0]`), not a missing rule."""
     primitive_stack.names.append(shown_as)
     try:
         return impl(*args, **kwargs)
     except ConcretizationError as e:
+        if e.static_candidates or getattr(prim, "__module__", "").startswith("autograd."):
+            raise
         raise unsupported(prim) from e
     finally:
         primitive_stack.names.pop()
@@ -400,9 +423,9 @@ def _assign(target, result, what):
     target._var = result._var
 
 
-def _concrete(kind):
-    def method(self, *args):
-        raise concretization_error(self, kind)
+def _concrete(kind, decides_shape=False):
+    def method(self, *args, **kwargs):
+        raise concretization_error(self, kind, decides_shape=decides_shape)
     return method
 
 
@@ -492,6 +515,7 @@ class Tracer:
     __complex__ = _concrete("complex(x)")
     __index__ = _concrete("using x as an index, size or range bound")
     item = _concrete("x.item()")
+    nonzero = _concrete("np.nonzero(x) (the number of results depends on the data)", decides_shape=True)
     tolist = _concrete("x.tolist()")
 
     def __len__(self):
@@ -569,7 +593,7 @@ class Tracer:
 builtins_type = type
 
 _NUMPY_METHODS = ["all", "any", "argmax", "argmin", "argsort", "clip", "conj", "conjugate", "cumprod", "cumsum",
-                  "diagonal", "dot", "max", "mean", "min", "nonzero", "prod", "ptp", "ravel", "repeat", "round",
+                  "diagonal", "dot", "max", "mean", "min", "prod", "ptp", "ravel", "repeat", "round",
                   "squeeze", "std", "sum", "swapaxes", "take", "trace", "var", "searchsorted", "compress",
                   "argpartition", "partition"]
 for _name in _NUMPY_METHODS:
@@ -612,19 +636,27 @@ METADATA = {
 
 
 # ----- errors that need the trace ------------------------------------------------------------
-def concretization_error(tracer, what):
-    """Explain which argument the value comes from and what to do instead."""
+def concretization_error(tracer, what, deps=None, decides_shape=False):
+    """Explain which argument the value comes from and what to do instead. `deps`: the input
+    indices it depends on, when it is not one traced value (default: `tracer`'s).
+
+    The inputs it depends on are candidates for being made static (ConcretizationError's
+    static_candidates) when all are Python numbers or integer/boolean arrays, or, for a
+    value that `decides_shape` (a mask, a count: `x[x > 0]`), float arrays not being
+    differentiated. A float array that decides control flow (`if np.sum(x) > 0`) is not:
+    that is cond's or np.where's work, and the signature runs plainly."""
     trace = tracer._trace if type(tracer) is Tracer else current_trace()
-    deps, names, scalars, draws = [], [], [], []
-    if trace is not None and type(tracer) is Tracer:
-        deps = trace.depends_on_args(tracer._var)
-        for i in deps:
-            name = trace.arg_names[i] or f"argument {i}"
-            names.append(f"'{name}' ({trace.invars[i].aval})")
-            if getattr(name, "random_draw", False):  # a host-drawn input (impurity.py), not an argument
-                draws.append(str(name))
-            elif trace.invars[i].aval.weak_type:
-                scalars.append(i)
+    if deps is None:
+        deps = trace.depends_on_args(tracer._var) if trace is not None and type(tracer) is Tracer else []
+    names, candidates, draws = [], [], []
+    for i in deps:
+        name = trace.arg_names[i] or f"argument {i}"
+        aval = trace.invars[i].aval
+        names.append(f"'{name}' ({aval})")
+        if getattr(name, "random_draw", False):  # a host-drawn input (impurity.py), not an argument
+            draws.append(str(name))
+        elif aval.weak_type or aval.dtype.kind in "biu" or decides_shape and trace.invars[i] not in trace.boxed:
+            candidates.append(i)
     src = user_frame(2)
     origin = f" computed from {', '.join(names)}" if names else ""
     aval = tracer.aval if type(tracer) is Tracer else "?"
@@ -634,13 +666,10 @@ def concretization_error(tracer, what):
            "(jit_ps(f, static_argnums=...) or static_argnames=..., one compile per value), "
            "or express the data-dependent part with autograd_xla.cond / switch / while_loop / fori_loop "
            "or np.where.")
-    err = ConcretizationError(msg)
     # argument indices are the jitted function's only in the outermost trace, not in a loop body's
     root = trace is not None and trace.parent is None
-    err.scalar_args = scalars if root and scalars and len(scalars) == len(deps) else []
-    err.random_draws = draws
-    err.source = src
-    return err
+    static = candidates if root and candidates and len(candidates) == len(deps) else ()
+    return ConcretizationError(msg, static_candidates=static, random_draws=draws, source=src)
 
 
 # ----- autograd integration ------------------------------------------------------------------
@@ -690,7 +719,25 @@ class TracerVSpace(VSpace):
         return np.conj(x) if self.iscomplex else x
 
 
+def _box_tracer(value, trace, node):
+    """autograd boxes a traced array as it would box the numpy value it stands for: a numpy
+    integer or bool scalar (what a reduction of an integer array returns) or a Python int
+    cannot be differentiated, and autograd says so. Not where autograd's container
+    primitives box one (our control flow reads integer loop counters out of boxed tuples)."""
+    if not value.shape and value.dtype.kind in "biu":
+        caller = sys._getframe(1)
+        if caller.f_locals.get("f_wrapped") not in _CONTAINER_PRIMITIVES:
+            raise TypeError(f"Can't differentiate w.r.t. type {int if value.aval.weak_type else value.dtype.type}")
+    value._trace.boxed.add(value._var)
+    return ArrayBox(value, trace, node)
+
+
+_CONTAINER_PRIMITIVES = (container_take, container_untake, make_sequence, sequence_extend_left,
+                         sequence_extend_right)
+
+
 ArrayBox.register(Tracer)
+Box.type_mappings[Tracer] = _box_tracer  # autograd's new_box calls this mapping's value
 VSpace.register(Tracer, TracerVSpace)
 
 

@@ -9,7 +9,7 @@ children are read through the box (`box[i]`), which autograd records, so gradien
 back into the container exactly as they would through user code indexing it.
 """
 from autograd.builtins import DictBox, SequenceBox
-from autograd.tracer import Box
+from autograd.tracer import Box, getval
 
 LEAF = "*"
 
@@ -31,11 +31,11 @@ def _flatten(obj, leaves):
         return (dict, tuple(obj), tuple([_flatten(x, leaves) for x in obj.values()]))
     if obj is None:
         return (None,)
-    if t is SequenceBox:
-        inner = type(obj._value)
+    if t is SequenceBox:  # boxes nest (a second derivative): the container is innermost
+        inner = type(getval(obj))
         return (inner, tuple([_flatten(obj[i], leaves) for i in range(len(obj))]))
     if t is DictBox:
-        keys = tuple(obj._value)
+        keys = tuple(getval(obj))
         return (dict, keys, tuple([_flatten(obj[k], leaves) for k in keys]))
     if issubclass(t, tuple) and _is_namedtuple(t):
         return (t, tuple([_flatten(x, leaves) for x in obj]))

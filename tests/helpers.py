@@ -89,3 +89,35 @@ def check(f, *args, argnums=(0,), rtol=None, atol=None, grad_rtol=None, both_way
     check_value(f, *args, rtol=rtol, atol=atol)
     if argnums:
         check_grad(f, *args, argnums=argnums, rtol=grad_rtol or rtol, atol=atol, both_ways=both_ways)
+
+
+def check_falls_back(f, *args, error=Exception, match=None, **kwargs):
+    """What cannot compile runs as plain autograd: one FallbackWarning naming the cause (`match`)
+    and plain autograd's result; with fallback="error" the cause is raised (`error`, `match`)."""
+    import warnings
+
+    import pytest
+
+    from autograd_xla import FallbackWarning
+    with pytest.raises(error, match=match):
+        jit_ps(f, fallback="error")(*args, **kwargs)
+    jf = jit_ps(f)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = jf(*args, **kwargs)
+        again = jf(*args, **kwargs)
+    fallbacks = [w for w in caught if issubclass(w.category, FallbackWarning)]
+    assert len(fallbacks) == 1, [str(w.message) for w in caught]
+    if match is not None:
+        import re
+        assert re.search(match, str(fallbacks[0].message)), str(fallbacks[0].message)
+    expected = f(*args, **kwargs)
+    assert_close(got, expected)
+    assert_close(again, expected)
+    assert jf.cache_info()["fallbacks"] >= 1
+    return str(fallbacks[0].message)
+
+
+def jit_strict(f, **kwargs):
+    """jit_ps raising what stops compiling (fallback="error"), for tests of those errors."""
+    return jit_ps(f, fallback="error", **kwargs)

@@ -9,8 +9,8 @@ import pytest
 import autograd.numpy as np
 from autograd import grad
 from autograd.extend import primitive
-from autograd_xla import ArgumentError, CompileError, jit_ps, register_translation_rule
-from helpers import assert_close
+from autograd_xla import ArgumentError, CompileError, FallbackWarning, jit_ps, register_translation_rule
+from helpers import assert_close, check_falls_back
 
 rs = onp.random.RandomState(0)
 
@@ -30,8 +30,8 @@ def assert_still_usable(jf):
     assert_close(jf(*GOOD), model(*GOOD))
 
 
-# ----- arguments jit_ps refuses, with the path of the argument ----------------------------------
-REFUSED = {
+# ----- arguments that are not data: passed into the trace by value, as plain autograd sees them ---
+NOT_DATA = {
     "object array": (onp.array([1, "a"], dtype=object), "dtype object"),
     "unicode array": (onp.array(["a", "b"]), "dtype <U1"),
     "bytes array": (onp.array([b"a"]), "dtype |S1"),
@@ -47,32 +47,45 @@ REFUSED = {
     "numpy.matrix": (onp.asmatrix(onp.ones((3, 2))), "numpy.matrix"),
 }
 if onp.dtype(onp.longdouble) == onp.dtype(onp.float64):  # platforms where longdouble is float64
-    del REFUSED["longdouble array"]
+    del NOT_DATA["longdouble array"]
+REFUSED = ("masked array", "numpy.matrix")  # arrays whose semantics compiled code would drop
 
 
-@pytest.mark.parametrize("case", sorted(REFUSED))
-def test_unsupported_argument_is_named_and_function_stays_usable(case):
-    bad, what = REFUSED[case]
+@pytest.mark.parametrize("case", sorted(NOT_DATA))
+def test_argument_that_is_not_data_behaves_as_in_plain_autograd(case):
+    """An argument XLA cannot hold is static (or, for masked arrays and matrices, runs
+    plainly): the call then does what plain autograd does, error or value, and the function
+    stays usable."""
+    bad, what = NOT_DATA[case]
     jf = jit_ps(model)
     assert_still_usable(jf)
-    with pytest.raises(ArgumentError, match=r"argument params\[0\]\['W'\]") as info:
-        jf(*with_W(bad))
-    assert what in str(info.value)
-    assert isinstance(info.value, TypeError)  # ArgumentError is a TypeError
+    try:
+        expected = model(*with_W(bad))
+    except Exception as e:
+        with pytest.raises(type(e)):
+            jf(*with_W(bad))
+    else:
+        with pytest.warns(FallbackWarning):  # model's matmul of such a constant does not compile
+            assert_close(jf(*with_W(bad)), expected)
     assert_still_usable(jf)
+    if case in REFUSED:  # under fallback="error": an ArgumentError naming the argument's path
+        with pytest.raises(ArgumentError, match=r"argument params\[0\]\['W'\]") as info:
+            jit_ps(model, fallback="error")(*with_W(bad))
+        assert what in str(info.value)
+        assert isinstance(info.value, TypeError)  # ArgumentError is a TypeError
 
 
 def test_python_int_beyond_int64():
     jf = jit_ps(lambda x, n: x * n)
-    with pytest.raises(ArgumentError, match="argument n.*does not fit in int64"):
-        jf(onp.ones(2), 2 ** 70)
+    check_falls_back(lambda x, n: x * n, onp.ones(2), 2 ** 70, error=ArgumentError,
+                     match="argument n.*does not fit in int64")
     assert_close(jf(onp.ones(2), 3), onp.full(2, 3.0))
 
 
 def test_keyword_argument_path():
-    jf = jit_ps(lambda x, *, opts: x * opts["scale"][1])
-    with pytest.raises(ArgumentError, match=r"argument opts\['scale'\]\[1\] is a string"):
-        jf(onp.ones(2), opts={"scale": (2.0, "x")})
+    jf = jit_ps(lambda x, *, opts: x * opts["scale"][1], fallback="error")
+    with pytest.raises(ArgumentError, match=r"argument opts\['scale'\]\[1\]: it is a masked array"):
+        jf(onp.ones(2), opts={"scale": (2.0, onp.ma.ones(2))})
 
 
 # ----- arguments that are converted as numpy would ---------------------------------------------
@@ -110,7 +123,7 @@ def test_nested_lists_of_numbers_work_where_numpy_takes_arrays():
 # ----- numpy's errors, raised while tracing, with the primitive and the user's line ------------
 def test_none_argument_is_named():
     jf = jit_ps(model)
-    with pytest.raises(TypeError) as info:
+    with pytest.raises(ValueError) as info:  # what plain autograd raises, with what tracing found
         jf(*with_W(None))
     notes = "\n".join(getattr(info.value, "__notes__", ()))
     assert "argument params[0]['W'] is None" in notes and "matmul" in notes
@@ -182,7 +195,7 @@ def test_xla_rejection_names_primitive_and_line_without_mlir():
         y = np.tanh(x)
         z = _twice(y)  # the buggy rule's primitive
         return np.sum(z)
-    jf = jit_ps(f)
+    jf = jit_ps(f, fallback="error")  # the default runs it plainly, with the same message
     with pytest.raises(CompileError) as info:
         jf(rs.randn(2, 3))
     msg = str(info.value)

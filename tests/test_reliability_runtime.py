@@ -110,7 +110,7 @@ def test_recompile_warning_names_an_automatically_static_scalar():
     data = onp.arange(100.0)
     f = jit_ps(lambda w, i: np.sum(data[i * 4:(i + 1) * 4] * w))    # i slices a closed-over array
     msg = recompile_warning(lambda: [f(onp.ones(4), i) for i in range(RETRACE_WARN_AFTER)])
-    assert "Python scalar used as a static value" in msg and "'i'" in msg and "as arguments" in msg
+    assert "argument used as a static value" in msg and "'i'" in msg and "as arguments" in msg
 
 
 def test_a_large_unrolled_program_warns_once_naming_the_loop_line(monkeypatch):

@@ -16,6 +16,7 @@ import operator
 import numpy as np
 
 from ..core import UfuncMethod, setitem
+from ..errors import ConcreteValueRequired
 from ..hlo import Value
 from . import lowers, ufunc_method_rule
 
@@ -62,8 +63,8 @@ def _entries(ctx, shape, idx):
             a = _as_index_array(ctx, i)
             if a.dtype.kind == "b":
                 if isinstance(a, Value):
-                    raise IndexError("boolean masks whose values are traced select a data-dependent number of "
-                                     "elements; under jit_ps use np.where(mask, x, 0) or a static mask")
+                    raise ConcreteValueRequired(a, "a boolean mask index (it selects a data-dependent number of "
+                                                "elements; np.where(mask, x, 0) keeps the shape)")
                 items.extend(np.nonzero(a))
                 continue
             if a.dtype.kind not in "iu":
