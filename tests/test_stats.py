@@ -11,7 +11,7 @@ import autograd.numpy as np
 import autograd.scipy.stats as st
 from autograd_xla import jit_ps
 from autograd import grad
-from helpers import assert_close, check_falls_back, check_value, dtypes_of, scalarize
+from helpers import assert_close, check, check_falls_back, check_value, dtypes_of, scalarize
 
 rs = onp.random.RandomState(0)
 X = rs.randn(2, 3)
@@ -145,9 +145,24 @@ def test_multivariate_normal_entropy():
     check_value(lambda c: st.multivariate_normal.entropy(None, c), 2.5)
 
 
-def test_multivariate_normal_rejects_allow_singular():
-    check_falls_back(lambda x: st.multivariate_normal.logpdf(x, onp.zeros(3), onp.eye(3), allow_singular=True), X,
-                     error=NotImplementedError, match="allow_singular")
+def test_multivariate_normal_allow_singular():
+    """scipy's pseudo-determinant / pseudo-inverse through eigh with its cutoff; off the
+    support -inf (autograd's own VJP wrt x and mean uses pinv)."""
+    sing = onp.zeros((4, 4))
+    sing[0, 0], sing[1, 1] = 1.0, 2.0
+    mean = onp.array([0.3, -0.2, 0.0, 0.0])
+    x = onp.array([0.5, 0.1, 0.0, 0.0])
+    for fn in (st.multivariate_normal.logpdf, st.multivariate_normal.pdf):
+        check(lambda x, m: fn(x, m, sing, allow_singular=True), x, mean, argnums=(0, 1))
+    check_value(lambda x: st.multivariate_normal.logpdf(x, mean, sing, allow_singular=True),
+                onp.array([0.5, 0.1, 0.3, 0.0]))                 # off the support: -inf
+    b = rs.randn(4, 2)
+    low_rank = b @ b.T                                            # rank 2, not exactly singular
+    check_value(lambda x: st.multivariate_normal.logpdf(x, onp.zeros(4), low_rank, allow_singular=True),
+                onp.concatenate([b @ onp.array([0.3, -0.7]), b @ onp.array([1.0, 0.2])]).reshape(2, 4))
+    a = rs.randn(3, 3)
+    spd = a @ a.T + onp.eye(3)
+    check(lambda x: st.multivariate_normal.logpdf(x, onp.zeros(3), spd, allow_singular=True), X)
 
 
 def test_gaussian_mixture_log_likelihood():

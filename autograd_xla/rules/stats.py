@@ -244,12 +244,30 @@ def _squeeze_output(out):
     return np.squeeze(out)
 
 
+def _mvn_logpdf_singular(x, mean, cov, dim):
+    """scipy's _PSD: eigh of the (lower triangle of the) covariance; eigenvalues at most
+    eps = 1e6 * machine eps * max|s| count as zero (masked, so shapes stay static); the
+    rank is the count of the others. Points off the support get -inf, as in scipy (its
+    ValueError for a matrix with eigenvalues below -eps needs data and is skipped)."""
+    s, u = np.linalg.eigh(cov)
+    eps = 1e6 * np.finfo(np.float64).eps * np.max(np.abs(s))
+    keep = s > eps
+    s_pinv = np.where(keep, 1.0 / np.where(keep, s, 1.0), 0.0)
+    white_u = u * np.sqrt(s_pinv)
+    rank = np.sum(np.astype(keep, np.float64))
+    log_pdet = np.sum(np.where(keep, np.log(np.where(keep, s, 1.0)), 0.0))
+    dev = x - mean
+    maha = np.sum(np.square(dev @ white_u), axis=-1)
+    out = -0.5 * (rank * _LOG_2PI + log_pdet + maha)
+    residual = np.sqrt(np.sum(np.square(dev @ np.where(keep, 0.0, u)), axis=-1))
+    return np.where(residual < 1e3 * eps, out, -np.inf)
+
+
 def _mvn_logpdf(x, mean, cov, allow_singular):
-    if allow_singular:
-        raise NotImplementedError("multivariate_normal with allow_singular=True needs a data-dependent rank; "
-                                  "it is not supported under jit_ps")
     dim, mean, cov = _mvn_parameters(mean, cov)
     x = _mvn_quantiles(x, dim)
+    if allow_singular:
+        return _mvn_logpdf_singular(x, mean, cov, dim)
     chol = np.linalg.cholesky(cov)
     dev = x - mean
     flat = np.reshape(dev, (-1, dim))
