@@ -820,6 +820,103 @@ def logit(x):
     return where(mid, ((2.0 * x - 1.0) / (1.0 - x)).log1p(), plain)
 
 
+# ----- complex erf / erfc ---------------------------------------------------------------------
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+def _round(x):
+    return (x + 0.5).floor()
+
+
+def wofz_upper(x, y):
+    """Faddeeva w(x + iy) for y >= 0 by Poppe & Wijers' algorithm 680 (ACM TOMS 16, 1990),
+    its data-dependent term counts as masks on fixed unrolled loops. Returns (re, im)."""
+    xabs, yabs = x.abs(), y
+    xs, ys = xabs / 6.3, yabs / 4.4
+    qrho = xs * xs + ys * ys
+    xquad = (xabs - yabs) * (xabs + yabs)
+    yquad = 2.0 * xabs * yabs
+    taylor = qrho < 0.085264
+    # |z| small: the power series of exp(-z^2) erfc(-iz)
+    n1 = _round(6.0 + 72.0 * ((1.0 - 0.85 * ys) * qrho.sqrt()))
+    xsum, ysum = 1.0 / (2.0 * n1 + 1.0), x.like(0.0)
+    for i in range(27, 0, -1):
+        on = n1 >= i
+        xaux = (xsum * xquad - ysum * yquad) / i
+        ysum = where(on, (xsum * yquad + ysum * xquad) / i, ysum)
+        xsum = where(on, xaux + 1.0 / (2 * i - 1), xsum)
+    u1 = 1.0 - _TWO_OVER_SQRT_PI * (xsum * yabs + ysum * xabs)
+    v1 = _TWO_OVER_SQRT_PI * (xsum * xabs - ysum * yabs)
+    daux = (-xquad).exp()
+    u2, v2 = daux * yquad.cos(), -daux * yquad.sin()
+    ut, vt = u1 * u2 - v1 * v2, u1 * v2 + v1 * u2
+    # elsewhere: Laplace's continued fraction, with Gautschi's series inside the ellipse
+    big = qrho > 1.0
+    nu_big = (3.0 + 1442.0 / (26.0 + 77.0 * where(big, qrho, 1.0).sqrt())).floor()
+    q2 = (1.0 - ys) * where(big | taylor, 0.5, 1.0 - qrho).sqrt()
+    h = where(big, 0.0, 1.88 * q2)
+    h2 = 2.0 * h
+    kapn = where(big, -1.0, _round(7.0 + 34.0 * q2))
+    nu = where(big, nu_big, _round(16.0 + 26.0 * q2))
+    qlambda = where(big, 1.0, h2) ** where(big, 0.0, kapn)
+    rx = ry = sx = sy = x.like(0.0)
+    for n in range(42, -1, -1):
+        on = nu >= n
+        tx = yabs + h + (n + 1) * rx
+        ty = xabs - (n + 1) * ry
+        c = 0.5 / (tx * tx + ty * ty)
+        rx, ry = where(on, c * tx, rx), where(on, c * ty, ry)
+        s_on = on & (kapn >= n)
+        tx = qlambda + sx
+        sx, sy = where(s_on, rx * tx - ry * sy, sx), where(s_on, ry * tx + rx * sy, sy)
+        qlambda = where(s_on, qlambda / where(big, 1.0, h2), qlambda)
+    uc = _TWO_OVER_SQRT_PI * where(big, rx, sx)
+    vc = _TWO_OVER_SQRT_PI * where(big, ry, sy)
+    uc = where(yabs.eq(0), (-(xabs * xabs)).exp(), uc)
+    u, v = where(taylor, ut, uc), where(taylor, vt, vc)
+    return u, where(x < 0, -v, v)
+
+
+def _erf_series(a, b):
+    """erf(a + ib) by its Taylor series (|z| <= 2: at most ~2 digits of cancellation)."""
+    tr, ti = (b - a) * (b + a), -2.0 * a * b          # -z^2
+    sr, si = a.like(1.0 / (math.factorial(40) * 81)), a.like(0.0)
+    for n in range(39, -1, -1):
+        sr, si = 1.0 / (math.factorial(n) * (2 * n + 1)) + (tr * sr - ti * si), tr * si + ti * sr
+    return _TWO_OVER_SQRT_PI * (a * sr - b * si), _TWO_OVER_SQRT_PI * (a * si + b * sr)
+
+
+def _erfc_first_quadrant(a, b):
+    """erfc(a + ib) = exp(-z^2) w(iz) for a, b >= 0."""
+    wr, wi = wofz_upper(-b, a)
+    mag = (-(a - b) * (a + b)).exp()
+    ph = 2.0 * a * b
+    er, ei = mag * ph.cos(), -mag * ph.sin()
+    return er * wr - ei * wi, er * wi + ei * wr
+
+
+def complex_erf(ctx, z, complementary):
+    """erf / erfc of a complex128 Value, by symmetry from the first quadrant: the Taylor
+    series for |z| <= 2, otherwise exp(-z^2) w(iz) with w from algorithm 680."""
+    x, y = N(ctx, ctx.real(z)), N(ctx, ctx.imag(z))
+    a, b = x.abs(), y.abs()
+    small = (a * a + b * b) <= 4.0
+    sa, sb = where(small, a, 0.5), where(small, b, 0.5)
+    la, lb = where(small, 3.0, a), where(small, 3.0, b)
+    er, ei = _erf_series(sa, sb)                  # erf, first quadrant
+    pr, pi_ = _erfc_first_quadrant(la, lb)        # erfc, first quadrant
+    sx, sy = where(x < 0, -1.0, x.like(1.0)), where(y < 0, -1.0, y.like(1.0))
+    if complementary:   # erfc(-z) = 2 - erfc(z), erfc(conj z) = conj erfc(z)
+        re = where(small, 1.0 - sx * er, where(x < 0, 2.0 - pr, pr))
+        im = sy * where(small, -ei, pi_)
+    else:               # erf(-z) = -erf(z), erf(conj z) = conj erf(z)
+        re = sx * where(small, er, 1.0 - pr)
+        im = sy * where(small, ei, -pi_)
+    nan = x.isnan() | y.isnan()
+    re, im = where(nan, x.like(np.nan), re), where(nan, x.like(np.nan), im)
+    return ctx.complex(re.v, im.v)
+
+
 # ----- translation rules ---------------------------------------------------------------------
 def special_ufunc(ufunc, body, native=False):
     """Rule for a scipy.special ufunc from `body(ctx, *operands) -> N`. Operands arrive
@@ -835,6 +932,9 @@ def special_ufunc(ufunc, body, native=False):
             raise TypeError(f"{name}() takes {ufunc.nin} positional arguments, got {len(inputs)}")
         values, out_dtypes = ctx.ufunc_inputs(ufunc, inputs)
         if any(v.dtype.kind == "c" for v in values):
+            if ufunc in (sc.erf, sc.erfc):
+                out = complex_erf(ctx, ctx.astype(values[0], np.complex128), ufunc is sc.erfc)
+                return ctx.astype(out, out_dtypes[0])
             raise NotImplementedError(f"scipy.special.{name} of complex arguments is not supported under jit_ps")
         work = out_dtypes[0] if native else F64
         out = body(ctx, *[N(ctx, ctx.astype(v, work)) for v in values])
