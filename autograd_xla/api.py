@@ -315,7 +315,7 @@ class JittedFunction:
             self._warned.add("impure_grad")
             _warn(f"{self!r} draws random numbers, so differentiating it from outside (grad(jit_ps(f))) runs it as "
                   "plain autograd, keeping the forward and backward passes on the same draws. Compile the gradient "
-                  "instead: jit_ps(grad(f)).")
+                  "instead: jit_ps(grad(f)).", FallbackWarning)
         return self._apply(spec, leaves)
 
     def _split(self, args, kwargs):
@@ -403,7 +403,7 @@ class JittedFunction:
         if key not in self._warned:
             self._warned.add(key)
             _warn(f"{self!r}: a slice with traced bounds reaches outside its array at\n{failed[0]}\n"
-                  "numpy would return a shorter array there, so this call ran as plain autograd.")
+                  "numpy would return a shorter array there, so this call ran as plain autograd.", FallbackWarning)
         self.stats.fallbacks += 1
         if rng_state is not None:
             impurity.set_global_state(rng_state)

@@ -725,7 +725,7 @@ def _box_tracer(value, trace, node):
     cannot be differentiated, and autograd says so. Not where autograd's container
     primitives box one (our control flow reads integer loop counters out of boxed tuples)."""
     if not value.shape and value.dtype.kind in "biu":
-        caller = sys._getframe(1)
+        caller = sys._getframe(2)  # autograd's f_wrapped, which called new_box, which called us
         if caller.f_locals.get("f_wrapped") not in _CONTAINER_PRIMITIVES:
             raise TypeError(f"Can't differentiate w.r.t. type {int if value.aval.weak_type else value.dtype.type}")
     value._trace.boxed.add(value._var)

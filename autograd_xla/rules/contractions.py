@@ -6,6 +6,7 @@ reshapes and transposes that put numpy's output axes in numpy's order.
 import numpy as np
 from numpy._core.einsumfunc import _parse_einsum_input
 
+from ..errors import ConcreteValueRequired
 from ..hlo import Value
 from ..lowering import normalize_axis
 from . import lowers
@@ -209,6 +210,10 @@ def parse_einsum(operands):
     else:
         n = len(operands) - (len(operands) % 2)  # a trailing odd item is the output sublist
         arrays = list(operands[0:n:2])
+        for sublist in operands[1::2]:  # axis labels passed as traced ints: needed concretely
+            for label in sublist if isinstance(sublist, (list, tuple)) else ():
+                if isinstance(label, Value):
+                    raise ConcreteValueRequired(label, "einsum's subscript lists")
         parsed = _parse_einsum_input([stand_in(x) if i < n and i % 2 == 0 else x for i, x in enumerate(operands)])
     in_subs, out_subs, _ = parsed
     return in_subs.split(","), out_subs, arrays

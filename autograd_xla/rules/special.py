@@ -15,6 +15,7 @@ Numerics are written with `N`, a Value with arithmetic operators, so they read l
 formulas they implement.
 """
 import math
+import operator
 
 import numpy as np
 import scipy.special as sc
@@ -1224,8 +1225,7 @@ def _logsumexp_unweighted(ctx, x, total, axes, kept, out_shape):
 def _multigammaln(a, d):
     """log of the multivariate gamma function, as scipy sums it: a constant plus
     gammaln(a - j/2) for j < d. scipy's check a > (d - 1)/2 needs data and is skipped."""
-    if not isinstance(d, (int, np.integer)) or isinstance(d, bool):
-        raise NotImplementedError("scipy.special.multigammaln under jit_ps needs d as a Python int")
+    d = operator.index(d)  # a traced d needs its value: the argument it came from becomes static
     total = sc.gammaln(a)
     for j in range(2, d + 1):
         total = total + sc.gammaln(a - (j - 1.0) / 2)
