@@ -296,9 +296,9 @@ class JittedFunction:
         user's own, raised with what tracing found out about it (the primitive, the line)."""
         cause = entry.fallback_cause
         if cause is None:
-            return self._apply(spec, leaves, autodiff.PLAIN_BOXING)
+            return self._apply(spec, leaves, autodiff.BOXING)
         try:
-            out = self._apply(spec, leaves, autodiff.PLAIN_BOXING)
+            out = self._apply(spec, leaves, autodiff.BOXING)
         except Exception as plain_error:
             for note in getattr(cause, "__notes__", ()):
                 annotate(plain_error, note)
@@ -396,14 +396,13 @@ class JittedFunction:
         return outs[0] if entry.out_tree is tree.LEAF else tree.unflatten(entry.out_tree, outs)
 
     def _guard_failed(self, entry, spec, leaves, ok, rng_state):
-        """A traced slice fell outside its array: numpy's answer has another shape, so this
-        call runs as plain autograd (with numpy's random state as it was before the call)."""
-        failed = [src for src, good in zip(entry.guards, ok) if not good]
-        key = ("guard", str(failed[0]))
+        """A condition the compiled program assumes (tracing.add_guard) is false for these
+        data: this call runs as plain autograd (with numpy's random state as it was before)."""
+        source, why = next(guard for guard, good in zip(entry.guards, ok) if not good)
+        key = ("guard", str(source), why)
         if key not in self._warned:
             self._warned.add(key)
-            _warn(f"{self!r}: a slice with traced bounds reaches outside its array at\n{failed[0]}\n"
-                  "numpy would return a shorter array there, so this call ran as plain autograd.", FallbackWarning)
+            _warn(f"{self!r}: {why} at\n{source}\nso this call ran as plain autograd.", FallbackWarning)
         self.stats.fallbacks += 1
         if rng_state is not None:
             impurity.set_global_state(rng_state)

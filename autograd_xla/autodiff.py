@@ -54,14 +54,10 @@ class _Restricted:
 
 
 # Argument containers holding boxes are rebuilt as autograd's container boxes, as `grad`
-# would have passed them (see tree.unflatten); not dicts in forward mode, where autograd's
-# dict constructor has no JVP. PLAIN_BOXING serves both directions (a function run as plain
-# autograd on boxes).
-_VJP_BOXING = {tuple: differentiable.tuple, list: differentiable.list, dict: differentiable.dict}
-_JVP_BOXING = PLAIN_BOXING = {tuple: differentiable.tuple, list: differentiable.list}
-
-# autograd's dict constructor has a VJP but no JVP; forward mode over a compiled VJP (which
-# rebuilds dict arguments with it) needs one. It is linear in the values.
+# would have passed them (see tree.unflatten), in both directions and for a function run as
+# plain autograd on boxes. autograd's dict constructor has a VJP but no JVP: it gets one
+# here (it is linear in the values), so that forward mode works over dicts too.
+BOXING = {tuple: differentiable.tuple, list: differentiable.list, dict: differentiable.dict}
 defjvp(differentiable._make_dict, lambda g, ans, keys, vals: differentiable._make_dict(keys, g), argnums=(1,))
 
 # The derivative functions take the leaves as separate positional arguments, never as one
@@ -73,7 +69,7 @@ def make_vjp_function(fn, spec, nums):
     """(*leaves, g) -> gradients of fn's output . g with respect to leaves[nums]."""
     def vjp_fn(*args):
         leaves, g = args[:-1], args[-1]
-        f = _Restricted(fn, spec, leaves, nums, _VJP_BOXING)
+        f = _Restricted(fn, spec, leaves, nums, BOXING)
         vjp, _ = make_vjp(f, f.point())
         grads = vjp(g if f.out_tree is tree.LEAF else tuple(tree.flatten(g)[0]))
         # a tuple built with autograd.builtins.tuple stays differentiable (a SequenceBox when
@@ -87,7 +83,7 @@ def make_jvp_function(fn, spec, nums):
     """(*leaves, *tangents) -> the tangent of fn's output along tangents of leaves[nums]."""
     def jvp_fn(*args):
         leaves, tangents = args[:-len(nums)], args[-len(nums):]
-        f = _Restricted(fn, spec, leaves, nums, _JVP_BOXING)
+        f = _Restricted(fn, spec, leaves, nums, BOXING)
         _, out_tangent = make_jvp(f, f.point())(tangents[0] if len(nums) == 1 else tuple(tangents))
         return out_tangent if f.out_tree is tree.LEAF else tree.unflatten(f.out_tree, out_tangent)
     jvp_fn.__name__ = f"jvp_{getattr(fn._fun, '__name__', 'fn')}"

@@ -133,7 +133,7 @@ class Graph:
         self.in_tree, self.out_tree = in_tree, out_tree
         self.captured = list(captured)
         self.arg_names = arg_names
-        self.guards = list(guards)  # SourceInfo of each trailing boolean output that must hold
+        self.guards = list(guards)  # (SourceInfo, why) of each trailing boolean output that must hold
 
     @property
     def in_avals(self):

@@ -25,6 +25,7 @@ import sys
 import threading
 import types
 
+import autograd.numpy as anp
 import numpy as np
 from autograd.builtins import (container_take, container_untake, make_sequence, sequence_extend_left,
                                sequence_extend_right)
@@ -67,7 +68,7 @@ class Trace:
         self.arg_names = []
         self.captured = {}  # outer Var -> (inner Var, outer Tracer)
         self.affine = {}    # Var of a traced integer scalar -> (constant, ((Var, coefficient), ...))
-        self.guards = []    # (bool Tracer, SourceInfo): conditions the compiled code assumes
+        self.guards = []    # (bool Tracer, SourceInfo, why): conditions the compiled code assumes
         self.boxed = set()  # Vars autograd has boxed: values being differentiated
         self._counter = parent._counter if parent is not None else itertools.count()
 
@@ -226,7 +227,6 @@ def _lists_as_arrays(args):
     out, changed = [], False
     for a in args:
         if type(a) in (list, tuple) and _holds_tracer(a):
-            import autograd.numpy as anp
             try:
                 a = anp.array(a)
             except Exception:
@@ -395,7 +395,17 @@ def _guard_in_bounds(x, idx):
     for c, axis in zip(comps, _axes(comps, x.ndim)):
         if type(c) is DynamicSlice and type(c.start) is Tracer:
             ok = np.logical_and(c.start >= 0, c.start <= x.shape[axis] - c.size)
-            trace.guards.append((ok, user_frame(3)))
+            add_guard(ok, "a slice with traced bounds reaches outside its array (numpy would return a shorter "
+                      "array)", user_frame(3))
+
+
+def add_guard(ok, why, source=None):
+    """Make the compiled program also return the traced boolean `ok`, a condition its result
+    assumes; a call where it is false runs as plain autograd instead, with a FallbackWarning
+    saying `why`. Only the outermost trace has guards (a loop body's results are the loop's)."""
+    trace = current_trace()
+    if trace.parent is None:
+        trace.guards.append((ok, source or user_frame(2), why))
 
 
 def _inplace(ufunc):
@@ -842,10 +852,43 @@ def _module_patches():
 
     from .rules import autograd_helpers
     return [(numpy_wrapper, "_parse_einsum_input", _parse_einsum_input),
+            (numpy_wrapper.r_class, "__getitem__", _traced_concatenator(np.lib._index_tricks_impl.RClass)),
+            (numpy_wrapper.c_class, "__getitem__", _traced_concatenator(np.lib._index_tricks_impl.CClass)),
+            (np.lib._index_tricks_impl, "array", _index_tricks_array),
             (numpy_vjps, "unpermuter", autograd_helpers.traced_unpermuter),
             (numpy_wrapper, "select", autograd_helpers.traced_select),
             (anp, "select", autograd_helpers.traced_select),
             (ArrayVSpace, "zeros", _array_vspace_zeros(ArrayVSpace.zeros))] + MODULE_PATCHES
+
+
+# np.r_ / np.c_: numpy's AxisConcatenator makes each item an array with `array(item, ndmin=...)`
+# (no __array_function__ dispatch), then concatenates; autograd's r_/c_ wrap numpy's. While
+# tracing, that `array` passes traced values and boxes through as reshapes and casts, and the
+# concatenation is autograd's, so the result is traced and differentiable.
+_numpy_index_tricks_array = np.lib._index_tricks_impl.array
+
+
+def _index_tricks_array(obj, dtype=None, copy=None, subok=False, ndmin=0, **kwargs):
+    x = obj
+    while type(x) in box_types:
+        x = x._value
+    if type(x) is not Tracer:
+        return _numpy_index_tricks_array(obj, dtype=dtype, copy=copy, subok=subok, ndmin=ndmin, **kwargs)
+    if dtype is not None and np.dtype(dtype) != x.dtype:
+        obj = obj.astype(dtype)
+    if len(x.shape) < ndmin:
+        obj = anp.reshape(obj, (1,) * (ndmin - len(x.shape)) + tuple(x.shape))
+    return obj
+
+
+def _traced_concatenator(numpy_class):
+    class Traced(numpy_class):
+        concatenate = staticmethod(anp.concatenate)
+    concatenator = Traced()
+
+    def getitem(self, args):
+        return concatenator[args]
+    return getitem
 
 
 def _array_vspace_zeros(concrete_zeros):
@@ -910,6 +953,6 @@ def trace_function(fun, in_avals, arg_names=None, parent=None):
         tracers = [trace.new_arg(aval, name) for aval, name in zip(in_avals, names)]
         out = fun(*tracers)
         leaves, out_tree = tree.flatten(out)
-        graph = trace.to_graph(leaves + [g for g, _ in trace.guards], out_tree)
-        graph.guards = [src for _, src in trace.guards]
+        graph = trace.to_graph(leaves + [g for g, _, _ in trace.guards], out_tree)
+        graph.guards = [(src, why) for _, src, why in trace.guards]
     return graph, out_tree

@@ -70,9 +70,16 @@ class _State:
     current = None     # the call record being checked now (for a timeout's attribution)
     part = None        # the part being run now
     rtol64, atol64, rtol32, atol32 = 1e-7, 1e-12, 1e-5, 1e-6
+    loose = None       # (rtol, atol) of the current test where an algorithm differs (LOOSER)
 
 
 S = _State()
+
+#: Tests whose values may differ by more than the default tolerance because the compiled
+#: algorithm is another one, and by how much: odeint is an adaptive Dormand-Prince integrator
+#: under jit_ps and LSODA in scipy; they agree to the integration tolerance (scipy's default
+#: rtol 1.49e-8 per step, accumulated over the interval), measured 4.3e-8 on values <= 0.65.
+LOOSER = {"test_scipy.py::test_odeint": (1e-6, 1e-9)}
 
 
 # ----- comparing values -------------------------------------------------------------------------
@@ -117,6 +124,8 @@ def _compare(got, exp, path="out"):
     if e.dtype.kind in "fc":
         single = e.dtype in (np.float32, np.complex64, np.float16)
         rtol, atol = (S.rtol32, S.atol32) if single else (S.rtol64, S.atol64)
+        if S.loose is not None:
+            rtol, atol = max(rtol, S.loose[0]), max(atol, S.loose[1])
         if not np.allclose(g, e, rtol=rtol, atol=atol, equal_nan=True):
             with np.errstate(all="ignore"):
                 d = np.abs(g - e)
@@ -373,6 +382,7 @@ def _alarm(signum, frame):
 def pytest_runtest_protocol(item, nextitem):
     _emit({"event": "start", "nodeid": item.nodeid, "time": time.time()})
     S.calls = []
+    S.loose = next((tol for name, tol in LOOSER.items() if item.nodeid.endswith(name)), None)
     _tests[item.nodeid] = {"outcome": "passed", "phase_errors": [], "t0": time.perf_counter()}
     yield
     t = _tests.pop(item.nodeid)

@@ -135,7 +135,8 @@ def test_second_derivative_of_a_partial_argument_vjp():
     (np.vstack, (A, A)), (np.hstack, [A, A]), (np.stack, (A, A)),
     (lambda d: d["a"] * np.sin(d["b"]), {"a": A, "b": A + 1}),
     (lambda t: t[0] * np.sum(t[1][1] ** 2), (A, [A, A])),
-], ids=["vstack tuple", "hstack list", "stack", "dict", "nested"])
+    (lambda t: t[0]["a"] * t[1] + t[2][0], ({"a": A}, A, [A])),  # a dict beside arrays in a tuple
+], ids=["vstack tuple", "hstack list", "stack", "dict", "nested", "dict in tuple"])
 def test_forward_and_reverse_mode_over_containers(fn, arg):
     check_grads(jit_ps(fn), modes=["fwd", "rev"], order=2)(arg)
     assert_close(make_jvp(jit_ps(fn))(arg)(arg)[1], make_jvp(fn)(arg)(arg)[1])
@@ -281,3 +282,27 @@ def test_user_error_is_plain_autograds_error():
     with pytest.raises(ValueError, match="matmul"):
         f(A, A)
     assert_close(compiled(f, A, B), A @ B)
+
+
+# ----- numpy constructs that look at data in numpy, compiled --------------------------------------
+C = rs.randn(3, 2)
+CONCATENATORS = {
+    "r_ one": lambda x: np.r_[x],
+    "r_ mixed": lambda x: np.r_[x, C, x],
+    "r_ scalars and rows": lambda x: np.r_[x[0], 1.0, x[1]],
+    "r_ directive": lambda x: np.r_["1", x, C],
+    "c_ columns": lambda x: np.c_[x[:, 0], x[:, 1]],
+    "c_ blocks": lambda x: np.c_[x, C],
+}
+
+
+@pytest.mark.parametrize("label", sorted(CONCATENATORS))
+def test_r_and_c_compile_and_differentiate(label):
+    f = CONCATENATORS[label]
+    x = rs.randn(3, 2)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "(r_|c_) is slow")  # autograd's own warning
+        assert_close(compiled(jit_ps(f), x), f(x))
+        loss = lambda x: np.sum(f(x) ** 2)
+        assert_close(compiled(jit_ps(grad(loss)), x), grad(loss)(x))
+        assert_close(grad(jit_ps(loss))(x), grad(loss)(x))

@@ -531,12 +531,18 @@ def test_sqrtm_batched_and_special_shapes():
     assert not onp.isfinite(jit_ps(asl.sqrtm)(onp.array([[0.0, 1.0], [0.0, 0.0]]))).all()  # no root: scipy inf
 
 
-def test_sqrtm_needing_complex_result_gives_nan():
-    """scipy returns a complex matrix for a real one with a negative eigenvalue; the dtype
-    cannot depend on the data, so we return NaN (pass a complex matrix instead)."""
+def test_sqrtm_needing_complex_result_runs_plainly():
+    """scipy returns a complex matrix for a real one with a negative eigenvalue; a compiled
+    dtype cannot depend on the data: the compiled root (NaN there) is guarded, so such a call
+    runs as plain autograd, with scipy's complex answer. A complex matrix compiles."""
+    from autograd_xla import FallbackWarning
     a = -spd(3, 3)
     assert sla.sqrtm(a).dtype == C128
-    assert onp.isnan(jit_ps(asl.sqrtm)(a)).all()
+    f = jit_ps(asl.sqrtm)
+    with pytest.warns(FallbackWarning, match="negative real eigenvalue"):
+        assert_close(f(a), sla.sqrtm(a))
+    assert_close(f(spd(3, 3)), sla.sqrtm(spd(3, 3)), rtol=SCHUR_RTOL)  # the same program, no fallback
+    assert f.cache_info()["traces"] == 1
     check_value(asl.sqrtm, a.astype(C128), rtol=SCHUR_RTOL)
 
 
@@ -847,14 +853,19 @@ def test_portable_eig_grads(portable):
 
 def test_portable_sqrtm_and_sylvester(portable):
     """Both on the complex Schur form. A real matrix with a negative eigenvalue has no real
-    principal root: NaN, as on CPU (detected here by the root's imaginary part). Their
+    principal root: NaN, as on CPU (detected here by the root's imaginary part), so that call
+    runs plainly (the guard of test_sqrtm_needing_complex_result_runs_plainly). Their
     gradients are autograd's VJPs, which solve Sylvester equations: value-checked here, and
     the CPU tests check the VJPs."""
+    from autograd_xla import FallbackWarning
     a = onp.stack([spd(4, 4), well(4, 4, seed=1), -spd(4, 4, seed=2)])
     b, q = well(3, 3, seed=3), general(4, 3, seed=4)
-    root, x = jit_ps(lambda a, b, q: (asl.sqrtm(a), asl.solve_sylvester(a[1], b, q)))(a, b, q)
-    assert_close((root[:2], x), (sla.sqrtm(a[:2]), sla.solve_sylvester(a[1], b, q)), rtol=SCHUR_RTOL)
-    assert onp.isnan(root[2]).all()
+    f = jit_ps(lambda a, b, q: (asl.sqrtm(a), asl.solve_sylvester(a[1], b, q)))
+    root, x = f(a[:2], b, q)
+    assert_close((root, x), (sla.sqrtm(a[:2]), sla.solve_sylvester(a[1], b, q)), rtol=SCHUR_RTOL)
+    with pytest.warns(FallbackWarning, match="negative real eigenvalue"):
+        root, _ = f(a, b, q)
+    assert_close(root, sla.sqrtm(a))
 
 
 def test_portable_float32(portable):

@@ -255,6 +255,7 @@ def test_misc_elementwise():
     check_value(lambda x: (np.frexp(x.astype(F32)), np.modf(x.astype(F32)), np.frexp(onp.array([0.0, -0.0, 1e-300]))), x)
     check_value(lambda x: np.isclose(x, x + 1e-9), x)
     check_value(lambda x: (np.isclose(x, onp.inf), np.isclose(x, 1.0, atol=0.5)), x)
+    check_value(lambda x: (np.iscomplex(x), np.isreal(x), np.iscomplex(x + 1j * (x > 1)), np.isreal(x + 0j)), x)
     check(lambda x: np.logaddexp(x, 2 * x) + np.logaddexp2(x, -x), x, rtol=1e-11)
     check(lambda x: np.sinc(x - 1.0), onp.array([0.0, 0.5, 1.0, 2.0]))  # sinc(0) == 1; autograd's grad: nan
     check(lambda x: np.hypot(x, 3.0) + np.arctan2(2.0, x), x)

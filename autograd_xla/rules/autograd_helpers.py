@@ -123,17 +123,18 @@ _original_select = numpy_wrapper.select
 def traced_select(condlist, choicelist, default=0):
     """autograd.numpy.select rebuilds numpy's result element by element (so that arrays of
     boxes work); on traced arrays without boxes numpy's select is one primitive."""
-    from autograd.tracer import isbox
+    from autograd.tracer import getval, isbox
 
-    from ..errors import UnsupportedPrimitiveError
     from ..tracing import Tracer
     items = list(condlist) + list(choicelist) + [default]
-    traced = any(type(x) is Tracer or isbox(x) and type(x._value) is Tracer for x in items)
+    traced = any(type(getval(x)) is Tracer for x in items)
     if not traced:
         return _original_select(condlist, choicelist, default)
-    if any(isbox(x) for x in items):
-        raise UnsupportedPrimitiveError(
-            "np.select of values being differentiated is not supported under jit_ps: autograd differentiates it "
-            "through object arrays of its boxes, which needs concrete data. Use nested np.where instead.",
-            np.select, None)
+    if any(isbox(x) for x in items):  # numpy's semantics (the first true condition wins) as differentiable wheres
+        import autograd.numpy as anp
+        out = default
+        for cond, choice in reversed(list(zip(condlist, choicelist))):
+            out = anp.where(cond, choice, out)
+        shape = np.broadcast_shapes(*[anp.shape(x) for x in items])
+        return anp.broadcast_to(out, shape) if anp.shape(out) != shape else out
     return np.select(list(condlist), list(choicelist), default=default)

@@ -620,6 +620,18 @@ def _imag(ctx, val):
     return ctx.imag(v) if v.dtype.kind == "c" else ctx.zeros_like(v)
 
 
+@lowers(np.iscomplex)
+def _iscomplex(ctx, x):
+    v = ctx.asvalue(x)
+    return ctx.compare(ctx.imag(v), ctx.zeros_like(ctx.imag(v)), "NE") if v.dtype.kind == "c" else \
+        ctx.full(v.shape, False, np.bool_)
+
+
+@lowers(np.isreal)
+def _isreal(ctx, x):
+    return ctx.unary("not", _iscomplex(ctx, x))
+
+
 @lowers(np.conj)
 def _conj_fn(ctx, x):
     return _conj(ctx, ctx.asvalue(x))

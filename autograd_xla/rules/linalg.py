@@ -69,7 +69,8 @@ Where numpy/scipy choose the result dtype from the data, we cannot:
 * eig / eigvals always return complex results (numpy returns real arrays when every
   eigenvalue happens to be real).
 * sqrtm of a real matrix is real; where scipy would switch to a complex result (a real
-  negative eigenvalue) the matrix comes out as NaN: pass a complex matrix instead. (The
+  negative eigenvalue) the compiled root is NaN, and a guard runs such a call as plain
+  autograd (inside a loop body, which has no guards, it stays NaN: pass a complex matrix). (The
   portable path, which has no real Schur form, tells this case by the root's imaginary
   part exceeding sqrt(eps) times its largest entry.)
 """
@@ -1742,8 +1743,26 @@ def _solve_sylvester(ctx, a, b, q):
     return ctx.real(x) if dt.kind != "c" else x
 
 
-@lowers(scipy.linalg.sqrtm)
-def _sqrtm(ctx, A, disp=np._NoValue, blocksize=np._NoValue):
+def _sqrtm_matrix(A, disp=np._NoValue, blocksize=np._NoValue):
+    """scipy.linalg.sqrtm with a result of the input's kind, as its own primitive."""
+    return scipy.linalg.sqrtm(A, disp=disp, blocksize=blocksize)
+
+
+@traces(scipy.linalg.sqrtm)
+def _sqrtm(A, disp=np._NoValue, blocksize=np._NoValue):
+    """scipy returns a complex root exactly where a real matrix has a negative real eigenvalue,
+    a dtype the data decide; the compiled root is real (NaN there), so the program checks
+    that the root is finite and otherwise runs the call plainly (scipy's complex answer)."""
+    out = tracing.bind(_sqrtm_matrix, (A,), {"disp": disp, "blocksize": blocksize})
+    if out.dtype.kind == "f":
+        finite_in = np.all(np.isfinite(A))
+        tracing.add_guard(np.logical_or(np.all(np.isfinite(out)), np.logical_not(finite_in)),
+                          "scipy.linalg.sqrtm of a real matrix with a negative real eigenvalue is complex")
+    return out
+
+
+@lowers(_sqrtm_matrix)
+def _sqrtm_rule(ctx, A, disp=np._NoValue, blocksize=np._NoValue):
     if disp is not np._NoValue and not disp:
         raise NotImplementedError("sqrtm(..., disp=False) (the error estimate) is not supported under jit_ps")
     v = ctx.asvalue(A)
