@@ -226,7 +226,8 @@ class JittedFunction:
         self._simple = {}  # (shape, dtype) per positional array -> entry needing no per-call work
         self._lock = threading.RLock()
         self._auto_static = {}  # spec -> frozenset of leaf indices made static
-        self._static_seen = {}  # (spec, leaf index) -> digests of a float leaf traced as static
+        self._static_seen = {}  # (spec, leaf index) -> keys of the values a float leaf was static with
+        self._parameters = set()  # (spec, leaf index) of float leaves with too many values to be static
         self._derivatives = {}
         self._warned = set()
         self._last_key = None
@@ -445,7 +446,8 @@ class JittedFunction:
         under fallback="error"). Returns (key, entry)."""
         while True:
             auto = self._auto_static.get(spec, frozenset())
-            varying = {i for i in auto if self._varies(spec, i, key)}
+            statics = dict(zip(sorted(auto), key[2])) if auto else {}
+            varying = {i for i, value in statics.items() if self._is_parameter(spec, i, value)}
             if varying:  # a parameter, not data: trace it (and, if the trace needs it, run plainly)
                 auto = self._auto_static[spec] = auto - varying
                 key = (spec, key[1], tuple([Static(leaves[i]) for i in sorted(auto)])) if auto else key[:2]
@@ -455,8 +457,7 @@ class JittedFunction:
                 dynamic = [i for i, sig in enumerate(key[1]) if i not in auto and type(sig) is not Static]
                 wanted = {dynamic[i] for i in e.static_candidates}
                 extra = wanted - auto
-                if not extra or any((spec, i) in self._static_seen and self._static_seen[spec, i] is None
-                                    for i in wanted):
+                if not extra or any((spec, i) in self._parameters for i in wanted):
                     return key, self._fallback(e)
                 auto = self._auto_static[spec] = auto | extra
                 key = (spec, key[1], tuple([Static(leaves[i]) for i in sorted(auto)]))
@@ -468,20 +469,19 @@ class JittedFunction:
             except Exception as e:
                 return key, self._fallback(e)
 
-    def _varies(self, spec, i, key):
-        """Whether float leaf i, traced as a static value, has now had more than
-        STATIC_FLOAT_VALUES values: then it is a parameter that changes every call (making it
-        static would trace every call), and it is marked (None) never to be static again."""
-        auto = sorted(self._auto_static[spec])
-        value = key[2][auto.index(i)]
-        if not (isinstance(value.value, (float, complex)) or value.key[0] == "array" and value.value.dtype.kind in "fc"):
+    def _is_parameter(self, spec, i, value):
+        """Whether float leaf i, about to be traced as the static `value`, has now had more
+        than STATIC_FLOAT_VALUES values: then it is a parameter that changes every call
+        (static, it would be traced every call), never to be made static again."""
+        if (spec, i) in self._parameters:
+            return True
+        if np.asarray(value.value).dtype.kind not in "fc":
             return False
         seen = self._static_seen.setdefault((spec, i), set())
-        if seen is None:
-            return True
         seen.add(value.key)
         if len(seen) > STATIC_FLOAT_VALUES:
-            self._static_seen[spec, i] = None
+            self._parameters.add((spec, i))
+            del self._static_seen[spec, i]
             return True
         return False
 

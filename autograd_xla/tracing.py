@@ -31,7 +31,7 @@ from autograd.builtins import (container_take, container_untake, make_sequence, 
                                sequence_extend_right)
 from autograd.extend import VSpace
 from autograd.numpy.numpy_boxes import ArrayBox
-from autograd.tracer import Box, box_types, trace_primitives_map
+from autograd.tracer import Box, box_types, getval, trace_primitives_map
 
 from . import hlo, rules, tree
 from .core import Aval, DynamicSlice, Eqn, Graph, UfuncMethod, Var, map_structure, map_vars, prim_name, setitem
@@ -195,7 +195,6 @@ def abstract_eval(rule, args, kwargs):
         return value
 
     a, k = map_vars((args, kwargs), placeholder)
-    inputs = {}
     try:
         out = rule.fn(ctx, *a, **k)
     except ConcreteValueRequired as e:
@@ -869,9 +868,7 @@ _numpy_index_tricks_array = np.lib._index_tricks_impl.array
 
 
 def _index_tricks_array(obj, dtype=None, copy=None, subok=False, ndmin=0, **kwargs):
-    x = obj
-    while type(x) in box_types:
-        x = x._value
+    x = getval(obj)
     if type(x) is not Tracer:
         return _numpy_index_tricks_array(obj, dtype=dtype, copy=copy, subok=subok, ndmin=ndmin, **kwargs)
     if dtype is not None and np.dtype(dtype) != x.dtype:

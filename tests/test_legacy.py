@@ -56,6 +56,16 @@ def test_non_array_arguments_are_static(label):
     assert_close(compiled(jf, *args), fn(*args), path=label)
     assert_close(compiled(jf, *args), fn(*args), path=label)
     assert jf.cache_info()["traces"] == 1
+    argnum = next(i for i, a in enumerate(args) if isinstance(a, onp.ndarray))
+    try:  # differentiated as autograd's own tests do it, both modes, as far as autograd can
+        check_grads(fn, argnum, modes=["fwd", "rev"], order=1)(*args)
+    except (AssertionError, NotImplementedError) as e:
+        with pytest.raises(type(e)):
+            check_grads(jf, argnum, modes=["fwd", "rev"], order=1)(*args)
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        check_grads(jf, argnum, modes=["fwd", "rev"], order=1)(*args)
 
 
 def test_callable_argument_to_odeint():
