@@ -573,7 +573,7 @@ def row(r):
     fb = "no" if not r["fallback"] else "yes: " + r["fallback"][0][:150].replace("|", "\\|")
     sp = f"{r['t_plain'] / r['t_jit']:.1f}x" if r.get("t_jit") else "-"
     name = r["name"] + (f" ({r['note']})" if r["note"] else "")
-    return f"| {name} | {agree} | {fb} | {fmt_t(r['t_plain'])} | {fmt_t(r.get('t_jit'))} | {sp} |"
+    return f"| {name} | {agree} | {fb} | {fmt_t(r['t_plain'])} | {fmt_t(r.get('t_jit'))} (1st call {fmt_t(r.get('compile_grad_s'))}) | {sp} |"
 
 
 def main(argv=None):
@@ -584,7 +584,7 @@ def main(argv=None):
     p.add_argument("--child", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child:
-        print("@@RESULT@@" + json.dumps(run_one(a.child)), flush=True)
+        print("\n@@RESULT@@" + json.dumps(run_one(a.child)), flush=True)
         return
     names = a.only.split(",") if a.only else list(EX)
     for n in names:
@@ -612,7 +612,7 @@ def main(argv=None):
         for k, v in r.get("errors", {}).items():
             details.append(f"- {n}: error in {k}: {v}")
     head = ["| example | agreement (rel. diff value / jit_ps(grad) / grad(jit_ps)) | fell back? (cause first line) "
-            "| grad plain | jit_ps(grad) | speedup |", "|---|---|---|---|---|---|"]
+            "| grad plain | jit_ps(grad) (first call, incl. trace+compile) | speedup |", "|---|---|---|---|---|---|"]
     text = "\n".join(head + [row(r) for r in rows])
     if details:
         text += "\n\nFallbacks and errors:\n" + "\n".join(details)
