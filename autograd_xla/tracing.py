@@ -845,7 +845,6 @@ MODULE_PATCHES = []
 
 def _module_patches():
     """Module globals of autograd that look at concrete data, swapped while tracing."""
-    import autograd.numpy as anp
     from autograd.numpy import numpy_vjps, numpy_wrapper
     from autograd.numpy.numpy_vspaces import ArrayVSpace
 
@@ -853,7 +852,10 @@ def _module_patches():
     return [(numpy_wrapper, "_parse_einsum_input", _parse_einsum_input),
             (numpy_wrapper.r_class, "__getitem__", _traced_concatenator(np.lib._index_tricks_impl.RClass)),
             (numpy_wrapper.c_class, "__getitem__", _traced_concatenator(np.lib._index_tricks_impl.CClass)),
-            (np.lib._index_tricks_impl, "array", _index_tricks_array),
+            (np.lib._index_tricks_impl, "array", _index_tricks_array)] + [
+            (cls, "__new__", _traced_int_scalar(vars(cls)["__new__"])) for cls in _AUTOGRAD_INT_TYPES] + [
+            (module, name, _nested_shape_query(getattr(module, name)))
+            for module in (anp, numpy_wrapper) for name in ("ndim", "shape")] + [
             (numpy_vjps, "unpermuter", autograd_helpers.traced_unpermuter),
             (numpy_wrapper, "select", autograd_helpers.traced_select),
             (anp, "select", autograd_helpers.traced_select),
@@ -876,6 +878,35 @@ def _index_tricks_array(obj, dtype=None, copy=None, subok=False, ndmin=0, **kwar
     if len(x.shape) < ndmin:
         obj = anp.reshape(obj, (1,) * (ndmin - len(x.shape)) + tuple(x.shape))
     return obj
+
+
+# autograd's integer scalar types (anp.int64...) construct through numpy's: np.int64(x) of an
+# array is x.astype(np.int64), which for a traced x is a traced cast.
+_AUTOGRAD_INT_TYPES = tuple({anp.int8, anp.int16, anp.int32, anp.int64})
+
+
+def _traced_int_scalar(original):
+    def __new__(cls, *args, **kwargs):
+        if len(args) == 1 and not kwargs and type(getval(args[0])) is Tracer:
+            return getval(args[0]).astype(np.dtype(cls))  # not differentiated, as autograd's notrace
+        return original.__func__(cls, *args, **kwargs)
+    return staticmethod(__new__)
+
+
+def _nested_shape_query(query):
+    """np.ndim / np.shape of a list of traced arrays (autograd's gradient VJP asks it of a
+    cotangent list): numpy makes an array of the list; ask it of stand-ins of the same shapes."""
+    def stand_in(x):
+        x = getval(x)
+        if type(x) is Tracer:
+            return np.broadcast_to(np.empty((), np.int8), x.shape)
+        return [stand_in(e) for e in x] if type(x) in (list, tuple) else x
+
+    def traced_query(a):
+        a = getval(a)
+        return query(stand_in(a) if type(a) in (list, tuple) and _holds_tracer(a) else a)
+    traced_query.__wrapped__ = query
+    return traced_query
 
 
 def _traced_concatenator(numpy_class):
@@ -914,7 +945,8 @@ def intercepting():
             for cell, _, interceptor in _patched:
                 cell.cell_contents = interceptor
             for module, name, replacement in _module_patches():
-                _saved_globals.append((module, name, getattr(module, name)))
+                # as stored (a class's staticmethod stays one), not as looked up
+                _saved_globals.append((module, name, vars(module).get(name, getattr(module, name))))
                 setattr(module, name, replacement)
         _install_depth += 1
     try:

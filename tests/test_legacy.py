@@ -316,3 +316,23 @@ def test_r_and_c_compile_and_differentiate(label):
         loss = lambda x: np.sum(f(x) ** 2)
         assert_close(compiled(jit_ps(grad(loss)), x), grad(loss)(x))
         assert_close(grad(jit_ps(loss))(x), grad(loss)(x))
+
+
+def test_integer_scalar_type_of_a_traced_array_is_a_cast():
+    """np.int64(x) of an array is x.astype(np.int64) (autograd's own test_cast_to_int)."""
+    def f(W):
+        return W[:, :-1][np.int64(W[:, -1])].sum()
+    W = onp.abs(rs.randn(5, 10))
+    W[:, -1] = [0, 3, 1, 4, 2.5]
+    assert_close(compiled(jit_ps(f), W), f(W))
+    assert_close(compiled(jit_ps(grad(f)), W), grad(f)(W))
+    assert type(np.int64(3)) is not onp.ndarray and np.int64(2.7) == 2  # untouched outside traces
+
+
+def test_gradient_along_several_axes():
+    """autograd's VJP of np.gradient asks np.ndim of a list of cotangents."""
+    x = rs.randn(4, 4, 4)
+    for axis in (None, (0, -1), 1):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", FallbackWarning)
+            check_grads(jit_ps(np.gradient), 0, modes=["rev"], order=1)(x, axis=axis)
