@@ -18,6 +18,7 @@ context to learn the result's shape and dtype: the rule is the single source of 
 for both, so the traced graph cannot disagree with the code it lowers to.
 """
 import contextlib
+import functools
 import gc
 import itertools
 import operator
@@ -845,6 +846,12 @@ MODULE_PATCHES = []
 
 def _module_patches():
     """Module globals of autograd that look at concrete data, swapped while tracing."""
+    return _own_patches() + MODULE_PATCHES
+
+
+@functools.cache
+def _own_patches():
+    """The fixed part of `_module_patches`, built once (first built while nothing is swapped)."""
     from autograd.numpy import numpy_vjps, numpy_wrapper
     from autograd.numpy.numpy_vspaces import ArrayVSpace
 
@@ -859,7 +866,7 @@ def _module_patches():
             (numpy_vjps, "unpermuter", autograd_helpers.traced_unpermuter),
             (numpy_wrapper, "select", autograd_helpers.traced_select),
             (anp, "select", autograd_helpers.traced_select),
-            (ArrayVSpace, "zeros", _array_vspace_zeros(ArrayVSpace.zeros))] + MODULE_PATCHES
+            (ArrayVSpace, "zeros", _array_vspace_zeros(ArrayVSpace.zeros))]
 
 
 # np.r_ / np.c_: numpy's AxisConcatenator makes each item an array with `array(item, ndmin=...)`
