@@ -21,7 +21,7 @@ from .control_flow import cond, fori_loop, scan, switch, while_loop  # noqa: E40
 from .core import Graph  # noqa: E402
 from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning,  # noqa: E402
                      ImpureFunctionError, JitError, PlatformUnavailableError, ProgramTooLargeError, TracerLeakError, UnsupportedPrimitiveError)
-from .rules import register_trace_rule, register_translation_rule  # noqa: E402
+from .registry import register_trace_rule, register_translation_rule  # noqa: E402
 
 __version__ = "0.1.0"
 

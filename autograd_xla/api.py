@@ -25,15 +25,14 @@ from autograd.tracer import box_types, getval
 
 from . import autodiff
 from . import backend as backend_mod
-from . import impurity, lowering, rules, tracing, tree
+from . import impurity, lowering, rules, tracing, tree  # noqa: F401 (rules: importing registers them)
 from .backend import DeviceArray
 from .core import Aval, Graph, prim_name
 from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, ImpureFunctionError, JitError,
-                     PlatformUnavailableError, ProgramTooLargeError, UnsupportedPrimitiveError, _library_file, annotate)
+                     PlatformUnavailableError, ProgramTooLargeError, UnsupportedPrimitiveError, library_file, annotate)
 from .hlo import SUPPORTED_DTYPES as _SUPPORTED
 
-rules.load_all()
-_trace_state = tracing._state
+_trace_state = tracing.state
 _FLAT_SPECS = {}
 
 # Python numbers traced as weakly typed scalars; a bool is static (it is a flag: keepdims=True)
@@ -828,7 +827,7 @@ def _sig_str(s):
 def _warn(message, category=UserWarning):
     """warnings.warn attributed to the first frame outside this package, autograd and numpy."""
     level, f = 2, sys._getframe(1)
-    while f is not None and _library_file(f.f_code.co_filename):
+    while f is not None and library_file(f.f_code.co_filename):
         f, level = f.f_back, level + 1
     warnings.warn(message, category, stacklevel=level)
 

@@ -49,12 +49,11 @@ from autograd.extend import defjvp, defjvp_argnums, defvjp, defvjp_argnums, prim
 from autograd.numpy.numpy_boxes import ArrayBox
 from autograd.tracer import box_types, getval, isbox, trace_primitives_map, trace_stack
 
-from . import hlo, rules, tracing, tree
-from .core import Aval, UfuncMethod, Var, map_vars, setitem
+from . import hlo, registry, tracing, tree
+from .core import Aval, UfuncMethod, Var, dynamic_getitem, dynamic_update, map_vars, setitem
 from .errors import ConcretizationError, annotate
 from .lowering import lower_subgraph
 from .partial_eval import PartialEval, cse
-from .rules.dynamic import dynamic_getitem, dynamic_update
 from .tracing import Tracer
 
 __all__ = ["while_loop", "fori_loop", "cond", "switch", "scan"]
@@ -589,12 +588,9 @@ def _operand_vars(obj, found):
 
 def _box_handler(prim):
     """fn(args, kwargs) applying `prim` differentiably, or None if there is none."""
-    try:
-        handler = _BOX_HANDLERS.get(prim)
-    except TypeError:  # unhashable
-        return None
-    if handler is not None:
-        return handler
+    entry = registry.lookup(prim)
+    if entry is not None and entry.replay is not None:
+        return entry.replay
     wrapped = trace_primitives_map.get(prim)
     if wrapped is None:
         return None
@@ -724,13 +720,9 @@ def _wrap(fn):
     return lambda args, kwargs: fn(*args, **kwargs)
 
 
-_BOX_HANDLERS = {
-    operator.getitem: _wrap(ArrayBox.__getitem__),
-    _ADD_AT: _wrap(_scatter_add),
-    setitem: _wrap(_set_items),
-    dynamic_getitem: _wrap(_dyn_getitem),
-    dynamic_update: _wrap(_dyn_update),
-}  # and the control-flow primitives, added where they are defined
+for _prim, _fn in {operator.getitem: ArrayBox.__getitem__, _ADD_AT: _scatter_add, setitem: _set_items,
+                   dynamic_getitem: _dyn_getitem, dynamic_update: _dyn_update}.items():
+    registry.register_replay(_prim, _wrap(_fn))  # and the control-flow primitives, where they are defined
 
 
 # ============================================================================================
@@ -794,7 +786,7 @@ def _while_traced(cond, body, carry, labels, weak, what):
 
 
 while_p = ControlFlowPrimitive("while_loop")
-_BOX_HANDLERS[while_p] = _replay_while
+registry.register_replay(while_p, _replay_while)
 
 
 def _while_rule(ctx, p, *operands):
@@ -812,7 +804,7 @@ def _while_rule(ctx, p, *operands):
     return tuple(ctx.while_loop(carry, cond, body))
 
 
-rules.register_translation_rule(while_p, _while_rule)
+registry.register_translation_rule(while_p, _while_rule)
 
 
 class _WhileSpec(_Opaque):
@@ -830,7 +822,7 @@ def _while_raw(spec, *args):
 
 
 _while_ad = primitive(_while_raw)
-rules.register_trace_rule(_while_raw, _while_raw)
+registry.register_trace_rule(_while_raw, _while_raw)
 
 
 def _while_vjp(argnums, ans, args, kwargs):
@@ -1066,7 +1058,7 @@ def _scan_rule(ctx, p, *operands):
     return tuple(results)
 
 
-rules.register_translation_rule(scan_p, _scan_rule)
+registry.register_translation_rule(scan_p, _scan_rule)
 
 
 class _ScanSpec(_Opaque):
@@ -1130,8 +1122,8 @@ def _scan_raw(spec, *args):
 
 
 _scan_ad = primitive(_scan_raw)
-rules.register_trace_rule(_scan_raw, _scan_raw)
-_BOX_HANDLERS[scan_p] = _replay_scan
+registry.register_trace_rule(_scan_raw, _scan_raw)
+registry.register_replay(scan_p, _replay_scan)
 
 
 def _scan_vjp(argnums, ans, args, kwargs):
@@ -1753,7 +1745,7 @@ def fori_loop(lower, upper, body_fun, init_val):
 
     if type(lo) is not Tracer and type(hi) is not Tracer:
         weak = type(lo) is int and type(hi) is int
-        index_dtype = None if weak else tracing._result_type(lo, hi)
+        index_dtype = None if weak else tracing.result_type(lo, hi)
         start = int(lo)
 
         def body(k, carry, _):
@@ -1763,7 +1755,7 @@ def fori_loop(lower, upper, body_fun, init_val):
                               "fori_loop's body_fun")
         return tree.unflatten(treedef, carry)
 
-    dtype = tracing._result_type(lo, hi)
+    dtype = tracing.result_type(lo, hi)
     weak = all(_is_weak(b) for b in (lo, hi))
     start = (lo if lo.dtype == dtype else lo.astype(dtype)) if type(lo) is Tracer else np.asarray(lo, dtype)
     bound = hi if type(hi) is Tracer else lo
@@ -1883,7 +1875,7 @@ def _join_branch_types(infos, what):
 
 
 case_p = ControlFlowPrimitive("case")
-_BOX_HANDLERS[case_p] = _replay_case
+registry.register_replay(case_p, _replay_case)
 
 
 def _case_rule(ctx, p, index, *operands):
@@ -1907,7 +1899,7 @@ def _case_rule(ctx, p, index, *operands):
     return tuple(ctx.case(idx, [branch(g, cs) for g, cs in zip(p.graphs, consts)], results))
 
 
-rules.register_translation_rule(case_p, _case_rule)
+registry.register_translation_rule(case_p, _case_rule)
 
 
 class _CaseSpec(_Opaque):
@@ -1924,7 +1916,7 @@ def _case_raw(spec, index, *args):
 
 
 _case_ad = primitive(_case_raw)
-rules.register_trace_rule(_case_raw, _case_raw)
+registry.register_trace_rule(_case_raw, _case_raw)
 
 
 def _case_vjp(argnums, ans, args, kwargs):

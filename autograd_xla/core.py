@@ -160,6 +160,51 @@ class DynamicSlice:
         return f"dslice({self.start!r}, {self.size})"
 
 
+def dynamic_getitem(x, idx):
+    """x[idx] where idx contains DynamicSlice components (the primitive's meaning)."""
+    return np.asarray(x)[static_index(idx, lambda d: slice(int(d.start), int(d.start) + d.size))]
+
+
+def dynamic_update(x, idx, value, accumulate):
+    """Copy of x with x[idx] += value (accumulate) or x[idx] = value."""
+    out = np.array(x, copy=True)
+    static = static_index(idx, lambda d: slice(int(d.start), int(d.start) + d.size))
+    if accumulate:
+        np.add.at(out, static, value)
+    else:
+        out[static] = value
+    return out
+
+
+def index_components(idx):
+    """The components of an index (a tuple, or one component)."""
+    return idx if isinstance(idx, tuple) else (idx,)
+
+
+def static_index(idx, replace):
+    """idx with each DynamicSlice component c replaced by replace(c)."""
+    comps = tuple(replace(c) if isinstance(c, DynamicSlice) else c for c in index_components(idx))
+    return comps if isinstance(idx, tuple) else comps[0]
+
+
+def index_axes(comps, ndim):
+    """The array axis each component indexes (None for None and Ellipsis)."""
+    consuming = [c for c in comps if c is not None and c is not Ellipsis]
+    if len(consuming) > ndim:
+        raise IndexError(f"too many indices for array: array is {ndim}-dimensional, but {len(consuming)} were indexed")
+    axes, axis = [], 0
+    for c in comps:
+        if c is None:
+            axes.append(None)
+        elif c is Ellipsis:
+            axes.append(None)
+            axis += ndim - len(consuming)
+        else:
+            axes.append(axis)
+            axis += 1
+    return axes
+
+
 def map_structure(obj, leaf_type, f):
     """Copy of `obj` with every `leaf_type` inside nested tuples/lists/dicts/slices replaced
     by f(leaf); containers are rebuilt only when something inside changed."""

@@ -27,6 +27,9 @@ import warnings
 
 import numpy as onp
 
+from . import registry
+from .api import jit_ps
+
 _MODULES = ["autograd.numpy", "autograd.numpy.linalg", "autograd.numpy.fft", "autograd.scipy.special",
             "autograd.scipy.stats", "autograd.scipy.linalg", "autograd.scipy.signal", "autograd.scipy.integrate",
             "autograd.builtins", "autograd.misc.fixed_points"]
@@ -452,18 +455,14 @@ def check_primitive(info, run=True, example=None):
     driven by `example` if given, else by the table's example for it."""
     from autograd.core import make_jvp, make_vjp
 
-    from . import rules
-    from .api import jit_ps
-
     if not isinstance(info, PrimitiveInfo):
         from autograd.core import primitive_jvps, primitive_vjps
         info = PrimitiveInfo(info.fun, [info], primitive_name(info.fun), info in primitive_vjps,
                              info in primitive_jvps)
-    rules.load_all()
     row = Row(info.name)
     row.aliases = [w.__name__ for w in info.wrappers[1:]]
-    rule = rules.lookup(info.raw)
-    row.rule = rule.kind if rule is not None else "none"
+    entry = registry.lookup(info.raw)
+    row.rule = "none" if entry is None else "lower" if entry.lowering else "trace" if entry.trace else "none"
     if not run:
         return row
     example = example or example_for(info)

@@ -37,7 +37,7 @@ class SourceInfo:
 _is_library = {}
 
 
-def _library_file(filename):
+def library_file(filename):
     hit = _is_library.get(filename)
     if hit is None:
         path = os.path.abspath(filename)
@@ -51,7 +51,7 @@ def user_frame(depth=1):
     f = sys._getframe(depth)
     while f is not None:
         code = f.f_code
-        if not _library_file(code.co_filename):
+        if not library_file(code.co_filename):
             return SourceInfo(code.co_filename, f.f_lineno, code.co_name)
         f = f.f_back
     return None

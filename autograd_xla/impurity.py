@@ -37,9 +37,9 @@ import types
 
 import numpy as np
 
-from . import tracing
+from . import registry, tracing
 from .core import Aval
-from .errors import ImpureFunctionError, _library_file, user_frame
+from .errors import ImpureFunctionError, library_file, user_frame
 from .hlo import SUPPORTED_DTYPES
 
 _GLOBAL = np.random.mtrand._rand
@@ -254,11 +254,8 @@ def _install():
     interceptors["default_rng"] = _fresh_generator_guard(np.random.default_rng)
     for name, wrapped in interceptors.items():
         fn = getattr(np.random, name)
-        tracing.MODULE_PATCHES.append((np.random, name, wrapped))
-        try:
-            tracing.RAW_INTERCEPTORS[fn] = wrapped  # autograd.numpy.random's primitives wrap `fn`
-        except TypeError:
-            pass
+        registry.register_module_patch(np.random, name, wrapped)
+        registry.register_interceptor(fn, wrapped)  # autograd.numpy.random's primitives wrap `fn`
     return interceptors
 
 
@@ -318,8 +315,6 @@ def reachable_generators(roots):
     """[(generator, description)] of the RNG objects reachable from `roots` (pairs of
     (object, description)): closures, defaults, the globals and module attributes the code
     names, bound objects, partials, small containers and instance attributes."""
-    from .api import JittedFunction
-
     found, seen = [], set()
     stack = [(obj, desc, 0, None) for obj, desc in roots]
     holders = {}  # id(generator) -> [(dict or closure cell, key)]: where the function holds it
@@ -331,13 +326,23 @@ def reachable_generators(roots):
             continue
         seen.add(id(obj))
         try:
-            _visit(obj, desc, depth, names, stack.append, found, JittedFunction, holders)
+            _visit(obj, desc, depth, names, stack.append, found, holders)
         except Exception:  # an object that resists inspection is not looked into
             pass
     return found
 
 
-def _visit(obj, desc, depth, names, push, found, jitted_type, holders):
+def _wrapped(obj):
+    """`obj.__wrapped__` of a wrapper object that sets it (functools.update_wrapper), else None."""
+    if isinstance(obj, type):
+        return None
+    try:
+        return object.__getattribute__(obj, "__dict__").get("__wrapped__")
+    except AttributeError:
+        return None
+
+
+def _visit(obj, desc, depth, names, push, found, holders):
     """One step of reachable_generators: record `obj` (with the list of places that hold it,
     which later steps may extend) or push what it refers to, with where a dict or closure
     cell holds it."""
@@ -350,7 +355,7 @@ def _visit(obj, desc, depth, names, push, found, jitted_type, holders):
     if t is types.FunctionType:
         code = obj.__code__
         qual = getattr(obj, "__qualname__", "?")
-        names_used = None if _library_file(code.co_filename) else _code_names(code)
+        names_used = None if library_file(code.co_filename) else _code_names(code)
         for var, cell in zip(code.co_freevars, obj.__closure__ or ()):
             try:
                 push((cell.cell_contents, f"closure variable '{var}' of {qual}", depth + 1, names_used, (cell, None)))
@@ -374,7 +379,7 @@ def _visit(obj, desc, depth, names, push, found, jitted_type, holders):
         # the user's own modules (mymodule.rng); the global generators of numpy and `random`
         # are always watched, and library modules are not walked (nor lazily imported from)
         if names and obj.__name__.partition(".")[0] not in sys.stdlib_module_names \
-                and not _library_file(getattr(obj, "__file__", None) or "<frozen>"):
+                and not library_file(getattr(obj, "__file__", None) or "<frozen>"):
             attrs = vars(obj)
             for n in names:
                 if n in attrs:
@@ -387,8 +392,8 @@ def _visit(obj, desc, depth, names, push, found, jitted_type, holders):
         if len(obj) <= _MAX_CONTAINER:
             for k, x in obj.items():
                 push((x, f"{desc}[{k!r}]", depth + 1, None))
-    elif isinstance(obj, jitted_type):
-        push((obj._fun, desc, depth + 1, None))
+    elif _wrapped(obj) is not None:  # a wrapper (a jitted function, functools.wraps): what it wraps
+        push((_wrapped(obj), desc, depth + 1, None))
     elif not isinstance(obj, type) and t.__module__ not in ("builtins",):
         try:
             attrs = object.__getattribute__(obj, "__dict__")  # never the object's own __getattr__

@@ -34,12 +34,12 @@ from autograd.extend import VSpace
 from autograd.numpy.numpy_boxes import ArrayBox
 from autograd.tracer import Box, box_types, getval, trace_primitives_map
 
-from . import hlo, rules, tree
-from .core import Aval, DynamicSlice, Eqn, Graph, UfuncMethod, Var, map_structure, map_vars, prim_name, setitem
+from . import hlo, registry, tree
+from .context import LoweringContext, ModuleState
+from .core import (Aval, DynamicSlice, Eqn, Graph, UfuncMethod, Var, dynamic_getitem, dynamic_update, index_axes,
+                   map_structure, map_vars, prim_name, setitem)
 from .errors import (ConcreteValueRequired, ConcretizationError, TracerLeakError, UnsupportedPrimitiveError,
                      annotate, primitive_stack, user_frame)
-from .lowering import LoweringContext, ModuleState
-from .rules.dynamic import dynamic_getitem, dynamic_update
 
 
 class _State(threading.local):
@@ -47,16 +47,16 @@ class _State(threading.local):
         self.traces = []
 
 
-_state = _State()
+state = _State()  # the traces active in this thread, innermost last
 
 
 def current_trace():
-    traces = _state.traces
+    traces = state.traces
     return traces[-1] if traces else None
 
 
 def is_tracing():
-    return bool(_state.traces)
+    return bool(state.traces)
 
 
 class Trace:
@@ -99,7 +99,7 @@ class Trace:
         return Tracer(hit[0], self)
 
     def is_active(self):
-        return self in _state.traces
+        return self in state.traces
 
     def depends_on_args(self, *vars):
         """Indices of the inputs that `vars` were computed from (for error messages)."""
@@ -134,36 +134,37 @@ class Trace:
 def new_trace(parent=None):
     trace = Trace(parent)
     with intercepting():
-        _state.traces.append(trace)
+        state.traces.append(trace)
         try:
             yield trace
         finally:
-            _state.traces.pop()
+            state.traces.pop()
 
 
 # ----- binding a primitive -------------------------------------------------------------------
-def bind(prim, args, kwargs, rule=None):
-    """Record one call of `prim` on traced arguments; returns traced results."""
+def bind(prim, args, kwargs, entry=None):
+    """Record one call of `prim` on traced arguments; returns traced results. `entry`:
+    prim's registry entry, when the caller has looked it up already."""
     trace = current_trace()
     if trace is None:
         raise TracerLeakError(f"'{prim_name(prim)}' was called on a traced array outside of any trace:\n"
                               f"{user_frame(2)}")
-    rule = rule or rules.lookup(prim)
-    if rule is None:
+    entry = entry or registry.lookup(prim)
+    if entry is None or entry.lowering is None:
+        if entry is not None and entry.trace is not None:
+            return entry.trace(*args, **kwargs)
         raise unsupported(prim)
-    if rule.kind == "trace":
-        return rule.fn(*args, **kwargs)
     given = args
     args, kwargs = _replace_tracers((args, kwargs), trace)
     try:
-        leaves, out_tree, passthrough = abstract_eval(rule, args, kwargs)
+        leaves, out_tree, passthrough = abstract_eval(entry.lowering, args, kwargs)
     except Exception as e:
         # the rule made an array of a list holding traced values (np.dot([a, b], x)): numpy's
         # asarray of it, traced, is what it meant
         converted = _lists_as_arrays(given) if type(e) is TypeError and "dtype object" in str(e) else None
         if converted is not None:
             try:
-                return bind(prim, converted, kwargs and _replace_vars(kwargs, trace), rule)
+                return bind(prim, converted, kwargs and _replace_vars(kwargs, trace), entry)
             except Exception:
                 pass
         src = user_frame(2)
@@ -183,9 +184,9 @@ def bind(prim, args, kwargs, rule=None):
 
 
 def abstract_eval(rule, args, kwargs):
-    """Run `rule` on placeholder Values: the avals of its results, their structure, and for
+    """Run the translation rule `rule` on placeholder Values: the avals of its results, their structure, and for
     each result the input Var it simply passes through (or None)."""
-    ctx = LoweringContext(ModuleState(abstract=True))
+    ctx = LoweringContext(ModuleState())
     env = {}
 
     def placeholder(var):
@@ -197,7 +198,7 @@ def abstract_eval(rule, args, kwargs):
 
     a, k = map_vars((args, kwargs), placeholder)
     try:
-        out = rule.fn(ctx, *a, **k)
+        out = rule(ctx, *a, **k)
     except ConcreteValueRequired as e:
         raise _needed_concretely(e, {id(v): var for var, v in env.items()}) from None
     leaves, out_tree = tree.flatten(out)
@@ -386,13 +387,11 @@ def _dynamic_index(idx):
 
 def _guard_in_bounds(x, idx):
     """Record that each traced slice lies inside x (numpy would shorten it otherwise)."""
-    from .rules.dynamic import _axes
-
     trace = current_trace()
     if trace.parent is not None:  # inside a loop body: jax's clamping semantics (README)
         return
     comps = idx if type(idx) is tuple else (idx,)
-    for c, axis in zip(comps, _axes(comps, x.ndim)):
+    for c, axis in zip(comps, index_axes(comps, x.ndim)):
         if type(c) is DynamicSlice and type(c.start) is Tracer:
             ok = np.logical_and(c.start >= 0, c.start <= x.shape[axis] - c.size)
             add_guard(ok, "a slice with traced bounds reaches outside its array (numpy would return a shorter "
@@ -500,12 +499,12 @@ class Tracer:
     def __array_function__(self, func, types_, args, kwargs):
         if any(t in box_types for t in types_):
             return NotImplemented
-        meta = METADATA.get(func)
-        if meta is not None:
-            return meta(*args, **kwargs)
-        rule = rules.lookup(func)
-        if rule is not None:
-            return bind(func, args, kwargs, rule)
+        entry = registry.lookup(func)
+        if entry is not None:
+            if entry.metadata is not None:
+                return entry.metadata(*args, **kwargs)
+            if entry.lowering is not None or entry.trace is not None:
+                return bind(func, args, kwargs, entry)
         impl = getattr(func, "_implementation", None)
         if impl is None:
             raise unsupported(func)
@@ -623,7 +622,8 @@ for _name, _uf in {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.l
     setattr(Tracer, f"__{_name}__", _operator(_uf))
 
 
-def _result_type(*xs):
+def result_type(*xs):
+    """np.result_type with traced weak values behaving like the Python scalars they stand for."""
     args = []
     for x in xs:
         if type(x) is Tracer:
@@ -633,16 +633,18 @@ def _result_type(*xs):
     return np.result_type(*args)
 
 
-METADATA = {
+# numpy queries a Tracer answers from its shape and dtype, with no equation
+for _query, _answer in {
     np.shape: lambda a: a.shape,
     np.ndim: lambda a: a.ndim,
     np.size: lambda a, axis=None: a.size if axis is None else a.shape[axis],
-    np.result_type: _result_type,
+    np.result_type: result_type,
     np.iscomplexobj: lambda x: x.dtype.kind == "c",
     np.isrealobj: lambda x: x.dtype.kind != "c",
     np.may_share_memory: lambda a, b, max_work=None: False,
     np.shares_memory: lambda a, b, max_work=None: False,
-}
+}.items():
+    registry.register_metadata_rule(_query, _answer)
 
 
 # ----- errors that need the trace ------------------------------------------------------------
@@ -773,7 +775,7 @@ def _primitive_code():
 
 
 def _make_interceptor(f_wrapped, raw):
-    traces = _state
+    traces = state
 
     def f_raw(*args, **kwargs):
         if not traces.traces or _has_box(args):
@@ -784,29 +786,22 @@ def _make_interceptor(f_wrapped, raw):
             except ConcretizationError:
                 # traced values hidden where the scan for them does not look (a closure passed
                 # as an argument, nested containers): the primitive's rule can take them
-                rule = rules.lookup(raw)
-                if rule is None:
+                if not registry.has_rule(raw):
                     raise
-                return bind(raw, args, kwargs, rule)
-        rule = rules.lookup(raw)
-        if rule is not None:
-            return bind(raw, args, kwargs, rule)
+                return bind(raw, args, kwargs)
+        if registry.has_rule(raw):
+            return bind(raw, args, kwargs)
         return trace_through(raw, f_wrapped, raw, args, kwargs)
 
     f_raw.__wrapped_raw__ = raw
     return f_raw
 
 
-#: raw function -> the interceptor to use instead of `_make_interceptor`'s (numpy.random's
-#: global-state functions, filled by impurity.py: their calls become host-drawn inputs).
-RAW_INTERCEPTORS = {}
-
-
 def _raw_interceptor(raw):
-    try:
-        return RAW_INTERCEPTORS.get(raw)
-    except TypeError:  # an unhashable callable
-        return None
+    """The registry's interceptor for `raw` (numpy.random's global-state functions, from
+    impurity.py: their calls become host-drawn inputs), or None."""
+    entry = registry.lookup(raw)
+    return entry.interceptor if entry is not None else None
 
 
 def _scan_primitives():
@@ -840,13 +835,9 @@ def _parse_einsum_input(operands):
     return in_subs, out_subs, arrays
 
 
-#: More (module, attribute, replacement) triples for `_module_patches`, added by rule modules.
-MODULE_PATCHES = []
-
-
 def _module_patches():
     """Module globals of autograd that look at concrete data, swapped while tracing."""
-    return _own_patches() + MODULE_PATCHES
+    return _own_patches() + registry.MODULE_PATCHES
 
 
 @functools.cache
@@ -932,7 +923,7 @@ def _array_vspace_zeros(concrete_zeros):
     (`x += g`, `np.add.at`), which a numpy array cannot hold: in a tracing thread, they
     start as traced zeros instead (the same values)."""
     def zeros(vs):
-        if _state.traces:
+        if state.traces:
             return _full(vs.shape, 0, vs.dtype)
         return concrete_zeros(vs)
     zeros.__wrapped__ = concrete_zeros

@@ -8,8 +8,8 @@ traced function lowers whole.
 import numpy as np
 from autograd.numpy import numpy_vjps, numpy_wrapper
 
-from ..lowering import result_type
-from . import lowers
+from ..context import result_type
+from ..registry import lowers
 from .contractions import tensordot
 from .shape import concatenate, embed_diagonal
 

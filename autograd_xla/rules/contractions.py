@@ -8,8 +8,8 @@ from numpy._core.einsumfunc import _parse_einsum_input
 
 from ..errors import ConcreteValueRequired
 from ..hlo import Value
-from ..lowering import normalize_axis
-from . import lowers
+from ..context import normalize_axis
+from ..registry import lowers
 
 
 def _strong_dtype(x):

@@ -5,8 +5,8 @@ while tracing and the result enters the graph as a constant.
 """
 import numpy as np
 
-from ..lowering import result_type
-from . import lowers
+from ..context import result_type
+from ..registry import lowers
 
 
 def _shape(shape):

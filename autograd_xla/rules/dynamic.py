@@ -9,53 +9,10 @@ index may be integers, slices and None.
 """
 import numpy as np
 
-from ..core import DynamicSlice
+from ..core import DynamicSlice, dynamic_getitem, dynamic_update, index_axes, index_components, static_index
 from ..hlo import Value
-from . import lowers
+from ..registry import lowers
 from .indexing import INDEX_DTYPE, getitem
-
-
-def dynamic_getitem(x, idx):
-    """x[idx] where idx contains DynamicSlice components (the primitive's meaning)."""
-    return np.asarray(x)[_as_static(idx, lambda d: slice(int(d.start), int(d.start) + d.size))]
-
-
-def dynamic_update(x, idx, value, accumulate):
-    """Copy of x with x[idx] += value (accumulate) or x[idx] = value."""
-    out = np.array(x, copy=True)
-    static = _as_static(idx, lambda d: slice(int(d.start), int(d.start) + d.size))
-    if accumulate:
-        np.add.at(out, static, value)
-    else:
-        out[static] = value
-    return out
-
-
-def _components(idx):
-    return idx if isinstance(idx, tuple) else (idx,)
-
-
-def _as_static(idx, replace):
-    comps = tuple(replace(c) if isinstance(c, DynamicSlice) else c for c in _components(idx))
-    return comps if isinstance(idx, tuple) else comps[0]
-
-
-def _axes(comps, ndim):
-    """The array axis each component indexes (None for None and Ellipsis)."""
-    consuming = [c for c in comps if c is not None and c is not Ellipsis]
-    if len(consuming) > ndim:
-        raise IndexError(f"too many indices for array: array is {ndim}-dimensional, but {len(consuming)} were indexed")
-    axes, axis = [], 0
-    for c in comps:
-        if c is None:
-            axes.append(None)
-        elif c is Ellipsis:
-            axes.append(None)
-            axis += ndim - len(consuming)
-        else:
-            axes.append(axis)
-            axis += 1
-    return axes
 
 
 def _start(ctx, d, n):
@@ -68,8 +25,8 @@ def _start(ctx, d, n):
 @lowers(dynamic_getitem)
 def _dynamic_getitem(ctx, x, idx):
     v = ctx.asvalue(x)
-    comps = _components(idx)
-    axes = _axes(comps, v.ndim)
+    comps = index_components(idx)
+    axes = index_axes(comps, v.ndim)
     # static part first, keeping one axis per component (ints become length-1 slices)
     static = []
     for c in comps:
@@ -107,8 +64,8 @@ def _dynamic_getitem(ctx, x, idx):
 
 def _update_plan(ctx, v, idx):
     """Start index per axis and the shape the update is placed with (one axis per array axis)."""
-    comps = _components(idx)
-    axes = _axes(comps, v.ndim)
+    comps = index_components(idx)
+    axes = index_axes(comps, v.ndim)
     starts = [ctx.scalar(0, INDEX_DTYPE)] * v.ndim
     shape = list(v.shape)
     for c, axis in zip(comps, axes):
@@ -146,4 +103,4 @@ def _dynamic_update(ctx, x, idx, value, accumulate):
 def dynamic_result_shape(shape, idx):
     """Shape of x[idx] for an index with DynamicSlice components."""
     probe = np.broadcast_to(np.empty((), np.int8), shape)
-    return probe[_as_static(idx, lambda d: slice(0, d.size))].shape
+    return probe[static_index(idx, lambda d: slice(0, d.size))].shape

@@ -10,7 +10,8 @@ import math
 
 import numpy as np
 
-from . import lowers, register_translation_rule
+from ..context import result_type
+from ..registry import lowers, register_translation_rule
 
 _UFUNC_KWARGS = {"casting", "order", "subok"}
 
@@ -601,7 +602,6 @@ def _where(ctx, condition, x=None, y=None):
         raise NotImplementedError(
             "np.where(condition) with one argument returns indices, whose number depends on the data; "
             "under jit_ps use the three-argument form np.where(condition, x, y)")
-    from ..lowering import result_type
     dtype = result_type(x, y)
     c = ctx.asvalue(condition, np.bool_)
     xv, yv = ctx.asvalue(x, dtype), ctx.asvalue(y, dtype)
@@ -697,7 +697,6 @@ def _nan_to_num(ctx, x, copy=True, nan=0.0, posinf=None, neginf=None):
 
 @lowers(np.isclose)
 def _isclose(ctx, a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
-    from ..lowering import result_type
     dt = result_type(a, b, 1.0)
     x, y = ctx.asvalue(a, dt), ctx.asvalue(b, dt)
     shape = np.broadcast_shapes(x.shape, y.shape)
@@ -725,7 +724,6 @@ def _real_if_close(ctx, a, tol=100):
 
 @lowers(np.select)
 def _select(ctx, condlist, choicelist, default=0):
-    from ..lowering import result_type
     condlist, choicelist = list(condlist), list(choicelist)
     if len(condlist) != len(choicelist):
         raise ValueError("list of cases must be same length as list of conditions")
@@ -746,7 +744,6 @@ def _select(ctx, condlist, choicelist, default=0):
 
 @lowers(np.choose)
 def _choose(ctx, a, choices, out=None, mode="raise"):
-    from ..lowering import result_type
     if out is not None:
         raise NotImplementedError("np.choose out= is not supported under jit_ps")
     choices = list(choices)

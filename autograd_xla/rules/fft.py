@@ -11,8 +11,8 @@ import math
 import numpy as np
 from autograd.numpy import fft as afft
 
-from ..lowering import normalize_axis
-from . import lowers
+from ..context import normalize_axis
+from ..registry import lowers
 from .shape import roll
 
 _NORMS = (None, "backward", "ortho", "forward")

@@ -12,7 +12,7 @@ from autograd.misc.fixed_points import fixed_point as _fixed_point
 
 from ..control_flow import while_loop
 from ..tree import flatten, unflatten
-from . import traces
+from ..registry import traces
 
 
 @traces(_fixed_point)

@@ -18,7 +18,8 @@ import numpy as np
 from ..core import UfuncMethod, setitem
 from ..errors import ConcreteValueRequired
 from ..hlo import Value
-from . import lowers, ufunc_method_rule
+from ..context import normalize_axis
+from ..registry import lowers, ufunc_method_rule
 
 INDEX_DTYPE = np.dtype(np.int64)
 
@@ -366,7 +367,6 @@ def _take(ctx, a, indices, axis=None, out=None, mode=None):
     v = ctx.asvalue(a)
     if axis is None:
         v, axis = ctx.reshape(v, (v.size,)), 0
-    from ..lowering import normalize_axis
     axis = normalize_axis(axis, v.ndim)
     idx = _as_index_array(ctx, indices) if not _is_int_scalar(indices) else indices
     n = v.shape[axis]
@@ -386,7 +386,6 @@ def _take_along_axis(ctx, arr, indices, axis=-1):
     v = ctx.asvalue(arr)
     if axis is None:
         v, axis = ctx.reshape(v, (v.size,)), 0
-    from ..lowering import normalize_axis
     axis = normalize_axis(axis, v.ndim)
     ind = _as_index_array(ctx, indices)
     if ind.ndim != v.ndim:

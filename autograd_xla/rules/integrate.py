@@ -47,7 +47,7 @@ import scipy.integrate
 
 from ..control_flow import fori_loop, scan, while_loop
 from ..tracing import Tracer
-from . import traces
+from ..registry import traces
 
 _F64 = np.dtype(np.float64)
 _DEFAULT_TOL = 1.49012e-8  # scipy's default rtol and atol for odeint

@@ -87,7 +87,8 @@ from numpy.linalg import LinAlgError
 
 from .. import hlo, tracing
 from ..hlo import Value
-from . import lowers, traces
+from .. import registry
+from ..registry import lowers, traces
 from .shape import diagonal, embed_diagonal
 
 _LAPACK_PREFIX = {np.dtype(np.float32): "s", np.dtype(np.float64): "d",
@@ -1821,4 +1822,4 @@ class _LinalgNamespace:
         return _anp.any(a, *args, **kwargs)
 
 
-tracing.MODULE_PATCHES.append((_autograd_linalg, "anp", _LinalgNamespace()))
+registry.register_module_patch(_autograd_linalg, "anp", _LinalgNamespace())

@@ -9,8 +9,8 @@ import functools
 
 import numpy as np
 
-from ..lowering import normalize_axes, normalize_axis
-from . import lowers, traces, ufunc_method_rule
+from ..context import normalize_axes, normalize_axis, result_type
+from ..registry import lowers, traces, ufunc_method_rule
 from .elementwise import _isnan, complex_order, minmax
 
 
@@ -464,7 +464,6 @@ def _diff(ctx, a, n=1, axis=-1, prepend=np._NoValue, append=np._NoValue):
             e = ctx.broadcast_to(e, [1 if i == ax else d for i, d in enumerate(v.shape)])
         parts.append(e)
     if parts[0] is not None or parts[1] is not None:
-        from ..lowering import result_type
         dt = result_type(*[p for p in (parts[0], v, parts[1]) if p is not None])
         v = ctx.concatenate([ctx.astype(p, dt) for p in (parts[0], v, parts[1]) if p is not None], ax)
     for _ in range(n):

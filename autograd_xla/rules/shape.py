@@ -8,8 +8,8 @@ import operator
 
 import numpy as np
 
-from ..lowering import normalize_axes, normalize_axis, result_type
-from . import lowers
+from ..context import normalize_axes, normalize_axis, result_type
+from ..registry import lowers
 
 
 def _shape_arg(shape):

@@ -16,8 +16,8 @@ import math
 import numpy as np
 from autograd.scipy import signal as asignal
 
-from ..lowering import result_type
-from . import lowers
+from ..context import result_type
+from ..registry import lowers
 
 
 def _conv_size(na, nb, mode):

@@ -20,7 +20,8 @@ import operator
 import numpy as np
 import scipy.special as sc
 
-from . import lowers, traces
+from ..context import normalize_axes, result_type
+from ..registry import lowers, traces
 
 F64 = np.dtype(np.float64)
 EULER = 0.57721566490153286061
@@ -1153,7 +1154,6 @@ def _polygamma(ctx, n, x):
 
 @lowers(sc.logsumexp)
 def _logsumexp(ctx, a, axis=None, b=None, keepdims=False, return_sign=False):
-    from ..lowering import normalize_axes, result_type
     av = ctx.asvalue(a)
     bv = None if b is None else ctx.asvalue(b)
     dtype = result_type(av, *([bv] if bv is not None else []))

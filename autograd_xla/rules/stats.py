@@ -15,7 +15,7 @@ import scipy.stats
 from autograd.scipy import linalg as alinalg
 
 from ..tracing import Tracer
-from . import traces
+from ..registry import traces
 
 _LOG_2PI = float(np.log(2 * np.pi))
 
