@@ -842,13 +842,11 @@ def _explain_compile_error(fn, error, graph, lowered, platform, x64):
     eqn = _equation_at_line(graph, int(found.group(1)), platform, x64) if found else None
     where = (f"\nThe operation was emitted for primitive '{prim_name(eqn.prim)}', traced from\n{eqn.source}"
              if eqn is not None else "")
-    err = CompileError(f"XLA rejected the program compiled for {fn!r}: {first}{where}\nThe traced shapes and "
+    return CompileError(f"XLA rejected the program compiled for {fn!r}: {first}{where}\nThe traced shapes and "
                        "dtypes were valid, so this is a bug in a translation rule; please report it. XLA's full "
-                       "message and the module text are in this error's .xla_message and .module_text.")
-    err.xla_message, err.module_text = text, lowered.text
-    err.primitive = eqn.prim if eqn is not None else None
-    err.source = eqn.source if eqn is not None else None
-    return err
+                       "message and the module text are in this error's .xla_message and .module_text.",
+                       xla_message=text, module_text=lowered.text, primitive=eqn.prim if eqn is not None else None,
+                       source=eqn.source if eqn is not None else None)
 
 
 def _equation_at_line(graph, lineno, platform, x64):

@@ -9,6 +9,7 @@ surfaces it relies on are checked once, at client creation, with a clear error.
 Clients are created on demand per platform, so an accelerator client can sit beside
 the CPU one without the tracer or lowering knowing.
 """
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -369,8 +370,6 @@ def _load_plugin(name, path):
 def _register_cuda_kernels(c_api, flavor):
     """cuSOLVER and friends as custom-call targets (from jax-cudaNN-plugin, when installed);
     without them the portable XLA expanders serve linear algebra on the GPU."""
-    import functools
-
     package = "jax_cuda13_plugin" if flavor.endswith("13") else "jax_cuda12_plugin"
     try:
         ext = importlib.import_module(f"{package}.cuda_plugin_extension")

@@ -11,7 +11,7 @@ import functools
 import numpy as np
 
 from . import hlo
-from .errors import ConcreteValueRequired
+from .errors import ConcreteValueRequired, UnsupportedDtypeError
 
 #: Constants larger than this (and not a single repeated value) become executable
 #: parameters held on the device, instead of literals baked into the program text.
@@ -95,7 +95,7 @@ class LoweringContext(hlo.Builder):
     def const(self, array):
         array = np.asarray(array)
         if array.dtype not in hlo.SUPPORTED_DTYPES:
-            raise TypeError(f"constant of dtype {array.dtype} cannot be compiled")
+            raise UnsupportedDtypeError(f"constant of dtype {array.dtype} cannot be compiled", array.dtype)
         if array.nbytes > LIFT_BYTES and not (array == array.flat[0]).all():
             return self.module.lift(array)
         return self.constant(array)

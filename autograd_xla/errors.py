@@ -3,6 +3,7 @@
 Every error raised while tracing names the primitive involved and points at the first
 stack frame outside autograd, numpy, scipy and this package: the line the user wrote.
 """
+import linecache
 import os
 import sys
 import threading
@@ -25,8 +26,6 @@ class SourceInfo:
         self.filename, self.lineno, self.function = filename, lineno, function
 
     def line(self):
-        import linecache
-
         return linecache.getline(self.filename, self.lineno).strip()
 
     def __str__(self):
@@ -92,6 +91,16 @@ class ConcreteValueRequired(Exception):
         self.value, self.what = value, what
 
 
+class UnsupportedDtypeError(TypeError):
+    """A value whose dtype XLA has no type for (`dtype`: object arrays, strings, datetimes)
+    reached a translation rule: most often a rule making an array of a list that holds
+    traced values, which tracing then retries with the list made an array first."""
+
+    def __init__(self, message, dtype):
+        super().__init__(message)
+        self.dtype = dtype
+
+
 class UnsupportedPrimitiveError(JitError, NotImplementedError):
     """A primitive without a translation rule was reached while tracing."""
 
@@ -111,7 +120,15 @@ class TracerLeakError(JitError):
 
 
 class CompileError(JitError):
-    """XLA rejected the program; names the primitive and the user's line."""
+    """XLA rejected the program; names the primitive and the user's line.
+
+    xla_message: XLA's own words; module_text: the StableHLO module it rejected;
+    primitive and source: the equation that emitted the rejected operation, if found."""
+
+    def __init__(self, message, xla_message=None, module_text=None, primitive=None, source=None):
+        super().__init__(message)
+        self.xla_message, self.module_text = xla_message, module_text
+        self.primitive, self.source = primitive, source
 
 
 class ProgramTooLargeError(CompileError):

@@ -17,7 +17,8 @@ import threading
 import ml_dtypes
 import numpy as np
 
-from .errors import ConcreteValueRequired
+from .core import Aval
+from .errors import ConcreteValueRequired, UnsupportedDtypeError
 
 _ELEMENT_TYPES = {
     np.dtype(np.bool_): "i1",
@@ -47,7 +48,7 @@ def element_type(dtype):
     try:
         return _ELEMENT_TYPES[np.dtype(dtype)]
     except KeyError:
-        raise TypeError(f"dtype {np.dtype(dtype)} has no XLA equivalent") from None
+        raise UnsupportedDtypeError(f"dtype {np.dtype(dtype)} has no XLA equivalent", np.dtype(dtype)) from None
 
 
 #: 64-bit types computed in 32 bits under jit_ps(..., x64=False) (and on TPU).
@@ -130,24 +131,43 @@ def compare_type(dtype):
     return "SIGNED"
 
 
-class Value:
-    """An SSA value of the function being built: its name and its static type."""
+# ----- op names ------------------------------------------------------------------------------
+#: StableHLO's elementwise ops by arity, as the specification names them, and the CHLO ops
+#: (XLA's client-library ops, decomposed into StableHLO when XLA legalizes the module) that
+#: rules use. `Builder.op` checks every name against OPS: a misspelt op fails where the rule
+#: runs, at trace time with the rule on the stack, not as a parse error from XLA later.
+UNARY_OPS = frozenset("""abs cbrt ceil cosine count_leading_zeros exponential exponential_minus_one floor
+    is_finite log log_plus_one logistic negate not popcnt round_nearest_afz round_nearest_even rsqrt sign
+    sine sqrt tan tanh""".split())
+BINARY_OPS = frozenset("""add and atan2 divide maximum minimum multiply or power remainder shift_left
+    shift_right_arithmetic shift_right_logical subtract xor""".split())
+CHLO_OPS = frozenset("""acos acosh asin asinh atan atanh bessel_i1e conj cosh digamma erf erf_inv erfc
+    is_inf is_neg_inf is_pos_inf lgamma next_after polygamma sinh square tan top_k zeta""".split())
+_OTHER_OPS = frozenset("""after_all all_gather all_reduce all_to_all batch_norm_grad batch_norm_inference
+    batch_norm_training bitcast_convert broadcast broadcast_in_dim case cholesky clamp collective_broadcast
+    collective_permute compare complex composite concatenate constant convert convolution custom_call dot
+    dot_general dynamic_gather dynamic_slice dynamic_update_slice fft gather get_tuple_element if imag
+    infeed iota map optimization_barrier outfeed pad partition_id real recv reduce reduce_precision
+    reduce_scatter reduce_window replica_id reshape return reverse rng rng_bit_generator scatter select
+    select_and_scatter send slice sort transpose triangular_solve tuple while""".split())
+OPS = frozenset({f"stablehlo.{n}" for n in UNARY_OPS | BINARY_OPS | _OTHER_OPS} | {f"chlo.{n}" for n in CHLO_OPS})
 
-    __slots__ = ("name", "shape", "dtype", "weak_type")
+
+class Value(Aval):
+    """An SSA value of the function being built: its name, and the abstract value (shape,
+    dtype, weak type: core.Aval) it has. `weak_type` is numpy-level promotion only; HLO
+    ignores it. Values compare by identity: two values of one type are different values."""
+
+    __slots__ = ("name",)
 
     def __init__(self, name, shape, dtype, weak_type=False):
         self.name = name
         self.shape = tuple(shape)
         self.dtype = np.dtype(dtype)
-        self.weak_type = weak_type  # numpy-level promotion hint (see core.Aval); HLO ignores it
+        self.weak_type = weak_type
 
-    @property
-    def ndim(self):
-        return len(self.shape)
-
-    @property
-    def size(self):
-        return int(np.prod(self.shape, dtype=np.int64))
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
 
     @property
     def type(self):
@@ -155,6 +175,8 @@ class Value:
 
     def __repr__(self):
         return f"{self.name}: {self.type}"
+
+    __str__ = __repr__
 
     # A rule that asks an operand for a Python integer (an axis, a count, a split point)
     # needs its value: tracing retries with that argument static, or says which it is.
@@ -200,6 +222,8 @@ class Builder:
 
     def op(self, name, operands, results, attrs=None, regions=()):
         """Emit one op; `results` is a list of (shape, dtype). Returns a list of Values."""
+        if name not in OPS:
+            raise ValueError(f"'{name}' is not a StableHLO or CHLO op (hlo.OPS lists them)")
         operands = list(operands)
         names = self.fresh_name()
         outs = [Value(names if len(results) == 1 else f"{names}#{i}", s, d) for i, (s, d) in enumerate(results)]
@@ -312,12 +336,21 @@ class Builder:
 
     # ----- elementwise ----------------------------------------------------------------------
     def unary(self, name, x, dtype=None):
+        """An elementwise StableHLO op of one operand, named as in UNARY_OPS."""
+        if name not in UNARY_OPS:
+            raise ValueError(f"'{name}' is not a unary StableHLO op (hlo.UNARY_OPS lists them)")
         return self.op1(f"stablehlo.{name}", [x], x.shape, dtype or x.dtype)
 
     def binary(self, name, x, y, dtype=None):
+        """An elementwise StableHLO op of two operands of one shape, named as in BINARY_OPS."""
+        if name not in BINARY_OPS:
+            raise ValueError(f"'{name}' is not a binary StableHLO op (hlo.BINARY_OPS lists them)")
         return self.op1(f"stablehlo.{name}", [x, y], x.shape, dtype or x.dtype)
 
     def chlo(self, name, *xs, dtype=None):
+        """An elementwise CHLO op, named as in CHLO_OPS."""
+        if name not in CHLO_OPS:
+            raise ValueError(f"'{name}' is not a CHLO op (hlo.CHLO_OPS lists them)")
         return self.op1(f"chlo.{name}", xs, xs[0].shape, dtype or xs[0].dtype)
 
     def compare(self, x, y, direction, kind=None):

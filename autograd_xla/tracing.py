@@ -38,7 +38,8 @@ from . import hlo, registry, tree
 from .context import LoweringContext, ModuleState
 from .core import (Aval, DynamicSlice, Eqn, Graph, UfuncMethod, Var, dynamic_getitem, dynamic_update, index_axes,
                    map_structure, map_vars, prim_name, setitem)
-from .errors import (ConcreteValueRequired, ConcretizationError, TracerLeakError, UnsupportedPrimitiveError,
+from .errors import (ConcreteValueRequired, ConcretizationError, TracerLeakError, UnsupportedDtypeError,
+                     UnsupportedPrimitiveError,
                      annotate, primitive_stack, user_frame)
 
 
@@ -161,7 +162,7 @@ def bind(prim, args, kwargs, entry=None):
     except Exception as e:
         # the rule made an array of a list holding traced values (np.dot([a, b], x)): numpy's
         # asarray of it, traced, is what it meant
-        converted = _lists_as_arrays(given) if type(e) is TypeError and "dtype object" in str(e) else None
+        converted = _lists_as_arrays(given) if type(e) is UnsupportedDtypeError and e.dtype == object else None
         if converted is not None:
             try:
                 return bind(prim, converted, kwargs and _replace_vars(kwargs, trace), entry)
@@ -511,12 +512,12 @@ class Tracer:
         return trace_through(func, func, impl, args, kwargs)
 
     def __array__(self, dtype=None, copy=None):
-        err = concretization_error(self, "np.asarray(x) / np.array(x)")
+        hint = None
         if self.aval.dtype.kind in "biu":  # most often numpy's own indexing: table[idx]
-            err.args = (err.args[0] + "\nIf a plain numpy array is indexed with it (`table[idx]`, `table` a constant, "
-                        "not an argument), numpy itself asks for concrete indices: pass `table` to the jitted "
-                        "function as an argument, or look it up with np.take(table, idx, axis=...).",)
-        raise err
+            hint = ("If a plain numpy array is indexed with it (`table[idx]`, `table` a constant, not an argument), "
+                    "numpy itself asks for concrete indices: pass `table` to the jitted function as an argument, "
+                    "or look it up with np.take(table, idx, axis=...).")
+        raise concretization_error(self, "np.asarray(x) / np.array(x)", hint=hint)
 
     __bool__ = _concrete("bool(x), `if x:` or `while x:`")
     __float__ = _concrete("float(x)")
@@ -648,9 +649,10 @@ for _query, _answer in {
 
 
 # ----- errors that need the trace ------------------------------------------------------------
-def concretization_error(tracer, what, deps=None, decides_shape=False):
+def concretization_error(tracer, what, deps=None, decides_shape=False, hint=None):
     """Explain which argument the value comes from and what to do instead. `deps`: the input
-    indices it depends on, when it is not one traced value (default: `tracer`'s).
+    indices it depends on, when it is not one traced value (default: `tracer`'s). `hint`:
+    a last paragraph for the message.
 
     The inputs it depends on are candidates for being made static (ConcretizationError's
     static_candidates) when all are Python numbers or integer/boolean arrays, or, for a
@@ -677,7 +679,7 @@ def concretization_error(tracer, what, deps=None, decides_shape=False):
            "Inside jit_ps only shapes and dtypes are known. Mark the argument static "
            "(jit_ps(f, static_argnums=...) or static_argnames=..., one compile per value), "
            "or express the data-dependent part with autograd_xla.cond / switch / while_loop / fori_loop "
-           "or np.where.")
+           "or np.where." + (f"\n{hint}" if hint else ""))
     # argument indices are the jitted function's only in the outermost trace, not in a loop body's
     root = trace is not None and trace.parent is None
     static = candidates if root and candidates and len(candidates) == len(deps) else ()
