@@ -10,6 +10,8 @@ from ..errors import ConcreteValueRequired
 from ..hlo import Value
 from ..context import normalize_axis
 from ..registry import lowers
+from .elementwise import conj
+from .shape import diagonal, moveaxis_perm
 
 
 def _strong_dtype(x):
@@ -137,8 +139,7 @@ def _outer(ctx, a, b, out=None):
 def _vdot(ctx, a, b):
     x, y = _operands(ctx, a, b)
     if x.dtype.kind == "c":
-        from .elementwise import _conj
-        x = _conj(ctx, x)
+        x = conj(ctx, x)
     return ctx.dot_general(ctx.reshape(x, (x.size,)), ctx.reshape(y, (y.size,)), ([0], [0]))
 
 
@@ -157,7 +158,6 @@ def _kron(ctx, a, b):
 
 @lowers(np.cross)
 def _cross(ctx, a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
-    from .shape import moveaxis_perm
     x, y = _operands(ctx, a, b)
     if axis is not None:
         axisa = axisb = axisc = axis
@@ -227,7 +227,6 @@ def _sum_axes(ctx, v, labels, keep):
 
 
 def _take_diagonals(ctx, v, labels):
-    from .shape import diagonal
     while True:
         repeated = next((c for c in labels if labels.count(c) > 1), None)
         if repeated is None:
@@ -294,9 +293,8 @@ def _gufunc_kwargs(name, kwargs):
 def _vecdot(ctx, x1, x2, /, *, axis=-1, out=None, keepdims=False, **kwargs):
     """sum(conj(x1) * x2) over `axis`, with the other axes broadcast."""
     _gufunc_kwargs("vecdot", kwargs)
-    from .elementwise import _conj
     a, b = _operands(ctx, x1, x2)
-    a = _conj(ctx, a) if a.dtype.kind == "c" else a
+    a = conj(ctx, a) if a.dtype.kind == "c" else a
     shape = np.broadcast_shapes(a.shape, b.shape)
     a, b = ctx.broadcast_to(a, shape), ctx.broadcast_to(b, shape)
     ax = normalize_axis(axis, len(shape))
@@ -319,10 +317,9 @@ def _matvec(ctx, x1, x2, /, *, out=None, **kwargs):
 @lowers(np.vecmat)
 def _vecmat(ctx, x1, x2, /, *, out=None, **kwargs):
     _gufunc_kwargs("vecmat", kwargs)
-    from .elementwise import _conj
     a, b = _operands(ctx, x1, x2)
     if a.ndim < 1 or b.ndim < 2:
         raise ValueError("vecmat: the vector needs 1 dimension and the matrix 2")
-    a = _conj(ctx, a) if a.dtype.kind == "c" else a
+    a = conj(ctx, a) if a.dtype.kind == "c" else a
     out_v = matmul(ctx, ctx.reshape(a, a.shape[:-1] + (1,) + a.shape[-1:]), b)
     return ctx.reshape(out_v, np.broadcast_shapes(a.shape[:-1], b.shape[:-2]) + b.shape[-1:])

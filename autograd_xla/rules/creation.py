@@ -7,6 +7,7 @@ import numpy as np
 
 from ..context import result_type
 from ..registry import lowers
+from .shape import moveaxis_perm
 
 
 def _shape(shape):
@@ -62,7 +63,6 @@ def _linspace(ctx, start, stop, num=50, endpoint=True, retstep=False, dtype=None
     if dtype is not None:
         out = ctx.astype(out, dtype)
     if axis != 0:
-        from .shape import moveaxis_perm
         out = ctx.transpose(out, moveaxis_perm(out.ndim, 0, axis))
     if retstep:
         return out, (step if div > 0 else ctx.full(base, np.nan, dt))

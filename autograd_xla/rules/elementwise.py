@@ -120,7 +120,7 @@ def _logical_not(ctx, x):
     return ctx.compare(x, ctx.zeros_like(x), "EQ")
 
 
-def _isnan(ctx, x):
+def isnan(ctx, x):
     if not _is_float(x):
         return ctx.full(x.shape, False, np.bool_)
     if x.dtype.kind == "c":
@@ -153,7 +153,7 @@ def _signbit(ctx, x):
     return ctx.compare(x, ctx.zeros_like(x), "LT")
 
 
-def _conj(ctx, x):
+def conj(ctx, x):
     if x.dtype.kind != "c":
         return x
     return ctx.complex(ctx.real(x), ctx.unary("negate", ctx.imag(x), _real_dtype(x.dtype)))
@@ -198,7 +198,7 @@ UNARY = {
     np.trunc: _trunc,
     np.logical_not: _logical_not,
     np.invert: _not,
-    np.isnan: _isnan,
+    np.isnan: isnan,
     np.isinf: _isinf,
     np.isfinite: _isfinite,
     np.signbit: _signbit,
@@ -210,7 +210,7 @@ UNARY = {
     np.bitwise_count: lambda ctx, x: _bitwise_count(ctx, x),
     np.modf: lambda ctx, x: _modf(ctx, x),
     np.frexp: lambda ctx, x: _frexp(ctx, x),
-    np.conjugate: _conj,
+    np.conjugate: conj,
 }
 
 
@@ -245,7 +245,7 @@ def _float_divmod(ctx, a, b):
     return floordiv, mod
 
 
-def _int_divmod(ctx, a, b):
+def int_divmod(ctx, a, b):
     """numpy's integer floor division and remainder, with x // 0 == x % 0 == 0."""
     zero, one = ctx.zeros_like(a), _const_like(ctx, 1, a)
     b_zero = ctx.compare(b, zero, "EQ")
@@ -261,7 +261,7 @@ def _int_divmod(ctx, a, b):
 
 
 def _divmod(ctx, a, b):
-    return _float_divmod(ctx, a, b) if _is_float(a) else _int_divmod(ctx, a, b)
+    return _float_divmod(ctx, a, b) if _is_float(a) else int_divmod(ctx, a, b)
 
 
 def _floor_divide(ctx, a, b):
@@ -301,12 +301,12 @@ def minmax(ctx, x, y, name, ignore_nan=False):
         return ctx.binary("or" if name == "maximum" else "and", x, y)
     if x.dtype.kind == "c":
         order = complex_order(ctx, x, y, "GE" if name == "maximum" else "LE")
-        keep_x = ctx.binary("or", _isnan(ctx, y if ignore_nan else x), order)
+        keep_x = ctx.binary("or", isnan(ctx, y if ignore_nan else x), order)
         return ctx.select(keep_x, x, y)
     out = ctx.binary(name, x, y)
     if not ignore_nan or not _is_float(x):
         return out
-    return ctx.select(_isnan(ctx, x), y, ctx.select(_isnan(ctx, y), x, out))
+    return ctx.select(isnan(ctx, x), y, ctx.select(isnan(ctx, y), x, out))
 
 
 def _fminmax(name):
@@ -368,7 +368,7 @@ def _heaviside(ctx, x, h0):
     zero = ctx.zeros_like(x)
     out = ctx.select(ctx.compare(x, zero, "LT"), zero, _const_like(ctx, 1, x))
     out = ctx.select(ctx.compare(x, zero, "EQ"), h0, out)
-    return ctx.select(_isnan(ctx, x), x, out)
+    return ctx.select(isnan(ctx, x), x, out)
 
 
 def _ldexp(ctx, x, e):
@@ -420,7 +420,7 @@ def _nextafter(ctx, x, y):
     out = ctx.select(ctx.compare(kx, izero, "EQ"), tiny, out)
     out = ctx.bitcast_convert(out, x.dtype)
     out = ctx.select(ctx.compare(kx, ky, "EQ"), y, out)
-    nan = ctx.binary("or", _isnan(ctx, x), _isnan(ctx, y))
+    nan = ctx.binary("or", isnan(ctx, x), isnan(ctx, y))
     return ctx.select(nan, _const_like(ctx, np.nan, x), out)
 
 
@@ -634,7 +634,7 @@ def _isreal(ctx, x):
 
 @lowers(np.conj)
 def _conj_fn(ctx, x):
-    return _conj(ctx, ctx.asvalue(x))
+    return conj(ctx, ctx.asvalue(x))
 
 
 @lowers(np.angle)
@@ -709,7 +709,7 @@ def _isclose(ctx, a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     both_inf_equal = ctx.binary("and", ctx.compare(x, y, "EQ"), _isinf(ctx, x))
     out = ctx.binary("or", ctx.binary("and", close, _isfinite(ctx, y)), both_inf_equal)
     if equal_nan:
-        out = ctx.binary("or", out, ctx.binary("and", _isnan(ctx, x), _isnan(ctx, y)))
+        out = ctx.binary("or", out, ctx.binary("and", isnan(ctx, x), isnan(ctx, y)))
     return out
 
 
@@ -755,7 +755,7 @@ def _choose(ctx, a, choices, out=None, mode="raise"):
         if mode == "raise" and bad.size and (bad.min() < 0 or bad.max() >= n):
             raise ValueError("invalid entry in choice array")
     if mode == "wrap":
-        idx = _int_divmod(ctx, idx, ctx.full(idx.shape, n, np.int64))[1]
+        idx = int_divmod(ctx, idx, ctx.full(idx.shape, n, np.int64))[1]
     elif mode == "clip" or mode == "raise":  # traced indices cannot raise: they are clipped
         idx = ctx.clamp(ctx.scalar(0, np.int64), idx, ctx.scalar(n - 1, np.int64))
     values = [ctx.asvalue(c, dtype) for c in choices]

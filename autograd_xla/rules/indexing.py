@@ -20,6 +20,7 @@ from ..errors import ConcreteValueRequired
 from ..hlo import Value
 from ..context import normalize_axis
 from ..registry import lowers, ufunc_method_rule
+from .elementwise import BINARY, int_divmod
 
 INDEX_DTYPE = np.dtype(np.int64)
 
@@ -349,8 +350,6 @@ def _add_at(ctx, a, indices, b=None):
 
 @ufunc_method_rule("at")
 def _ufunc_at(ufunc):
-    from .elementwise import BINARY
-
     body = BINARY.get(ufunc)
     if ufunc.nin != 2 or body is None:
         return None
@@ -373,8 +372,7 @@ def _take(ctx, a, indices, axis=None, out=None, mode=None):
     if mode == "wrap" or mode == "clip":
         iv = ctx.asvalue(idx, INDEX_DTYPE)
         if mode == "wrap":
-            from .elementwise import _int_divmod
-            iv = _int_divmod(ctx, iv, ctx.full(iv.shape, n, INDEX_DTYPE))[1]
+            iv = int_divmod(ctx, iv, ctx.full(iv.shape, n, INDEX_DTYPE))[1]
         else:
             iv = ctx.clamp(ctx.scalar(0, INDEX_DTYPE), iv, ctx.scalar(n - 1, INDEX_DTYPE))
         idx = iv

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..context import normalize_axes, normalize_axis, result_type
 from ..registry import lowers, traces, ufunc_method_rule
-from .elementwise import _isnan, complex_order, minmax
+from .elementwise import complex_order, isnan, minmax
 
 
 @functools.lru_cache(maxsize=None)
@@ -227,7 +227,7 @@ def _arg_extremum(better):
         def body(b, av, ai, bv, bi):
             a_first = b.compare(ai, bi, "LT")
             if v.dtype.kind in "fc":
-                a_nan, b_nan = _isnan(b, av), _isnan(b, bv)
+                a_nan, b_nan = isnan(b, av), isnan(b, bv)
                 a_wins = b.binary("or", beats(b, av, bv),
                                   b.binary("and", b.compare(av, bv, "EQ"), a_first))
                 a_wins = b.select(b.binary("or", a_nan, b_nan),

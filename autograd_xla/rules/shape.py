@@ -10,6 +10,8 @@ import numpy as np
 
 from ..context import normalize_axes, normalize_axis, result_type
 from ..registry import lowers
+from .indexing import take_along
+from .reductions import numpy_result_dtype
 
 
 def _shape_arg(shape):
@@ -300,7 +302,6 @@ def _repeat(ctx, a, repeats, axis=None):
         shape[axis] *= r
         return ctx.reshape(expanded, shape)
     index = np.repeat(np.arange(v.shape[axis]), reps)
-    from .indexing import take_along
     return take_along(ctx, v, index, axis)
 
 
@@ -451,7 +452,6 @@ def _pad_axis(ctx, v, axis, lo, hi, mode, kwargs):
         index = np.where(index >= n, period - 1 - index, index)
     else:
         raise NotImplementedError(f"np.pad mode={mode!r} is not supported under jit_ps")
-    from .indexing import take_along
     return take_along(ctx, v, index, axis)
 
 
@@ -505,7 +505,6 @@ def _diagonal(ctx, a, offset=0, axis1=0, axis2=1):
 
 @lowers(np.trace)
 def _trace(ctx, a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
-    from .reductions import numpy_result_dtype
     d = diagonal(ctx, ctx.asvalue(a), int(offset), axis1, axis2)
     rdt = numpy_result_dtype(np.sum, d.dtype, None if dtype is None else np.dtype(dtype))
     return ctx.reduce_with(ctx.astype(d, rdt), [d.ndim - 1], "add", 0)

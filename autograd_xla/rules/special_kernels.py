@@ -1,0 +1,910 @@
+"""The numerical kernels of scipy.special's rules (special.py): elementwise functions of
+`N` values that build StableHLO as they compute, with nothing registered here.
+
+`N` is a Value and its builder with arithmetic operators, so that kernels read like the
+formulas they implement; `while_` and `converge` are elementwise `stablehlo.while` loops
+that stop when every element has converged. On them: building blocks (sign of Gamma,
+lgamma(1 + a), Stirling's corrections, log-gamma differences and beta), incomplete gamma
+and beta, Bessel J, Y and I of real order, erfcinv, expit/logit, and erf/erfc of complex
+arguments (algorithm 680 for w(z)). The tolerances are float64's: special.py's rules
+convert their operands before calling a kernel and round its result to numpy's dtype.
+"""
+import math
+
+import numpy as np
+import scipy.special as sc
+
+F64 = np.dtype(np.float64)
+EULER = 0.57721566490153286061
+LOG_2PI = math.log(2 * math.pi)
+EPS = 2.0 ** -53
+
+
+# ----- a Value with operators ----------------------------------------------------------------
+def _deeper(b1, b2):
+    return b1 if b1._depth >= b2._depth else b2
+
+
+class N:
+    """A Value and the builder to extend it with; scalars in expressions become constants
+    of the same dtype. Mixing values of an enclosing builder with those of a loop body
+    is fine: ops go to the innermost builder."""
+
+    __slots__ = ("b", "v")
+
+    def __init__(self, b, v):
+        self.b, self.v = b, v
+
+    shape = property(lambda self: self.v.shape)
+    dtype = property(lambda self: self.v.dtype)
+
+    def _pair(self, o):
+        if isinstance(o, N):
+            b = _deeper(self.b, o.b)
+            x, y = self.v, o.v
+            if x.shape != y.shape:
+                shape = np.broadcast_shapes(x.shape, y.shape)
+                x, y = b.broadcast_to(x, shape), b.broadcast_to(y, shape)
+            if y.dtype != x.dtype and x.dtype.kind != "b":
+                y = b.convert(y, x.dtype)
+            return b, x, y
+        return self.b, self.v, self.b.full(self.v.shape, o, self.v.dtype)
+
+    def _bin(self, name, o, swap=False):
+        b, x, y = self._pair(o)
+        if swap:
+            x, y = y, x
+        return N(b, b.binary(name, x, y))
+
+    def _cmp(self, o, direction):
+        b, x, y = self._pair(o)
+        return N(b, b.compare(x, y, direction))
+
+    __add__ = lambda s, o: s._bin("add", o)
+    __radd__ = lambda s, o: s._bin("add", o, True)
+    __sub__ = lambda s, o: s._bin("subtract", o)
+    __rsub__ = lambda s, o: s._bin("subtract", o, True)
+    __mul__ = lambda s, o: s._bin("multiply", o)
+    __rmul__ = lambda s, o: s._bin("multiply", o, True)
+    __truediv__ = lambda s, o: s._bin("divide", o)
+    __rtruediv__ = lambda s, o: s._bin("divide", o, True)
+    __pow__ = lambda s, o: s._bin("power", o)
+    __and__ = lambda s, o: s._bin("and", o)
+    __or__ = lambda s, o: s._bin("or", o)
+    __lt__ = lambda s, o: s._cmp(o, "LT")
+    __le__ = lambda s, o: s._cmp(o, "LE")
+    __gt__ = lambda s, o: s._cmp(o, "GT")
+    __ge__ = lambda s, o: s._cmp(o, "GE")
+
+    def eq(self, o):
+        return self._cmp(o, "EQ")
+
+    def ne(self, o):
+        return self._cmp(o, "NE")
+
+    def __neg__(self):
+        return self._u("negate")
+
+    def __invert__(self):
+        return self._u("not")
+
+    def _u(self, name):
+        return N(self.b, self.b.unary(name, self.v))
+
+    def _c(self, name):
+        return N(self.b, self.b.chlo(name, self.v))
+
+    exp = lambda s: s._u("exponential")
+    expm1 = lambda s: s._u("exponential_minus_one")
+    log = lambda s: s._u("log")
+
+    def log1p(self):
+        """XLA's log_plus_one loses ~7 bits for x in [-0.5, -0.3]; there this uses
+        log1p(x) = -log1p(-x / (1 + x)), whose argument lies where it is accurate."""
+        bad = (self > -0.6) & (self < -0.25)
+        safe = where(bad, self, self.like(-0.4))
+        return where(bad, -(-safe / (1.0 + safe))._u("log_plus_one"), self._u("log_plus_one"))
+
+    sqrt = lambda s: s._u("sqrt")
+    abs = lambda s: s._u("abs")
+    floor = lambda s: s._u("floor")
+    sin = lambda s: s._u("sine")
+    cos = lambda s: s._u("cosine")
+    sign = lambda s: s._u("sign")
+    lgamma = lambda s: s._c("lgamma")
+    digamma = lambda s: s._c("digamma")
+    erf = lambda s: s._c("erf")
+    erfc = lambda s: s._c("erfc")
+    erfinv = lambda s: s._c("erf_inv")
+    i1e = lambda s: s._c("bessel_i1e")
+
+    def isnan(self):
+        return self.ne(self)
+
+    def isfinite(self):
+        return N(self.b, self.b.op1("stablehlo.is_finite", [self.v], self.v.shape, np.bool_))
+
+    def astype(self, dtype):
+        return N(self.b, self.b.astype(self.v, dtype))
+
+    def like(self, value):
+        """A constant of this shape and dtype."""
+        return N(self.b, self.b.full(self.v.shape, value, self.v.dtype))
+
+    def any(self):
+        return N(self.b, self.b.reduce_with(self.v, range(self.v.ndim), "or", False))
+
+    def max(self):
+        return N(self.b, self.b.reduce_with(self.v, range(self.v.ndim), "maximum", -np.inf))
+
+    def min(self):
+        return N(self.b, self.b.reduce_with(self.v, range(self.v.ndim), "minimum", np.inf))
+
+
+def where(c, x, y):
+    """Elementwise select; x or y may be Python numbers."""
+    ref = x if isinstance(x, N) else y
+    if not isinstance(x, N):
+        x = ref.like(x)
+    if not isinstance(y, N):
+        y = ref.like(y)
+    b = _deeper(_deeper(c.b, x.b), y.b)
+    shape = np.broadcast_shapes(c.shape, x.shape, y.shape)
+    return N(b, b.select(b.broadcast_to(c.v, shape), b.broadcast_to(x.v, shape), b.broadcast_to(y.v, shape)))
+
+
+def maximum(x, y):
+    return x._bin("maximum", y)
+
+
+def minimum(x, y):
+    return x._bin("minimum", y)
+
+
+def chlo2(name, x, y):
+    b, xv, yv = x._pair(y)
+    return N(b, b.chlo(name, xv, yv))
+
+
+def polyval(coeffs, x):
+    """sum(c[k] * x**k), Horner's scheme."""
+    out = x.like(coeffs[-1])
+    for c in reversed(coeffs[:-1]):
+        out = out * x + c
+    return out
+
+
+def is_integer(x):
+    return x.eq(x.floor())
+
+
+def is_odd(n):
+    """n integer-valued (any magnitude): n/2 not an integer."""
+    half = n * 0.5
+    return half.ne(half.floor())
+
+
+def scalar(b, value, dtype=F64):
+    return N(b, b.constant(np.asarray(value, dtype)))
+
+
+# ----- loops ---------------------------------------------------------------------------------
+def while_(b, carry, cond, body):
+    """stablehlo.while over N values: cond(builder, carry) -> bool N scalar,
+    body(builder, carry) -> new carry (same shapes and dtypes)."""
+    def wrap(bb, args):
+        return [N(bb, a) for a in args]
+
+    def body_fn(bb, *args):
+        new = body(bb, wrap(bb, args))
+        out = []
+        for n, old in zip(new, args):
+            v = n.v if isinstance(n, N) else bb.full(old.shape, n, old.dtype)
+            if v.shape != old.shape:
+                v = bb.broadcast_to(v, old.shape)
+            out.append(v)
+        return out
+
+    outs = b.while_loop([c.v for c in carry], lambda bb, *a: cond(bb, wrap(bb, a)).v, body_fn)
+    return [N(b, o) for o in outs]
+
+
+def converge(b, active, state, step, max_iter):
+    """Iterate `step(builder, state) -> (new_state, still_active)` elementwise while any
+    element is active (and at most max_iter times); inactive elements keep their state."""
+    i0 = scalar(b, 0, np.int64)
+
+    def cond(bb, c):
+        return (c[0] < max_iter) & c[1].any()
+
+    def body(bb, c):
+        i, act, st = c[0], c[1], c[2:]
+        new, still = step(bb, st)
+        return [i + 1, act & still] + [where(act, n, s) for n, s in zip(new, st)]
+
+    return while_(b, [i0, active] + list(state), cond, body)[2:]
+
+
+# ----- building blocks -----------------------------------------------------------------------
+def gammasgn(x):
+    """Sign of Gamma(x): scipy's conventions (nan at poles and -inf, signed zero at 0)."""
+    one = x.like(1.0)
+    neg = where(is_odd(x.floor()), -one, one)
+    bits = N(x.b, x.b.bitcast_convert(x.v, np.int64))
+    zero_sign = where(bits < 0, -one, one)                       # -0.0 has the sign bit
+    out = where(x > 0, one, where(x.eq(0), zero_sign, where(is_integer(x), x.like(np.nan), neg)))
+    return where(x.isnan(), x, out)
+
+
+# zeta(k) for the series of lgamma(1 + a) about a = 0 (numbers, computed once).
+_ZETA = [float(sc.zeta(k)) for k in range(2, 28)]
+
+
+def lgamma1p(a):
+    """lgamma(1 + a), accurate for small |a| (1 + a would round a away)."""
+    small = a.abs() < 0.2
+    t = where(small, a, a.like(0.0))
+    # -EULER*a + sum_{k>=2} (-1)^k zeta(k) a^k / k
+    coeffs = [0.0, -EULER] + [(-1) ** k * z / k for k, z in zip(range(2, 28), _ZETA)]
+    series = polyval(coeffs, t)
+    return where(small, series, (a + 1.0).lgamma())
+
+
+def stirling_corr(x):
+    """lgamma(x) - ((x - 1/2) log x - x + log(2 pi)/2), for x >= 10 (Stirling's series)."""
+    xs = maximum(x, x.like(10.0))
+    r = 1.0 / xs
+    r2 = r * r
+    # B_2k / (2k (2k - 1)) for k = 1..8
+    c = [1 / 12, -1 / 360, 1 / 1260, -1 / 1680, 1 / 1188, -691 / 360360, 1 / 156, -3617 / 122400]
+    return r * polyval(c, r2)
+
+
+def log1pmx(d):
+    """log1p(d) - d, accurate near d = 0: with t = d/(2+d), log1p(d) = 2 atanh(t), so
+    log1p(d) - d = -d^2/(2+d) + 2 t^3 (1/3 + t^2/5 + t^4/7 + ...)."""
+    small = d.abs() < 0.3
+    ds = where(small, d, d.like(0.0))
+    t = ds / (2.0 + ds)
+    t2 = t * t
+    series = -ds * ds / (2.0 + ds) + 2.0 * t * t2 * polyval([1.0 / (2 * k + 3) for k in range(12)], t2)
+    return where(small, series, d.log1p() - d)
+
+
+def _stirling_diff(a, b):
+    """lgamma(a + b) - lgamma(a) from Stirling's series; valid for a, a + b >= 10."""
+    s = a + b
+    return (a - 0.5) * (b / a).log1p() + b * s.log() - b + stirling_corr(s) - stirling_corr(a)
+
+
+def lgamma_diff(a, b):
+    """lgamma(a + b) - lgamma(a); Stirling's form when both arguments are >= 10, where
+    the plain difference would cancel (a large, b small)."""
+    s = a + b
+    big = (a >= 10.0) & (s >= 10.0)
+    stirling = _stirling_diff(where(big, a, a.like(10.0)), where(big, b, b.like(1.0)))
+    return where(big, stirling, s.lgamma() - a.lgamma())
+
+
+def _betaln_core(a, b):
+    lg_a, lg_b = a.lgamma(), b.lgamma()
+    lo, hi = minimum(a, b), maximum(a, b)
+    big = (lo > 0) & (hi >= 10.0) & hi.isfinite()
+    plain = lg_a + lg_b - (a + b).lgamma()
+    stirling = where(a < b, lg_a, lg_b) - _stirling_diff(where(big, hi, hi.like(10.0)), where(big, lo, lo.like(1.0)))
+    out = where(big, stirling, plain)
+    return where(hi.eq(np.inf) & (lo > 0) & lo.isfinite(), a.like(-np.inf), out)
+
+
+def beta_parts(a, b):
+    """(sign, log|B(a, b)|) with scipy's limits where an argument is a pole of Gamma:
+    for a a non-positive integer, B = (-1)^b B(1 - a - b, b) when b is an integer with
+    1 - a - b > 0, and +inf otherwise (likewise with a and b exchanged)."""
+    sign = gammasgn(a) * gammasgn(b) * gammasgn(a + b)
+    sign = where(sign.isnan(), a.like(1.0), sign)
+    pa, pb = (a <= 0) & is_integer(a), (b <= 0) & is_integer(b)
+    p, q = where(pa, a, b), where(pa, b, a)           # p: the pole argument, if any
+    c = 1.0 - p - q
+    pole = pa | pb
+    limit = pole & is_integer(q) & (c > 0) & q.isfinite()
+    finite = limit & (q > 0)                          # B(c, q) itself is infinite for q <= 0
+    aa, bb = where(finite, c, a), where(finite, q, b)
+    aa, bb = where(pole & ~finite, a.like(1.0), aa), where(pole & ~finite, b.like(1.0), bb)
+    log_b = _betaln_core(aa, bb)
+    sign = where(pole, where(limit & is_odd(q), a.like(-1.0), a.like(1.0)), sign)
+    log_b = where(pole & ~finite, a.like(np.inf), log_b)
+    nan = a.isnan() | b.isnan()
+    return where(nan, a.like(np.nan), sign), where(nan, a.like(np.nan), log_b)
+
+
+def betaln(a, b):
+    """log|B(a, b)|."""
+    return beta_parts(a, b)[1]
+
+
+def log_gamma_prefactor(a, x):
+    """log(x**a exp(-x) / Gamma(a)); for a >= 10 as a*(log1p(d) - d) + Stirling terms with
+    d = (x - a)/a, which does not lose a*log(x) - x - lgamma(a) to cancellation."""
+    big = a >= 10.0
+    aa = where(big, a, a.like(10.0))
+    d = (x - aa) / aa
+    stirling = aa * log1pmx(d) + 0.5 * (aa.log() - LOG_2PI) - stirling_corr(aa)
+    xs = where(x > 0, x, x.like(1.0))
+    plain = a * xs.log() - x - a.lgamma()
+    return where(big, stirling, plain)
+
+
+# ----- incomplete gamma ----------------------------------------------------------------------
+_IGAMMA_MAX_ITER = 5000  # both loops need O(sqrt(a)) steps near x = a: a up to ~1e5
+
+
+def _igamma_series(b, a, x, active):
+    """sum_n x^n / ((a+1)...(a+n)); P(a, x) = x^a e^-x / Gamma(a+1) * this."""
+    def step(bb, st):
+        n, term, total = st
+        n = n + 1.0
+        term = term * x / (a + n)
+        total = total + term
+        return [n, term, total], term > total * EPS
+    one = a.like(1.0)
+    _, _, total = converge(b, active, [a.like(0.0), one, one], step, _IGAMMA_MAX_ITER)
+    return total
+
+
+def _igamma_cf(b, a, x, active):
+    """Legendre's continued fraction, modified Lentz; Q(a, x) = x^a e^-x / Gamma(a) * this."""
+    tiny = 1e-300
+    bn = x + 1.0 - a
+    c = a.like(1.0 / tiny)
+    d = 1.0 / where(bn.abs() < tiny, bn.like(tiny), bn)
+    h = d
+
+    def step(bb, st):
+        i, bn, c, d, h = st
+        i = i + 1.0
+        an = -i * (i - a)
+        bn = bn + 2.0
+        d = an * d + bn
+        d = where(d.abs() < tiny, d.like(tiny), d)
+        c = bn + an / c
+        c = where(c.abs() < tiny, c.like(tiny), c)
+        d = 1.0 / d
+        delta = d * c
+        return [i, bn, c, d, h * delta], (delta - 1.0).abs() > EPS
+    *_, h = converge(b, active, [a.like(0.0), bn, c, d, h], step, _IGAMMA_MAX_ITER)
+    return h
+
+
+def _igamma_q_small(b, a, x, active):
+    """Q(a, x) for a < 1, x < a + 1: 1 - x^a/Gamma(1+a) minus x^a/Gamma(1+a) * a *
+    sum_{n>=1} (-x)^n / (n! (a + n)), so that Q stays accurate when it is ~a."""
+    def step(bb, st):
+        n, term, total = st
+        n = n + 1.0
+        term = -term * x / n
+        add = term / (a + n)
+        return [n, term, total + add], add.abs() > total.abs() * EPS
+    zero = a.like(0.0)
+    _, _, total = converge(b, active, [zero, a.like(1.0), zero], step, 200)
+    u = a * x.log() - lgamma1p(a)
+    return -u.expm1() - u.exp() * a * total
+
+
+def igamma(b, a, x, upper):
+    """Regularised incomplete gamma P(a, x) (upper=False) or Q(a, x), with scipy's values
+    at the edges of the domain."""
+    bad = a.isnan() | x.isnan() | (a < 0) | (x < 0) | (a.eq(0) & x.eq(0))
+    inner = (a > 0) & (x > 0) & a.isfinite() & x.isfinite()
+    use_cf = inner & (x >= a + 1.0)
+    use_series = inner & ~use_cf
+    use_q_small = use_series & (a < 1.0)
+    # safe stand-ins where a branch does not apply, so no branch produces inf/nan
+    one = a.like(1.0)
+    a_s, x_s = where(use_series, a, one), where(use_series, x, one)
+    a_c, x_c = where(use_cf, a, one), where(use_cf, x, x.like(3.0))
+    prefactor = log_gamma_prefactor(where(use_series, a_s, a_c), where(use_series, x_s, x_c)).exp()
+    p_series = prefactor / a_s * _igamma_series(b, a_s, x_s, use_series)
+    q_cf = prefactor * _igamma_cf(b, a_c, x_c, use_cf)
+    if upper:
+        a_q, x_q = where(use_q_small, a, a.like(0.5)), where(use_q_small, x, one)
+        q_small = _igamma_q_small(b, a_q, x_q, use_q_small)
+        q = where(use_cf, q_cf, where(use_q_small, q_small, 1.0 - p_series))
+        edge_one = x.eq(0) | (a.eq(np.inf) & x.isfinite())
+        edge_zero = (a.eq(0) & (x > 0)) | (x.eq(np.inf) & (a > 0))
+        out = where(edge_one, one, where(edge_zero, a.like(0.0), q))
+    else:
+        p = where(use_cf, 1.0 - q_cf, p_series)
+        edge_zero = x.eq(0) | (a.eq(np.inf) & x.isfinite())
+        edge_one = (a.eq(0) & (x > 0)) | (x.eq(np.inf) & (a > 0))
+        out = where(edge_one, one, where(edge_zero, a.like(0.0), p))
+    return where(bad, a.like(np.nan), out)
+
+
+# ----- incomplete beta -----------------------------------------------------------------------
+_IBETA_MAX_ITER = 5000
+
+
+def _ibeta_cf(b, a, bb_, x, y, active):
+    """Continued fraction of I_x(a, b) (modified Lentz); I = x^a y^b / (a B(a,b)) * this.
+    Its first denominator 1 - (a+b) x/(a+1) is formed as (1 - b + (a+b) y)/(a+1): for
+    large a and x near 1 the former cancels."""
+    tiny = 1e-300
+    qab, qap, qam = a + bb_, a + 1.0, a - 1.0
+    c = a.like(1.0)
+    d = (1.0 - bb_ + qab * y) / qap
+    d = 1.0 / where(d.abs() < tiny, d.like(tiny), d)
+    h = d
+
+    def fix(v):
+        return where(v.abs() < tiny, v.like(tiny), v)
+
+    def step(bld, st):
+        m, c, d, h = st
+        m = m + 1.0
+        m2 = 2.0 * m
+        aa = m * (bb_ - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 / fix(1.0 + aa * d)
+        c = fix(1.0 + aa / c)
+        h = h * d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 / fix(1.0 + aa * d)
+        c = fix(1.0 + aa / c)
+        delta = d * c
+        return [m, c, d, h * delta], (delta - 1.0).abs() > EPS
+    *_, h = converge(b, active, [a.like(0.0), c, d, h], step, _IBETA_MAX_ITER)
+    return h
+
+
+def _ibeta_series(b, a, bb_, x, active):
+    """1 + a sum_{j>=1} (1-b)(2-b)...(j-b)/j! x^j/(a+j); I_x(a,b) = x^a/(a B(a,b)) * this.
+    Used for b < 1 above the mean, where 1 - I_{1-x}(b, a) would cancel."""
+    def step(bld, st):
+        j, t, total = st
+        j = j + 1.0
+        t = t * (j - bb_) * x / j
+        add = a * t / (a + j)
+        return [j, t, total + add], add.abs() > total.abs() * EPS
+    one = a.like(1.0)
+    _, _, total = converge(b, active, [a.like(0.0), one, one], step, _IBETA_MAX_ITER)
+    return total
+
+
+def _log_beta_prefactor(a, bb_, x, y):
+    """log(x^a y^b / B(a, b)); for a, b >= 10 written around the mode, as
+    -a*(dx - log1p(dx)) - b*(dy - log1p(dy)) + Stirling terms, free of cancellation."""
+    big = (a >= 10.0) & (bb_ >= 10.0)
+    a_s, b_s = where(big, a, a.like(10.0)), where(big, bb_, bb_.like(10.0))
+    s = a_s + b_s
+    x0, y0 = a_s / s, b_s / s
+    stirling = (a_s * log1pmx((x - x0) / x0) + b_s * log1pmx((y - y0) / y0)
+                + 0.5 * ((a_s * b_s / s).log() - LOG_2PI)
+                + stirling_corr(s) - stirling_corr(a_s) - stirling_corr(b_s))
+    lx = where(x > 0.5, (-y).log1p(), x.log())
+    ly = where(y > 0.5, (-x).log1p(), y.log())
+    plain = a * lx + bb_ * ly - _betaln_core(a, bb_)     # a, b > 0 here: no poles to handle
+    return where(big, stirling, plain)
+
+
+def ibeta(b, a, bb_, x, y=None):
+    """Regularised incomplete beta I_x(a, b); y = 1 - x when the caller knows it better."""
+    if y is None:
+        y = 1.0 - x
+    bad = (a.isnan() | bb_.isnan() | x.isnan() | (a < 0) | (bb_ < 0) | (x < 0) | (x > 1)
+           | (a.eq(0) & bb_.eq(0)) | (a.eq(np.inf) & bb_.eq(np.inf)))
+    inner = (a > 0) & (bb_ > 0) & a.isfinite() & bb_.isfinite() & (x > 0) & (x < 1)
+    swap = x > (a + 1.0) / (a + bb_ + 2.0)
+    series = inner & swap & (bb_ < 1.0) & (x < 0.99)
+    a1, b1 = where(swap, bb_, a), where(swap, a, bb_)
+    x1, y1 = where(swap, y, x), where(swap, x, y)
+    one, half = a.like(1.0), a.like(0.5)
+    a1, b1 = where(inner, a1, one), where(inner, b1, one)
+    x1, y1 = where(inner, x1, half), where(inner, y1, half)
+    # one prefactor for both methods: the series needs x^a/(a B(a,b)), without y^b
+    a2, b2, x2, y2 = where(series, a, a1), where(series, bb_, b1), where(series, x, x1), where(series, y, y1)
+    log_pre = _log_beta_prefactor(a2, b2, x2, y2) - a2.log()
+    ly = where(x2 > 0.5, y2.log(), (-x2).log1p())
+    log_pre = where(series, log_pre - b2 * ly, log_pre)
+    cf = _ibeta_cf(b, a1, b1, x1, y1, inner & ~series)
+    ser = _ibeta_series(b, a2, b2, x2, series)
+    r = log_pre.exp() * where(series, ser, cf)
+    out = where(swap & ~series, 1.0 - r, r)
+    zero = a.like(0.0)
+    out = where(x.eq(0) & (a > 0), zero, out)
+    out = where(x.eq(1) & (bb_ > 0), one, out)
+    out = where(a.eq(0) & (bb_ > 0), one, out)
+    out = where(bb_.eq(0) & (a > 0), zero, out)
+    out = where(a.eq(np.inf) & bb_.isfinite() & (x < 1), zero, out)
+    out = where(bb_.eq(np.inf) & a.isfinite() & (x > 0), one, out)
+    return where(bad, a.like(np.nan), out)
+
+
+# ----- Bessel functions ----------------------------------------------------------------------
+_HANKEL_TERMS = 40
+
+
+def _hankel_sums(b, v, x):
+    """Sums of the terms a_k = prod_{j<=k} (4v^2 - (2j-1)^2) / (k! (8x)^k) of Hankel's
+    expansions, taken while they still decrease (past the first 2|v| of them):
+    P = sum (-1)^k a_2k, Q = sum (-1)^k a_2k+1, S = sum (-1)^k a_k."""
+    mu = 4.0 * v * v
+    one, zero = x.like(1.0), x.like(0.0)
+    alive = one > 0.0
+
+    def cond(bb, c):
+        return (c[0] <= float(_HANKEL_TERMS)) & c[5].any()
+
+    def body(bb, c):
+        k, t, p, q, s, alive = c
+        odd_sq = (2.0 * k - 1.0) * (2.0 * k - 1.0)
+        new = t * (mu - odd_sq) / (8.0 * k * x)
+        alive = alive & ((new.abs() < t.abs()) | (mu > odd_sq))
+        term = where(alive, new, zero)
+        r = k - 4.0 * (k * 0.25).floor()               # k mod 4
+        q = q + where(r.eq(1.0), term, where(r.eq(3.0), -term, zero))
+        p = p + where(r.eq(2.0), -term, where(r.eq(0.0), term, zero))
+        s = s + where(is_odd(k), -term, term)
+        return [k + 1.0, new, p, q, s, alive]
+    _, _, p, q, s, _ = while_(b, [scalar(b, 1.0), one, one, zero, one, alive], cond, body)
+    return p, q, s
+
+
+def _hankel_jy(b, v, x):
+    """J_v(x), Y_v(x) from Hankel's asymptotic expansion (x large)."""
+    p, q, _ = _hankel_sums(b, v, x)
+    phase = (0.5 * v + 0.25) * math.pi
+    cx, sx, cp, sp = x.cos(), x.sin(), phase.cos(), phase.sin()
+    cos_chi = cx * cp + sx * sp
+    sin_chi = sx * cp - cx * sp
+    amp = (2.0 / (math.pi * x)).sqrt()
+    return amp * (p * cos_chi - q * sin_chi), amp * (p * sin_chi + q * cos_chi)
+
+
+def _hankel_ive(b, v, x):
+    """I_v(x) exp(-x) from its asymptotic expansion (x large)."""
+    _, _, s = _hankel_sums(b, v, x)
+    return s / (2.0 * math.pi * x).sqrt()
+
+
+def _miller_start(x, order):
+    """An even order far enough above max(x, order) for backward recurrence."""
+    top = maximum(x, order)
+    return 2.0 * ((top + 20.0 + 3.0 * (top + 10.0).sqrt()) * 0.5).floor() + 2.0
+
+
+def _miller(b, frac, x, target, active, with_y=False):
+    """Backward recurrence for f_m ~ J_{frac+m}(x), m from a start order down to
+    min(target, 0), normalised with (x/2)^frac / Gamma(frac+1) = sum_k e_k J_{frac+2k}.
+    Returns J_{frac+target}(x) and, if with_y (frac = 0), J_0, J_1 and the two Neumann
+    sums that give Y_0 and Y_1. `active` marks the elements that need it."""
+    one, zero = x.like(1.0), x.like(0.0)
+    x = where(active, x, one)
+    frac = where(active, frac, zero)
+    target = where(active, target, zero)
+    n_start = where(active, _miller_start(x, frac + target), x.like(2.0))
+    k_start = n_start * 0.5
+    e_start = ((frac + k_start).lgamma() - (frac + 1.0).lgamma() - k_start.lgamma()).exp() \
+        * (frac + n_start) / k_start
+    m0 = n_start.max()
+    m_min = minimum(where(active, target, zero).min(), zero.min())
+    state = [m0, zero, zero, zero, one, zero]  # m, f_{m+1}, f_{m+2}, sum, e, target value
+    if with_y:
+        state += [zero, zero, zero, zero]  # f_0, f_1, T0, T1
+
+    def cond(bb, c):
+        return c[0] >= m_min
+
+    def body(bb, c):
+        m, p1, p2, total, e, tgt = c[:6]
+        started = m <= n_start
+        at_start = m.eq(n_start)
+        cur = (2.0 * (frac + m + 1.0) / x) * p1 - p2
+        cur = where(at_start, one, where(started, cur, zero))
+        k = m * 0.5
+        even = k.eq(k.floor()) & (m >= 0.0)
+        ratio = (frac + 2.0 * k) * (k + 1.0) / ((frac + 2.0 * k + 2.0) * (frac + k))
+        e_new = where(at_start, e_start, where(k >= 1.0, e * ratio, one))
+        e = where(even & started, e_new, e)
+        total = total + where(even & started, e * cur, zero)
+        tgt = where(m.eq(target), cur, tgt)
+        out = [total, tgt]
+        if with_y:
+            f0, f1, t0, t1 = c[6:]
+            f0 = where(m.eq(0.0), cur, f0)
+            f1 = where(m.eq(1.0), cur, f1)
+            sign_k = where(is_odd(k), -one, one)
+            t0 = t0 + where(even & (m >= 2.0) & started, sign_k * cur / maximum(k, one), zero)
+            j = (m - 1.0) * 0.5
+            odd = j.eq(j.floor()) & (m >= 1.0)
+            js = maximum(j, one)
+            coef = where(j.eq(0.0), -one, where(is_odd(j), one, -one) * (2.0 * js + 1.0) / (js * (js + 1.0)))
+            t1 = t1 + where(odd & started, coef * cur, zero)
+            out += [f0, f1, t0, t1]
+        scale = where(cur.abs() > 1e200, x.like(1e-200), one)
+        out = [v * scale for v in out]
+        return [m - 1.0, cur * scale, p1 * scale, out[0], e] + out[1:]
+
+    res = while_(b, state, cond, body)
+    total, tgt = res[3], res[5]
+    norm = (frac * (0.5 * x).log() - (frac + 1.0).lgamma()).exp() / total
+    if not with_y:
+        return tgt * norm
+    f0, f1, t0, t1 = res[6:]
+    j0, j1 = f0 * norm, f1 * norm
+    lg = (0.5 * x).log() + EULER
+    y0 = (2.0 / math.pi) * (lg * j0 - 2.0 * t0 * norm)
+    y1 = (2.0 / math.pi) * (lg * j1 + t1 * norm - j0 / x)
+    return tgt * norm, j0, j1, y0, y1
+
+
+def _asymptotic_from(v):
+    """Where Hankel's expansions take over from the recurrences and series."""
+    return maximum(v.like(25.0), minimum(0.5 * v * v, v.like(2000.0)))
+
+
+_SMALL_X = 1e-5
+
+
+def _jv_small(v, x):
+    """Power series of J_v at tiny x: three terms."""
+    q = 0.25 * x * x
+    lead = gammasgn(v + 1.0) * (v * (0.5 * x).log() - (v + 1.0).lgamma()).exp()
+    return lead * (1.0 - q / (v + 1.0) + q * q / (2.0 * (v + 1.0) * (v + 2.0)))
+
+
+def jv(b, v, x):
+    """Bessel J_v(x) of real order v and real x, with scipy's values at x <= 0."""
+    v_int = is_integer(v)
+    flip = v_int & (v < 0)                        # J_{-n} = (-1)^n J_n
+    vv = where(flip, -v, v)
+    sign = where(flip & is_odd(v), v.like(-1.0), v.like(1.0))
+    ax = x.abs()
+    sign = where((x < 0) & v_int & is_odd(v), -sign, sign)
+    inner = (ax > 0) & ax.isfinite() & vv.isfinite()
+    asym = inner & (ax >= _asymptotic_from(vv))
+    small = inner & (ax < _SMALL_X)
+    rec = inner & ~asym & ~small
+    frac = vv - vv.floor()
+    j_rec = _miller(b, frac, ax, vv.floor(), rec)
+    xa = where(asym, ax, ax.like(30.0))
+    j_asym, _ = _hankel_jy(b, where(asym, vv, vv.like(0.0)), xa)
+    xs = where(small, ax, ax.like(_SMALL_X))
+    j_small = _jv_small(vv, xs)
+    out = where(asym, j_asym, where(small, j_small, j_rec)) * sign
+    # x == 0: 1 for order 0, 0 for positive (or negative integer) orders, +-inf otherwise
+    at_zero = where(vv.eq(0), v.like(1.0), where(vv > 0, v.like(0.0), gammasgn(vv + 1.0) * np.inf))
+    out = where(ax.eq(0), at_zero, out)
+    bad = v.isnan() | x.isnan() | ((x < 0) & ~v_int) | ax.eq(np.inf)   # scipy: nan at +-inf
+    return where(bad, v.like(np.nan), out)
+
+
+def y01(b, x):
+    """Y_0(x), Y_1(x) for x > 0 (other x give junk; callers mask them)."""
+    ok = (x > 0) & x.isfinite()
+    asym = ok & (x >= 25.0)
+    small = ok & (x < _SMALL_X)
+    rec = ok & ~asym & ~small
+    zero = x.like(0.0)
+    _, _, _, y0_rec, y1_rec = _miller(b, zero, x, zero, rec, with_y=True)
+    xa = where(asym, x, x.like(30.0))
+    _, y0_asym = _hankel_jy(b, zero, xa)
+    _, y1_asym = _hankel_jy(b, x.like(1.0), xa)
+    xs = where(small, x, x.like(_SMALL_X))
+    lg = (0.5 * xs).log() + EULER
+    q = 0.25 * xs * xs
+    y0_small = (2.0 / math.pi) * (lg * (1.0 - q) + q)
+    y1_small = -2.0 / (math.pi * xs) + (xs / math.pi) * (lg - 0.5)
+    y0 = where(asym, y0_asym, where(small, y0_small, y0_rec))
+    y1 = where(asym, y1_asym, where(small, y1_small, y1_rec))
+    return y0, y1
+
+
+def yn(b, n, x):
+    """Bessel Y_n(x) for integer n (truncated toward zero, as scipy's double loop does)."""
+    n = where(n < 0, -((-n).floor()), n.floor())
+    an = n.abs()
+    y0, y1 = y01(b, x)
+    top = where(x > 0, an, an.like(0.0)).max()
+    one = x.like(1.0)
+    xs = where(x > 0, x, one)
+
+    def cond(bb, c):
+        return c[0] < top
+
+    def body(bb, c):
+        k, ykm1, yk, out = c
+        ykp1 = (2.0 * k / xs) * yk - ykm1
+        return [k + 1.0, yk, ykp1, where(an.eq(k + 1.0), ykp1, out)]
+    _, _, _, yhi = while_(b, [scalar(b, 1.0), y0, y1, y1], cond, body)
+    out = where(an.eq(0), y0, where(an.eq(1), y1, yhi))
+    out = where((n < 0) & is_odd(n), -out, out)
+    at_zero = where((n < 0) & is_odd(n), one * np.inf, -one * np.inf)
+    out = where(x.eq(0), at_zero, out)
+    return where(n.isnan() | x.isnan() | (x < 0) | x.eq(np.inf), x.like(np.nan), out)
+
+
+def _ive_series(b, v, x, active):
+    """log|I_v(x) e^-x| and its sign from the power series
+    (x/2)^v / Gamma(v+1) * sum_k (x^2/4)^k / (k! (v+1)_k), summed with rescaling."""
+    one, zero = x.like(1.0), x.like(0.0)
+    x = where(active, x, one)
+    v = where(active, v, zero)
+    q = 0.25 * x * x
+    big, big_log = 1e280, 280.0 * math.log(10.0)
+
+    def step(bb, st):
+        k, r, total, count = st
+        k = k + 1.0
+        r = r * q / (k * (v + k))
+        total = total + r
+        scale = total.abs() > big
+        r = where(scale, r * (1.0 / big), r)
+        total = where(scale, total * (1.0 / big), total)
+        count = where(scale, count + 1.0, count)
+        return [k, r, total, count], (k <= -v) | (r.abs() > total.abs() * EPS)
+    _, _, total, count = converge(b, active, [zero, one, one, zero], step, 20000)
+    log_mag = v * (0.5 * x).log() - x - (v + 1.0).lgamma() + total.abs().log() + count * big_log
+    return log_mag, gammasgn(v + 1.0) * total.sign()
+
+
+def ive_parts(b, v, x):
+    """I_v(|x|) e^-|x| as (log magnitude, sign), with the sign and nan of scipy's iv at
+    x < 0, and the values at x = 0 and infinity."""
+    v_int = is_integer(v)
+    vv = where(v_int & (v < 0), -v, v)          # I_{-n} = I_n
+    ax = x.abs()
+    sign = where((x < 0) & v_int & is_odd(v), v.like(-1.0), v.like(1.0))
+    inner = (ax > 0) & ax.isfinite() & vv.isfinite()
+    asym = inner & (ax >= _asymptotic_from(vv))
+    ser = inner & ~asym
+    log_ser, sign_ser = _ive_series(b, vv, ax, ser)
+    xa = where(asym, ax, ax.like(30.0))
+    s_asym = _hankel_ive(b, where(asym, vv, vv.like(0.0)), xa)
+    log_mag = where(asym, s_asym.abs().log(), log_ser)
+    sign = sign * where(asym, s_asym.sign(), sign_ser)
+    # x == 0: 1 for order 0, 0 for positive (and negative integer) orders, inf otherwise
+    ninf = v.like(-np.inf)
+    log_mag = where(ax.eq(0), where(vv.eq(0), v.like(0.0), where(vv > 0, ninf, v.like(np.inf))), log_mag)
+    sign = where(ax.eq(0), v.like(1.0), sign)
+    bad = v.isnan() | x.isnan() | ((x < 0) & ~v_int) | ax.eq(np.inf)
+    return log_mag, sign, bad
+
+
+def exp_times(log_mag, sign, shift):
+    """sign * exp(log_mag + shift), splitting the exponential so that a huge shift and a
+    small log_mag do not overflow where the product is finite."""
+    half = 0.5 * shift
+    return sign * (log_mag + half).exp() * half.exp()
+
+
+# ----- error function inverses, logistic -----------------------------------------------------
+def erfcinv(y):
+    """Inverse of erfc on [0, 2]. Near y = 1 it is erfinv(1 - y), exact there; in the tails
+    1 - y rounds away the information, so Newton steps on log(erfc(z)) = log(y) refine
+    erfinv's guess (or, for tiny y, the asymptotic root of erfc(z) ~ exp(-z^2)/(z sqrt(pi)))."""
+    upper = y > 1.0
+    t = where(upper, 2.0 - y, y)                      # exact for y in [1, 2]
+    t_safe = where((t > 0) & (t <= 1.0), t, t.like(0.5))
+    z = (1.0 - t_safe).erfinv()
+    lt = t_safe.log()
+    base = -(t_safe * math.sqrt(math.pi)).log()
+    z_asym = (base - (base.sqrt()).log()).sqrt()
+    z = where(t_safe < 1e-12, z_asym, z)
+    for _ in range(4):
+        lec = z.erfc().log()
+        # d/dz log(erfc(z)) = -2 exp(-z^2) / (sqrt(pi) erfc(z)), formed in log space (with
+        # exp(-z^2) / erfc(z) as a quotient, XLA's simplifier stalled the iteration)
+        deriv = -2.0 / math.sqrt(math.pi) * (-(z * z) - lec).exp()
+        z = z - (lec - lt) / deriv
+    z = where(t_safe >= 0.5, (1.0 - t_safe).erfinv(), z)
+    z = where(upper, -z, z)
+    z = where(y.eq(0), y.like(np.inf), where(y.eq(2), y.like(-np.inf), z))
+    return where((y < 0) | (y > 2) | y.isnan(), y.like(np.nan), z)
+
+
+def expit(x):
+    e = (-x.abs()).exp()
+    return where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def logit(x):
+    """log(x / (1 - x)); near 1/2 as log1p((2x - 1) / (1 - x)), whose operands are exact."""
+    mid = (x > 0.3) & (x < 0.65)
+    plain = (x / (1.0 - x)).log()
+    return where(mid, ((2.0 * x - 1.0) / (1.0 - x)).log1p(), plain)
+
+
+# ----- complex erf / erfc ---------------------------------------------------------------------
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+def _round(x):
+    return (x + 0.5).floor()
+
+
+def wofz_upper(x, y):
+    """Faddeeva w(x + iy) for y >= 0 by Poppe & Wijers' algorithm 680 (ACM TOMS 16, 1990),
+    its data-dependent term counts as masks on fixed unrolled loops. Returns (re, im)."""
+    xabs, yabs = x.abs(), y
+    xs, ys = xabs / 6.3, yabs / 4.4
+    qrho = xs * xs + ys * ys
+    xquad = (xabs - yabs) * (xabs + yabs)
+    yquad = 2.0 * xabs * yabs
+    taylor = qrho < 0.085264
+    # |z| small: the power series of exp(-z^2) erfc(-iz)
+    n1 = _round(6.0 + 72.0 * ((1.0 - 0.85 * ys) * qrho.sqrt()))
+    xsum, ysum = 1.0 / (2.0 * n1 + 1.0), x.like(0.0)
+    for i in range(27, 0, -1):
+        on = n1 >= i
+        xaux = (xsum * xquad - ysum * yquad) / i
+        ysum = where(on, (xsum * yquad + ysum * xquad) / i, ysum)
+        xsum = where(on, xaux + 1.0 / (2 * i - 1), xsum)
+    u1 = 1.0 - _TWO_OVER_SQRT_PI * (xsum * yabs + ysum * xabs)
+    v1 = _TWO_OVER_SQRT_PI * (xsum * xabs - ysum * yabs)
+    daux = (-xquad).exp()
+    u2, v2 = daux * yquad.cos(), -daux * yquad.sin()
+    ut, vt = u1 * u2 - v1 * v2, u1 * v2 + v1 * u2
+    # elsewhere: Laplace's continued fraction, with Gautschi's series inside the ellipse
+    big = qrho > 1.0
+    nu_big = (3.0 + 1442.0 / (26.0 + 77.0 * where(big, qrho, 1.0).sqrt())).floor()
+    q2 = (1.0 - ys) * where(big | taylor, 0.5, 1.0 - qrho).sqrt()
+    h = where(big, 0.0, 1.88 * q2)
+    h2 = 2.0 * h
+    kapn = where(big, -1.0, _round(7.0 + 34.0 * q2))
+    nu = where(big, nu_big, _round(16.0 + 26.0 * q2))
+    qlambda = where(big, 1.0, h2) ** where(big, 0.0, kapn)
+    rx = ry = sx = sy = x.like(0.0)
+    for n in range(42, -1, -1):
+        on = nu >= n
+        tx = yabs + h + (n + 1) * rx
+        ty = xabs - (n + 1) * ry
+        c = 0.5 / (tx * tx + ty * ty)
+        rx, ry = where(on, c * tx, rx), where(on, c * ty, ry)
+        s_on = on & (kapn >= n)
+        tx = qlambda + sx
+        sx, sy = where(s_on, rx * tx - ry * sy, sx), where(s_on, ry * tx + rx * sy, sy)
+        qlambda = where(s_on, qlambda / where(big, 1.0, h2), qlambda)
+    uc = _TWO_OVER_SQRT_PI * where(big, rx, sx)
+    vc = _TWO_OVER_SQRT_PI * where(big, ry, sy)
+    uc = where(yabs.eq(0), (-(xabs * xabs)).exp(), uc)
+    u, v = where(taylor, ut, uc), where(taylor, vt, vc)
+    return u, where(x < 0, -v, v)
+
+
+def _erf_series(a, b):
+    """erf(a + ib) by its Taylor series (|z| <= 2: at most ~2 digits of cancellation)."""
+    tr, ti = (b - a) * (b + a), -2.0 * a * b          # -z^2
+    sr, si = a.like(1.0 / (math.factorial(40) * 81)), a.like(0.0)
+    for n in range(39, -1, -1):
+        sr, si = 1.0 / (math.factorial(n) * (2 * n + 1)) + (tr * sr - ti * si), tr * si + ti * sr
+    return _TWO_OVER_SQRT_PI * (a * sr - b * si), _TWO_OVER_SQRT_PI * (a * si + b * sr)
+
+
+def _erfc_first_quadrant(a, b):
+    """erfc(a + ib) = exp(-z^2) w(iz) for a, b >= 0."""
+    wr, wi = wofz_upper(-b, a)
+    mag = (-(a - b) * (a + b)).exp()
+    ph = 2.0 * a * b
+    er, ei = mag * ph.cos(), -mag * ph.sin()
+    return er * wr - ei * wi, er * wi + ei * wr
+
+
+def complex_erf(ctx, z, complementary):
+    """erf / erfc of a complex128 Value, by symmetry from the first quadrant: the Taylor
+    series for |z| <= 2, otherwise exp(-z^2) w(iz) with w from algorithm 680."""
+    x, y = N(ctx, ctx.real(z)), N(ctx, ctx.imag(z))
+    a, b = x.abs(), y.abs()
+    small = (a * a + b * b) <= 4.0
+    sa, sb = where(small, a, 0.5), where(small, b, 0.5)
+    la, lb = where(small, 3.0, a), where(small, 3.0, b)
+    er, ei = _erf_series(sa, sb)                  # erf, first quadrant
+    pr, pi_ = _erfc_first_quadrant(la, lb)        # erfc, first quadrant
+    sx, sy = where(x < 0, -1.0, x.like(1.0)), where(y < 0, -1.0, y.like(1.0))
+    if complementary:   # erfc(-z) = 2 - erfc(z), erfc(conj z) = conj erfc(z)
+        re = where(small, 1.0 - sx * er, where(x < 0, 2.0 - pr, pr))
+        im = sy * where(small, -ei, pi_)
+    else:               # erf(-z) = -erf(z), erf(conj z) = conj erf(z)
+        re = sx * where(small, er, 1.0 - pr)
+        im = sy * where(small, ei, -pi_)
+    nan = x.isnan() | y.isnan()
+    re, im = where(nan, x.like(np.nan), re), where(nan, x.like(np.nan), im)
+    return ctx.complex(re.v, im.v)
