@@ -43,13 +43,19 @@ def shape_of(x):
 
 @functools.lru_cache(maxsize=4096)
 def resolve_ufunc(ufunc, types, out_dtype=None):
-    """Loop dtypes numpy would pick: (input dtypes, output dtypes)."""
+    """Loop dtypes numpy would pick for operands of `types` and the call's `dtype=`
+    (`out_dtype`): (input dtypes, output dtypes)."""
     n_in, n_out = ufunc.nin, ufunc.nout
     if all(isinstance(t, type) for t in types):  # only Python scalars: numpy makes them arrays
         types = tuple(_DEFAULT_DTYPE[t] for t in types)
     types = tuple(_DEFAULT_DTYPE[bool] if t is bool else t for t in types)  # no weak-bool type in numpy
-    sig = tuple(types) + ((np.dtype(out_dtype),) * n_out if out_dtype is not None else (None,) * n_out)
-    dts = ufunc.resolve_dtypes(sig)
+    # numpy's `dtype=` chooses the loop (a signature), unlike an `out=` array's dtype, which
+    # only receives the result: np.add(int32, int32, dtype=float32) adds in float32
+    operands = tuple(types) + (None,) * n_out
+    if out_dtype is None:
+        dts = ufunc.resolve_dtypes(operands)
+    else:
+        dts = ufunc.resolve_dtypes(operands, signature=(None,) * n_in + (np.dtype(out_dtype),) * n_out)
     return tuple(dts[:n_in]), tuple(dts[n_in:])
 
 
@@ -96,7 +102,7 @@ class LoweringContext(hlo.Builder):
         array = np.asarray(array)
         if array.dtype not in hlo.SUPPORTED_DTYPES:
             raise UnsupportedDtypeError(f"constant of dtype {array.dtype} cannot be compiled", array.dtype)
-        if array.nbytes > LIFT_BYTES and not (array == array.flat[0]).all():
+        if array.nbytes > LIFT_BYTES and not hlo.repeats_one_value(array):
             return self.module.lift(array)
         return self.constant(array)
 
@@ -130,10 +136,10 @@ class LoweringContext(hlo.Builder):
         dtype = np.dtype(dtype)
         if v.dtype == dtype:
             return v
+        if dtype.kind == "b":  # nonzero, for a complex value in either part
+            return self.compare(v, self.zeros_like(v), "NE")
         if v.dtype.kind == "c" and dtype.kind != "c":
             v = self.real(v)
-        if dtype.kind == "b":
-            return self.compare(v, self.zeros_like(v), "NE")
         if v.dtype.kind == "b" and dtype.kind == "c":
             v = self.convert(v, np.float64 if dtype == np.complex128 else np.float32)
         return self.convert(v, dtype)

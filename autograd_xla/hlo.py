@@ -122,6 +122,14 @@ def hex_dense(array):
     return '"0x' + np.ascontiguousarray(array).tobytes().hex().upper() + '"'
 
 
+def repeats_one_value(array):
+    """Whether every element has the first one's bytes (so 0.0 and -0.0 differ, and NaNs of
+    one payload repeat): a constant that MLIR may store as a splat."""
+    flat = np.ascontiguousarray(array).reshape(-1)
+    raw = flat.view(np.uint8).reshape(flat.size, -1)
+    return bool((raw == raw[0]).all())
+
+
 def compare_type(dtype):
     kind = np.dtype(dtype).kind
     if kind in "fc":
@@ -266,7 +274,7 @@ class Builder:
     def constant(self, array):
         array = np.asarray(array)
         stored = array.astype(canonical_dtype(array.dtype), copy=False)  # x64 off: 32-bit bytes
-        if stored.size > 1 and (stored == stored.flat[0]).all() and not np.isnan(stored.flat[0]):
+        if stored.size > 1 and repeats_one_value(stored):
             data = hex_dense(stored.flat[:1])
         else:
             data = hex_dense(stored)

@@ -818,8 +818,11 @@ def _scan_primitives():
             if id(cell) in known:
                 continue
             raw = cell.cell_contents
-            raw = getattr(raw, "__wrapped_raw__", raw)
-            _patched.append((cell, raw, _raw_interceptor(raw) or _make_interceptor(obj, raw)))
+            raw = getattr(raw, "__wrapped_raw__", raw)  # swapped already: a primitive made while installed
+            interceptor = _raw_interceptor(raw) or _make_interceptor(obj, raw)
+            _patched.append((cell, raw, interceptor))
+            if _install_depth:  # another thread is tracing: this primitive is intercepted from now on too
+                cell.cell_contents = interceptor
             known.add(id(cell))
     _scanned_size = len(trace_primitives_map)
 
@@ -939,9 +942,9 @@ _saved_globals = []
 def intercepting():
     global _install_depth
     with _install_lock:
+        if _scanned_size != len(trace_primitives_map):  # primitives made since the last scan
+            _scan_primitives()
         if _install_depth == 0:
-            if _scanned_size != len(trace_primitives_map):
-                _scan_primitives()
             for cell, _, interceptor in _patched:
                 cell.cell_contents = interceptor
             for module, name, replacement in _module_patches():
@@ -966,8 +969,7 @@ def primitive_wrappers():
     """(autograd wrapper, raw function) of every primitive found: for the coverage report."""
     if _scanned_size != len(trace_primitives_map):
         with _install_lock:
-            if _install_depth == 0:
-                _scan_primitives()
+            _scan_primitives()
     raws = {}
     for cell, raw, _ in _patched:
         raws[id(raw)] = raw

@@ -136,8 +136,6 @@ def test_a_trace_leaves_other_threads_alone():
     assert not intercepted()
 
 
-@pytest.mark.xfail(strict=True, reason="a primitive created while another thread traces is never scanned: "
-                                       "intercepting() rescans only when no trace is active anywhere")
 def test_a_primitive_created_while_another_thread_traces_is_found():
     started, release = threading.Event(), threading.Event()
 
