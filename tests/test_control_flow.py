@@ -601,17 +601,17 @@ def test_float32_loop_with_float64_cotangent_keeps_autograd_dtypes():
 def test_functional_updates_replayed_under_autograd_have_numpy_derivatives():
     """The autograd primitives that replay in-place updates and traced slices (x[idx] = v,
     np.add.at, their traced-start forms) against their derivatives written out by hand."""
-    from autograd_xla import control_flow as cf
+    from autograd_xla.control_flow import replay
     from autograd_xla.core import DynamicSlice
 
     x, v, w = onp.array([1.0, -2.0, 0.5, 3.0]), onp.array([0.7, -0.2, 1.5]), onp.array([0.3, -1.1, 2.0, 0.9])
     dup = onp.array([0, 2, 0])
     cases = [  # f(x, v, i), gradient wrt x, gradient wrt v (of sum(w * f))
-        (lambda x, v, i: cf._set_items(x, slice(1, 3), v[:1]), w * onp.array([1, 0, 0, 1]),
+        (lambda x, v, i: replay.set_items(x, slice(1, 3), v[:1]), w * onp.array([1, 0, 0, 1]),
          onp.array([w[1] + w[2], 0, 0])),
-        (lambda x, v, i: cf._scatter_add(x, dup, v), w, w[dup]),
-        (lambda x, v, i: cf._dyn_update(x, (DynamicSlice(i, 2),), v[1:], True), w, onp.array([0, w[1], w[2]])),
-        (lambda x, v, i: cf._dyn_update(x, (DynamicSlice(i, 2),), v[1:], False), w * onp.array([1, 0, 0, 1]),
+        (lambda x, v, i: replay.scatter_add(x, dup, v), w, w[dup]),
+        (lambda x, v, i: replay.dyn_update(x, (DynamicSlice(i, 2),), v[1:], True), w, onp.array([0, w[1], w[2]])),
+        (lambda x, v, i: replay.dyn_update(x, (DynamicSlice(i, 2),), v[1:], False), w * onp.array([1, 0, 0, 1]),
          onp.array([0, w[1], w[2]])),
     ]
     i = onp.int64(1)
@@ -623,7 +623,7 @@ def test_functional_updates_replayed_under_autograd_have_numpy_derivatives():
                      path=f"case {k} jvp v")
         assert_close(jit_ps(lambda x, v, i: make_jvp(s, 0)(x, v, i)(x)[1])(x, v, i), onp.dot(gx, x),
                      path=f"case {k} jvp x")
-    g = lambda x, v, i: np.sum(w[:3] * cf._dyn_getitem(x, (DynamicSlice(i, 3),)) ** 2 * v)  # noqa: E731
+    g = lambda x, v, i: np.sum(w[:3] * replay.dyn_getitem(x, (DynamicSlice(i, 3),)) ** 2 * v)  # noqa: E731
     assert_close(jit_ps(grad(g))(x, v, i), onp.concatenate([[0], 2 * w[:3] * x[1:] * v]))
     assert_close(jit_ps(hessian(g))(x, v, i), onp.diag(onp.concatenate([[0], 2 * w[:3] * v])))
 
