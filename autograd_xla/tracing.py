@@ -307,7 +307,7 @@ def _operator(ufunc, swap=False):
         a, b = (other, self) if swap else (self, other)
         out = bind(ufunc, (a, b), {})
         if _is_weak(a) and _is_weak(b):
-            out._var.aval = Aval(out.shape, out.dtype, weak_type=True)
+            out.mark_weak()
         if ufunc in _AFFINE_OPS and not out.shape and out.dtype.kind in "iu":
             _record_affine(ufunc, a, b, out)
         return out
@@ -450,6 +450,8 @@ class Tracer:
         self._var, self._trace = var, trace
 
     aval = property(lambda self: self._var.aval)
+    graph_var = property(lambda self: self._var)  # the Var it stands for (not `var`: that is np.var)
+    owner = property(lambda self: self._trace)    # the Trace recording it
     shape = property(lambda self: self._var.aval.shape)
     dtype = property(lambda self: self._var.aval.dtype)
     ndim = property(lambda self: len(self._var.aval.shape))
@@ -460,6 +462,10 @@ class Tracer:
     mT = property(lambda self: np.swapaxes(self, -1, -2))
     real = property(lambda self: np.real(self))
     imag = property(lambda self: np.imag(self))
+
+    def mark_weak(self):
+        """Type this value weakly from now on, as a result of Python scalars is (NEP 50)."""
+        self._var.aval = Aval(self.shape, self.dtype, weak_type=True)
 
     def __repr__(self):
         return f"Traced<{self.aval}>"

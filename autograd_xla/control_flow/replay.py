@@ -21,7 +21,7 @@ from autograd.numpy.numpy_boxes import ArrayBox
 from autograd.tracer import box_types, getval, trace_primitives_map
 
 from .. import registry, tracing, tree
-from ..core import Aval, UfuncMethod, Var, dynamic_getitem, dynamic_update, map_vars, setitem
+from ..core import UfuncMethod, Var, dynamic_getitem, dynamic_update, map_vars, setitem
 from ..tracing import Tracer
 from .common import astype, dtype_of
 
@@ -67,8 +67,8 @@ def _mark_weak(x, args, kwargs):
         return
     inputs = set()
     _operand_vars((args, kwargs), inputs)
-    if v._var not in inputs:  # a fresh result, not an operand passed through
-        v._var.aval = Aval(v.shape, v.dtype, weak_type=True)
+    if v.graph_var not in inputs:  # a fresh result, not an operand passed through
+        v.mark_weak()
 
 
 def unbox(x):
@@ -81,7 +81,7 @@ def _operand_vars(obj, found):
     obj = unbox(obj)
     t = type(obj)
     if t is Tracer:
-        found.add(obj._var)
+        found.add(obj.graph_var)
     elif t is tuple or t is list:
         for x in obj:
             _operand_vars(x, found)

@@ -343,7 +343,7 @@ def _is_zero(x):
         return v is x and not np.any(v)
     if type(v) is not Tracer:
         return False
-    x, trace = v, v._trace
+    x, trace = v, v.owner
     entry = _PRODUCERS.get(trace)
     if entry is None:
         entry = _PRODUCERS[trace] = [0, {}]
@@ -352,7 +352,7 @@ def _is_zero(x):
             for v in eqn.outvars:
                 entry[1][v] = eqn
     entry[0] = len(trace.eqns)
-    eqn = entry[1].get(x._var)
+    eqn = entry[1].get(x.graph_var)
     return eqn is not None and len(eqn.args) > 1 and type(eqn.args[1]) in PY_SCALARS and eqn.args[1] == 0
 
 
