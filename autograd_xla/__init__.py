@@ -9,7 +9,9 @@
 The pipeline, one module per stage: api (jit_ps and its cache) -> tracing (abstract
 values through autograd's primitives) -> core (the graph) -> rules (translation rules
 by family) -> lowering (graph to StableHLO) -> backend (jaxlib clients, compile,
-execute). autodiff makes autograd differentiate through compiled functions.
+execute). autodiff makes autograd differentiate through compiled functions;
+compositions traces what numpy code cannot run on abstract values (odeint, scipy.stats...)
+as compositions of primitives and control flow.
 """
 import os
 

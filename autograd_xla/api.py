@@ -25,7 +25,7 @@ from autograd.tracer import box_types, getval
 
 from . import autodiff
 from . import backend as backend_mod
-from . import impurity, lowering, rules, tracing, tree  # noqa: F401 (rules: importing registers them)
+from . import compositions, impurity, lowering, rules, tracing, tree  # noqa: F401 (importing registers rules)
 from .backend import DeviceArray
 from .core import Aval, Graph, prim_name
 from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, ImpureFunctionError, JitError,

@@ -18,7 +18,6 @@ context to learn the result's shape and dtype: the rule is the single source of 
 for both, so the traced graph cannot disagree with the code it lowers to.
 """
 import contextlib
-import functools
 import gc
 import itertools
 import operator
@@ -32,7 +31,7 @@ from autograd.builtins import (container_take, container_untake, make_sequence, 
                                sequence_extend_right)
 from autograd.extend import VSpace
 from autograd.numpy.numpy_boxes import ArrayBox
-from autograd.tracer import Box, box_types, getval, trace_primitives_map
+from autograd.tracer import Box, box_types, trace_primitives_map
 
 from . import hlo, registry, tree
 from .context import LoweringContext, ModuleState
@@ -228,7 +227,7 @@ def _lists_as_arrays(args):
     asarray does to an operand), or None when there is none or one cannot be converted."""
     out, changed = [], False
     for a in args:
-        if type(a) in (list, tuple) and _holds_tracer(a):
+        if type(a) in (list, tuple) and holds_tracer(a):
             try:
                 a = anp.array(a)
             except Exception:
@@ -238,9 +237,10 @@ def _lists_as_arrays(args):
     return tuple(out) if changed else None
 
 
-def _holds_tracer(obj):
+def holds_tracer(obj):
+    """Whether obj is a Tracer or a list/tuple (nested) holding one."""
     t = type(obj)
-    return t is Tracer or (t in (list, tuple) and any(_holds_tracer(x) for x in obj))
+    return t is Tracer or (t in (list, tuple) and any(holds_tracer(x) for x in obj))
 
 
 def _replace_vars(obj, trace):
@@ -693,7 +693,8 @@ def concretization_error(tracer, what, deps=None, decides_shape=False, hint=None
 
 
 # ----- autograd integration ------------------------------------------------------------------
-def _full(shape, value, dtype):
+def full(shape, value, dtype):
+    """A traced np.full(shape, value, dtype=dtype) in the current trace."""
     return bind(np.full, (shape, value), {"dtype": dtype})
 
 
@@ -715,10 +716,10 @@ class TracerVSpace(VSpace):
         return len(self.shape)
 
     def zeros(self):
-        return _full(self.shape, 0, self.dtype)
+        return full(self.shape, 0, self.dtype)
 
     def ones(self):
-        return _full(self.shape, (1 + 1j) if self.iscomplex else 1, self.dtype)
+        return full(self.shape, (1 + 1j) if self.iscomplex else 1, self.dtype)
 
     def standard_basis(self):
         for idx in np.ndindex(*self.shape):
@@ -833,114 +834,6 @@ def _scan_primitives():
     _scanned_size = len(trace_primitives_map)
 
 
-def _parse_einsum_input(operands):
-    """autograd's einsum VJP parses subscripts with numpy's parser, which calls asarray on
-    the operands; parse zero-strided stand-ins instead and hand back the traced operands."""
-    from numpy._core.einsumfunc import _parse_einsum_input as parse
-
-    if not any(type(x) is Tracer for x in operands):
-        return parse(operands)
-    stand_ins = [np.broadcast_to(np.empty((), np.int8), x.shape) if type(x) is Tracer else x for x in operands]
-    in_subs, out_subs, _ = parse(stand_ins)
-    arrays = list(operands[1:]) if isinstance(operands[0], str) else list(operands[0::2])
-    return in_subs, out_subs, arrays
-
-
-def _module_patches():
-    """Module globals of autograd that look at concrete data, swapped while tracing."""
-    return _own_patches() + registry.MODULE_PATCHES
-
-
-@functools.cache
-def _own_patches():
-    """The fixed part of `_module_patches`, built once (first built while nothing is swapped)."""
-    from autograd.numpy import numpy_vjps, numpy_wrapper
-    from autograd.numpy.numpy_vspaces import ArrayVSpace
-
-    from .rules import autograd_helpers
-    return [(numpy_wrapper, "_parse_einsum_input", _parse_einsum_input),
-            (numpy_wrapper.r_class, "__getitem__", _traced_concatenator(np.lib._index_tricks_impl.RClass)),
-            (numpy_wrapper.c_class, "__getitem__", _traced_concatenator(np.lib._index_tricks_impl.CClass)),
-            (np.lib._index_tricks_impl, "array", _index_tricks_array)] + [
-            (cls, "__new__", _traced_int_scalar(vars(cls)["__new__"])) for cls in _AUTOGRAD_INT_TYPES] + [
-            (module, name, _nested_shape_query(getattr(module, name)))
-            for module in (anp, numpy_wrapper) for name in ("ndim", "shape")] + [
-            (numpy_vjps, "unpermuter", autograd_helpers.traced_unpermuter),
-            (numpy_wrapper, "select", autograd_helpers.traced_select),
-            (anp, "select", autograd_helpers.traced_select),
-            (ArrayVSpace, "zeros", _array_vspace_zeros(ArrayVSpace.zeros))]
-
-
-# np.r_ / np.c_: numpy's AxisConcatenator makes each item an array with `array(item, ndmin=...)`
-# (no __array_function__ dispatch), then concatenates; autograd's r_/c_ wrap numpy's. While
-# tracing, that `array` passes traced values and boxes through as reshapes and casts, and the
-# concatenation is autograd's, so the result is traced and differentiable.
-_numpy_index_tricks_array = np.lib._index_tricks_impl.array
-
-
-def _index_tricks_array(obj, dtype=None, copy=None, subok=False, ndmin=0, **kwargs):
-    x = getval(obj)
-    if type(x) is not Tracer:
-        return _numpy_index_tricks_array(obj, dtype=dtype, copy=copy, subok=subok, ndmin=ndmin, **kwargs)
-    if dtype is not None and np.dtype(dtype) != x.dtype:
-        obj = obj.astype(dtype)
-    if len(x.shape) < ndmin:
-        obj = anp.reshape(obj, (1,) * (ndmin - len(x.shape)) + tuple(x.shape))
-    return obj
-
-
-# autograd's integer scalar types (anp.int64...) construct through numpy's: np.int64(x) of an
-# array is x.astype(np.int64), which for a traced x is a traced cast.
-_AUTOGRAD_INT_TYPES = tuple({anp.int8, anp.int16, anp.int32, anp.int64})
-
-
-def _traced_int_scalar(original):
-    def __new__(cls, *args, **kwargs):
-        if len(args) == 1 and not kwargs and type(getval(args[0])) is Tracer:
-            return getval(args[0]).astype(np.dtype(cls))  # not differentiated, as autograd's notrace
-        return original.__func__(cls, *args, **kwargs)
-    return staticmethod(__new__)
-
-
-def _nested_shape_query(query):
-    """np.ndim / np.shape of a list of traced arrays (autograd's gradient VJP asks it of a
-    cotangent list): numpy makes an array of the list; ask it of stand-ins of the same shapes."""
-    def stand_in(x):
-        x = getval(x)
-        if type(x) is Tracer:
-            return np.broadcast_to(np.empty((), np.int8), x.shape)
-        return [stand_in(e) for e in x] if type(x) in (list, tuple) else x
-
-    def traced_query(a):
-        a = getval(a)
-        return query(stand_in(a) if type(a) in (list, tuple) and _holds_tracer(a) else a)
-    traced_query.__wrapped__ = query
-    return traced_query
-
-
-def _traced_concatenator(numpy_class):
-    class Traced(numpy_class):
-        concatenate = staticmethod(anp.concatenate)
-    concatenator = Traced()
-
-    def getitem(self, args):
-        return concatenator[args]
-    return getitem
-
-
-def _array_vspace_zeros(concrete_zeros):
-    """Gradients with respect to a concrete array (a constant being differentiated inside a
-    traced function) start as zeros that autograd then adds traced cotangents into in place
-    (`x += g`, `np.add.at`), which a numpy array cannot hold: in a tracing thread, they
-    start as traced zeros instead (the same values)."""
-    def zeros(vs):
-        if state.traces:
-            return _full(vs.shape, 0, vs.dtype)
-        return concrete_zeros(vs)
-    zeros.__wrapped__ = concrete_zeros
-    return zeros
-
-
 _saved_globals = []
 
 
@@ -953,7 +846,7 @@ def intercepting():
         if _install_depth == 0:
             for cell, _, interceptor in _patched:
                 cell.cell_contents = interceptor
-            for module, name, replacement in _module_patches():
+            for module, name, replacement in registry.MODULE_PATCHES:  # compositions/autograd_patches.py, impurity.py
                 # as stored (a class's staticmethod stays one), not as looked up
                 _saved_globals.append((module, name, vars(module).get(name, getattr(module, name))))
                 setattr(module, name, replacement)

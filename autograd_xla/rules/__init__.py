@@ -8,4 +8,4 @@ here only lower: compositions that trace into other primitives or into control f
 live above control flow, in compositions/.
 """
 from . import (autograd_helpers, contractions, creation, dynamic, elementwise, fft,  # noqa: F401
-               fixed_points, indexing, integrate, linalg, reductions, shape, signal, special, stats)
+               indexing, linalg, reductions, shape, signal, special)

@@ -73,6 +73,10 @@ Where numpy/scipy choose the result dtype from the data, we cannot:
   autograd (inside a loop body, which has no guards, it stays NaN: pass a complex matrix). (The
   portable path, which has no real Schur form, tells this case by the root's imaginary
   part exceeding sqrt(eps) times its largest entry.)
+
+scipy.linalg.cho_factor and sqrtm are trace rules (compositions/linalg.py) that bind the
+primitives `cho_factor_matrix` and `sqrtm_matrix` lowered here; the patch of
+autograd.numpy.linalg that eigh's VJP needs is there too.
 """
 import functools
 import operator
@@ -80,15 +84,11 @@ import warnings
 
 import numpy as np
 import scipy.linalg
-from autograd.numpy import linalg as _autograd_linalg
-from autograd.numpy import numpy_wrapper as _anp
-from autograd.tracer import getval
 from numpy.linalg import LinAlgError
 
-from .. import hlo, tracing
+from .. import hlo
 from ..hlo import Value
-from .. import registry
-from ..registry import lowers, traces
+from ..registry import lowers
 from .shape import diagonal, embed_diagonal
 
 _LAPACK_PREFIX = {np.dtype(np.float32): "s", np.dtype(np.float64): "d",
@@ -1641,22 +1641,17 @@ def _solve_triangular(ctx, a, b, trans=0, lower=False, unit_diagonal=False, over
     return _unrhs(ctx, x, vector)
 
 
-def _cho_factor_matrix(a, lower=False):
+def cho_factor_matrix(a, lower=False):
     """The factor half of scipy.linalg.cho_factor, as its own primitive."""
     return scipy.linalg.cho_factor(a, lower=lower)[0]
 
 
-@lowers(_cho_factor_matrix)
-@numpy_if_empty(_cho_factor_matrix)
+@lowers(cho_factor_matrix)
+@numpy_if_empty(cho_factor_matrix)
 def _cho_factor_matrix_rule(ctx, a, lower=False):
     v = _scipy_square(ctx, a, linalg_dtype(_dtype_of(a)), "cho_factor")
     f, ok = cholesky_factor(ctx, v, bool(lower))
     return nan_unless(ctx, ok, f)
-
-
-@traces(scipy.linalg.cho_factor)
-def _cho_factor(a, lower=False, overwrite_a=False, check_finite=True):
-    return tracing.bind(_cho_factor_matrix, (a,), {"lower": lower}), lower
 
 
 @lowers(scipy.linalg.cholesky)
@@ -1744,25 +1739,12 @@ def _solve_sylvester(ctx, a, b, q):
     return ctx.real(x) if dt.kind != "c" else x
 
 
-def _sqrtm_matrix(A, disp=np._NoValue, blocksize=np._NoValue):
+def sqrtm_matrix(A, disp=np._NoValue, blocksize=np._NoValue):
     """scipy.linalg.sqrtm with a result of the input's kind, as its own primitive."""
     return scipy.linalg.sqrtm(A, disp=disp, blocksize=blocksize)
 
 
-@traces(scipy.linalg.sqrtm)
-def _sqrtm(A, disp=np._NoValue, blocksize=np._NoValue):
-    """scipy returns a complex root exactly where a real matrix has a negative real eigenvalue,
-    a dtype the data decide; the compiled root is real (NaN there), so the program checks
-    that the root is finite and otherwise runs the call plainly (scipy's complex answer)."""
-    out = tracing.bind(_sqrtm_matrix, (A,), {"disp": disp, "blocksize": blocksize})
-    if out.dtype.kind == "f":
-        finite_in = np.all(np.isfinite(A))
-        tracing.add_guard(np.logical_or(np.all(np.isfinite(out)), np.logical_not(finite_in)),
-                          "scipy.linalg.sqrtm of a real matrix with a negative real eigenvalue is complex")
-    return out
-
-
-@lowers(_sqrtm_matrix)
+@lowers(sqrtm_matrix)
 def _sqrtm_rule(ctx, A, disp=np._NoValue, blocksize=np._NoValue):
     if disp is not np._NoValue and not disp:
         raise NotImplementedError("sqrtm(..., disp=False) (the error estimate) is not supported under jit_ps")
@@ -1790,36 +1772,3 @@ def _sqrtm_rule(ctx, A, disp=np._NoValue, blocksize=np._NoValue):
                           ctx.compare(wr, ctx.zeros_like(wr), "LT"))
     real_root = ctx.unary("not", ctx.reduce_with(negative, [wr.ndim - 1], "or", False))
     return nan_unless(ctx, real_root, ctx.real(x))
-
-
-# ----- autograd's VJPs that look at data -----------------------------------------------------
-def _is_traced_zeros(t):
-    """Whether the traced array is a literal zeros made by the trace (autograd's vspace
-    zeros for an unused output, np.zeros_like)."""
-    for eqn in reversed(t._trace.eqns):
-        if t._var in eqn.outvars:
-            if eqn.prim is np.full:
-                fill = eqn.args[1] if len(eqn.args) > 1 else eqn.kwargs.get("fill_value")
-                return isinstance(fill, (int, float, complex, np.number, np.ndarray)) and np.all(np.asarray(fill) == 0)
-            return eqn.prim is np.zeros_like
-    return False
-
-
-class _LinalgNamespace:
-    """autograd.numpy.linalg's `anp` while tracing. eigh's VJP asks `if anp.any(vg):`
-    (is the eigenvector cotangent nonzero) to skip a term that is NaN for repeated
-    eigenvalues. On a traced cotangent, answer from how it was made: autograd's zeros for
-    an unused output are a traced `np.full(shape, 0)`; anything else counts as nonzero."""
-
-    def __getattr__(self, name):
-        return getattr(_anp, name)
-
-    @staticmethod
-    def any(a, *args, **kwargs):
-        value = getval(a)
-        if type(value) is tracing.Tracer and not args and not kwargs:
-            return not _is_traced_zeros(value)
-        return _anp.any(a, *args, **kwargs)
-
-
-registry.register_module_patch(_autograd_linalg, "anp", _LinalgNamespace())

@@ -16,13 +16,12 @@ Numerics are written with `N`, a Value with arithmetic operators, so they read l
 formulas they implement.
 """
 import math
-import operator
 
 import numpy as np
 import scipy.special as sc
 
 from ..context import normalize_axes, result_type
-from ..registry import lowers, traces
+from ..registry import lowers
 from .special_kernels import (F64, LOG_2PI, N, beta_parts, betaln, chlo2, complex_erf, erfcinv, exp_times, expit,
                               gammasgn, ibeta, igamma, is_integer, is_odd, ive_parts, jv, lgamma_diff, logit, polyval,
                               scalar, where, while_, y01, yn)
@@ -328,14 +327,3 @@ def _logsumexp_unweighted(ctx, x, total, axes, kept, out_shape):
     s = total(where(at_max, x.like(0.0), (x - shift).exp()))
     out = where(finite, (s / m).log1p() + m.log() + shift, amax)
     return ctx.reshape(out.v, out_shape)
-
-
-@traces(sc.multigammaln)
-def _multigammaln(a, d):
-    """log of the multivariate gamma function, as scipy sums it: a constant plus
-    gammaln(a - j/2) for j < d. scipy's check a > (d - 1)/2 needs data and is skipped."""
-    d = operator.index(d)  # a traced d needs its value: the argument it came from becomes static
-    total = sc.gammaln(a)
-    for j in range(2, d + 1):
-        total = total + sc.gammaln(a - (j - 1.0) / 2)
-    return (d * (d - 1) * 0.25) * np.log(np.pi) + total

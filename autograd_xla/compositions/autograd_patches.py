@@ -1,0 +1,147 @@
+"""Module globals of autograd and numpy that look at concrete data, swapped for traced
+equivalents while a trace is active.
+
+Each patch is registered with `registry.register_module_patch` once, when this module is
+imported, and `tracing.intercepting` installs them all while a trace runs (restoring the
+originals as stored when it ends). Several replacements wrap the attribute they replace
+(`np.int64.__new__`, `anp.ndim` / `anp.shape`, `ArrayVSpace.zeros`, autograd's
+`unpermuter` and `select`), read when they are built: import time is outside any trace,
+while nothing is swapped, so they wrap the originals. (Built during a trace, they would
+wrap the patches themselves.)
+"""
+import autograd.numpy as anp
+import numpy as np
+from autograd.numpy import numpy_vjps, numpy_wrapper
+from autograd.numpy.numpy_vspaces import ArrayVSpace
+from autograd.tracer import getval, isbox
+from numpy._core.einsumfunc import _parse_einsum_input as _numpy_parse_einsum_input
+
+from .. import registry, tracing
+from ..tracing import Tracer
+
+
+def _parse_einsum_input(operands):
+    """autograd's einsum VJP parses subscripts with numpy's parser, which calls asarray on
+    the operands; parse zero-strided stand-ins instead and hand back the traced operands."""
+    if not any(type(x) is Tracer for x in operands):
+        return _numpy_parse_einsum_input(operands)
+    stand_ins = [np.broadcast_to(np.empty((), np.int8), x.shape) if type(x) is Tracer else x for x in operands]
+    in_subs, out_subs, _ = _numpy_parse_einsum_input(stand_ins)
+    arrays = list(operands[1:]) if isinstance(operands[0], str) else list(operands[0::2])
+    return in_subs, out_subs, arrays
+
+
+# np.r_ / np.c_: numpy's AxisConcatenator makes each item an array with `array(item, ndmin=...)`
+# (no __array_function__ dispatch), then concatenates; autograd's r_/c_ wrap numpy's. While
+# tracing, that `array` passes traced values and boxes through as reshapes and casts, and the
+# concatenation is autograd's, so the result is traced and differentiable.
+_numpy_index_tricks_array = np.lib._index_tricks_impl.array
+
+
+def _index_tricks_array(obj, dtype=None, copy=None, subok=False, ndmin=0, **kwargs):
+    x = getval(obj)
+    if type(x) is not Tracer:
+        return _numpy_index_tricks_array(obj, dtype=dtype, copy=copy, subok=subok, ndmin=ndmin, **kwargs)
+    if dtype is not None and np.dtype(dtype) != x.dtype:
+        obj = obj.astype(dtype)
+    if len(x.shape) < ndmin:
+        obj = anp.reshape(obj, (1,) * (ndmin - len(x.shape)) + tuple(x.shape))
+    return obj
+
+
+def _traced_concatenator(numpy_class):
+    class Traced(numpy_class):
+        concatenate = staticmethod(anp.concatenate)
+    concatenator = Traced()
+
+    def getitem(self, args):
+        return concatenator[args]
+    return getitem
+
+
+# autograd's integer scalar types (anp.int64...) construct through numpy's: np.int64(x) of an
+# array is x.astype(np.int64), which for a traced x is a traced cast.
+_AUTOGRAD_INT_TYPES = tuple({anp.int8, anp.int16, anp.int32, anp.int64})
+
+
+def _traced_int_scalar(original):
+    def __new__(cls, *args, **kwargs):
+        if len(args) == 1 and not kwargs and type(getval(args[0])) is Tracer:
+            return getval(args[0]).astype(np.dtype(cls))  # not differentiated, as autograd's notrace
+        return original.__func__(cls, *args, **kwargs)
+    return staticmethod(__new__)
+
+
+def _nested_shape_query(query):
+    """np.ndim / np.shape of a list of traced arrays (autograd's gradient VJP asks it of a
+    cotangent list): numpy makes an array of the list; ask it of stand-ins of the same shapes."""
+    def stand_in(x):
+        x = getval(x)
+        if type(x) is Tracer:
+            return np.broadcast_to(np.empty((), np.int8), x.shape)
+        return [stand_in(e) for e in x] if type(x) in (list, tuple) else x
+
+    def traced_query(a):
+        a = getval(a)
+        return query(stand_in(a) if type(a) in (list, tuple) and tracing.holds_tracer(a) else a)
+    traced_query.__wrapped__ = query
+    return traced_query
+
+
+_original_unpermuter = numpy_vjps.unpermuter
+
+
+def traced_unpermuter(g, permutation):
+    """autograd's VJP of sort/partition inverts the permutation by assigning into a concrete
+    array (`unsort[permutation] = range(n)`); with a traced permutation the inverse is its
+    argsort, and the cotangent is gathered with it."""
+    if isinstance(permutation, np.ndarray):
+        return _original_unpermuter(g, permutation)
+    return g[anp.argsort(permutation)]
+
+
+_original_select = numpy_wrapper.select
+
+
+def traced_select(condlist, choicelist, default=0):
+    """autograd.numpy.select rebuilds numpy's result element by element (so that arrays of
+    boxes work); on traced arrays without boxes numpy's select is one primitive."""
+    items = list(condlist) + list(choicelist) + [default]
+    traced = any(type(getval(x)) is Tracer for x in items)
+    if not traced:
+        return _original_select(condlist, choicelist, default)
+    if any(isbox(x) for x in items):  # numpy's semantics (the first true condition wins) as differentiable wheres
+        out = default
+        for cond, choice in reversed(list(zip(condlist, choicelist))):
+            out = anp.where(cond, choice, out)
+        shape = np.broadcast_shapes(*[anp.shape(x) for x in items])
+        return anp.broadcast_to(out, shape) if anp.shape(out) != shape else out
+    return np.select(list(condlist), list(choicelist), default=default)
+
+
+def _array_vspace_zeros(concrete_zeros):
+    """Gradients with respect to a concrete array (a constant being differentiated inside a
+    traced function) start as zeros that autograd then adds traced cotangents into in place
+    (`x += g`, `np.add.at`), which a numpy array cannot hold: in a tracing thread, they
+    start as traced zeros instead (the same values)."""
+    def zeros(vs):
+        if tracing.state.traces:
+            return tracing.full(vs.shape, 0, vs.dtype)
+        return concrete_zeros(vs)
+    zeros.__wrapped__ = concrete_zeros
+    return zeros
+
+
+for _owner, _name, _replacement in (
+        [(numpy_wrapper, "_parse_einsum_input", _parse_einsum_input),
+         (numpy_wrapper.r_class, "__getitem__", _traced_concatenator(np.lib._index_tricks_impl.RClass)),
+         (numpy_wrapper.c_class, "__getitem__", _traced_concatenator(np.lib._index_tricks_impl.CClass)),
+         (np.lib._index_tricks_impl, "array", _index_tricks_array)]
+        + [(cls, "__new__", _traced_int_scalar(vars(cls)["__new__"])) for cls in _AUTOGRAD_INT_TYPES]
+        + [(module, name, _nested_shape_query(getattr(module, name)))
+           for module in (anp, numpy_wrapper) for name in ("ndim", "shape")]
+        + [(numpy_vjps, "unpermuter", traced_unpermuter),
+           (numpy_wrapper, "select", traced_select),
+           (anp, "select", traced_select),
+           (ArrayVSpace, "zeros", _array_vspace_zeros(ArrayVSpace.zeros))]):
+    registry.register_module_patch(_owner, _name, _replacement)
