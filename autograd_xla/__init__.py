@@ -6,12 +6,28 @@
 
     grad_fun = jit_ps(grad(loss))   # traced once per signature, compiled, cached
 
-The pipeline, one module per stage: api (jit_ps and its cache) -> tracing (abstract
-values through autograd's primitives) -> core (the graph) -> rules (translation rules
-by family) -> lowering (graph to StableHLO) -> backend (jaxlib clients, compile,
-execute). autodiff makes autograd differentiate through compiled functions;
-compositions traces what numpy code cannot run on abstract values (odeint, scipy.stats...)
-as compositions of primitives and control flow.
+A call goes down the pipeline: api (jit_ps, its cache, fallback) -> tracing (the function
+on abstract values, through autograd's primitives, into a core.Graph) -> lowering (each
+equation by its primitive's translation rule, to StableHLO) -> backend (jaxlib: compile,
+transfer, execute). autodiff makes autograd differentiate through compiled calls.
+
+The modules stand on floors; each imports only its own floor and those below
+(tests/test_layering.py checks it, with no import circle, function-local imports included):
+
+ 0. core (abstract values, the graph), errors, tree (argument containers)
+ 1. registry: one entry per primitive with each of its faces (translation rule, trace
+    rule, metadata, replay under autograd boxes, interceptor; a slot for batching)
+ 2. hlo: StableHLO text, one builder method per op; op names checked
+ 3. context: what a translation rule gets as ctx (numpy promotion, broadcasting, constants)
+ 4. rules/: translation rules only, one module per family (adding a primitive is one
+    @lowers function in one of them)
+ 5. tracing, lowering, partial_eval: the interpreters of a graph; backend: the runtime
+ 6. control_flow/: while_loop, fori_loop, scan, cond, switch and their derivatives
+ 7. compositions/: trace rules (odeint, fixed_point, scipy.stats, nan*) and the patches of
+    autograd's globals that look at data
+ 8. autodiff, impurity (random draws replayed)
+ 9. api
+10. this package, coverage (the primitive report)
 """
 import os
 
@@ -21,7 +37,7 @@ from .api import JittedFunction, jit_ps  # noqa: E402
 from .backend import DeviceArray, default_platform, devices, set_default_platform  # noqa: E402
 from .control_flow import cond, fori_loop, scan, switch, while_loop  # noqa: E402
 from .core import Graph  # noqa: E402
-from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning,  # noqa: E402
+from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, UnsupportedDtypeError,  # noqa: E402,E501
                      ImpureFunctionError, JitError, PlatformUnavailableError, ProgramTooLargeError, TracerLeakError, UnsupportedPrimitiveError)
 from .registry import register_trace_rule, register_translation_rule  # noqa: E402
 
@@ -29,6 +45,6 @@ __version__ = "0.1.0"
 
 __all__ = ["jit_ps", "JittedFunction", "register_translation_rule", "register_trace_rule", "Graph",
            "JitError", "ConcretizationError", "UnsupportedPrimitiveError", "ImpureFunctionError", "TracerLeakError",
-           "CompileError", "FallbackWarning", "ProgramTooLargeError",
+           "CompileError", "FallbackWarning", "ProgramTooLargeError", "UnsupportedDtypeError",
            "ArgumentError", "PlatformUnavailableError", "DeviceArray", "devices", "default_platform",
            "set_default_platform", "while_loop", "fori_loop", "cond", "switch", "scan"]
