@@ -106,6 +106,21 @@ def test_unary(name):
     check_grad(f, v.reshape(2, 3))
 
 
+# scipy.special functions that autograd does not wrap: called on traced values they compile
+# too (values only: autograd has no derivative for them)
+UNWRAPPED = {
+    "exprel": (sc.exprel, [-800.0, -30.0, -1.0, -1e-300, 0.0, 1e-300, 1e-10, 0.5, 3.0, 700.0, 710.0]),
+}
+
+
+@pytest.mark.parametrize("name", UNWRAPPED)
+def test_unwrapped_scipy_special(name):
+    ref, values = UNWRAPPED[name]
+    x = onp.array(values + [onp.inf, -onp.inf, onp.nan])
+    assert_rel(jit_ps(ref, fallback="error")(x), ref(x), 1e-14)
+    assert_rel(jit_ps(ref, fallback="error")(x.astype(onp.float32)), ref(x.astype(onp.float32)), 1e-6)
+
+
 SWEEP_X = onp.concatenate([onp.linspace(-30, 30, 241), 10 ** onp.linspace(-8, 3, 45), -(10 ** onp.linspace(-8, 2, 21)),
                            EDGE])
 

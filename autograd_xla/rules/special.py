@@ -187,6 +187,7 @@ UFUNCS = {
     sc.erfc: lambda ctx, x: x.erfc(),
     sc.erfinv: lambda ctx, x: where(x.abs() > 1.0, x.like(np.nan), x.erfinv()),
     sc.erfcinv: lambda ctx, y: erfcinv(y),
+    sc.exprel: lambda ctx, x: where(x.eq(0), x.like(1.0), where(x.eq(np.inf), x, x.expm1() / x)),  # (e^x - 1)/x
     sc.j0: lambda ctx, x: jv(ctx, x.like(0.0), x),
     sc.j1: lambda ctx, x: jv(ctx, x.like(1.0), x),
     sc.jv: lambda ctx, v, x: jv(ctx, v, x),    # scipy.special.jn is jv
