@@ -23,7 +23,7 @@ import autograd.numpy as np
 import autograd.scipy.linalg as asl
 from autograd import grad, hessian, make_jvp
 from autograd_xla import jit_ps
-from autograd_xla.rules import linalg as linalg_rules
+from autograd_xla.rules import lapack as linalg_rules
 from helpers import assert_close, check, check_falls_back, check_grad, check_value, scalarize
 
 F64, F32, C128, C64 = onp.float64, onp.float32, onp.complex128, onp.complex64
