@@ -773,8 +773,6 @@ _install_lock = threading.Lock()
 def _primitive_code():
     global _PRIMITIVE_CODE
     if _PRIMITIVE_CODE is None:
-        import autograd.numpy as anp
-
         code = anp.tanh.__code__
         if "f_raw" not in code.co_freevars:
             raise RuntimeError("autograd's primitive wrapper changed: no 'f_raw' closure cell "

@@ -1,7 +1,7 @@
 """autograd.scipy.integrate.odeint under jit_ps: values and gradients against closed forms,
 scipy's odeint (LSODA) and plain autograd; the program is a loop; mxstep and failures.
 
-Tolerances. The compiled integrator (Dormand-Prince 5(4), rules/integrate.py) and LSODA
+Tolerances. The compiled integrator (Dormand-Prince 5(4), compositions/integrate.py) and LSODA
 both keep each step's local error near w = atol + rtol*|y|, so they agree only to the
 integration tolerance, not to 1e-12. Errors are measured in units of that weight,
 max|got - ref| / (tol * (1 + |ref|)), with rtol = atol = tol. Over the short spans used
@@ -174,7 +174,7 @@ def test_gradient_with_constant_args_compiles_each_backward_call_to_loops():
     """autograd's VJP integrates the augmented system backwards once per output interval
     (a Python loop over len(t) - 1 intervals); each call is one more loop nest. args are
     constants here, so autograd accumulates traced gradients for concrete arrays (see
-    rules/integrate.py). (autograd's VJP needs args passed positionally.)"""
+    compositions/integrate.py). (autograd's VJP needs args passed positionally.)"""
     f = lambda y0: np.sum(odeint(cos_decay, y0, onp.array([0.0, 1.0, 2.5]), (0.5,)) ** 2)
     jg = jit_ps(grad(f), fallback="error")
     y0 = onp.array([1.0, 2.0])

@@ -38,8 +38,8 @@ def _sqrtm(A, disp=np._NoValue, blocksize=np._NoValue):
 def _is_traced_zeros(t):
     """Whether the traced array is a literal zeros made by the trace (autograd's vspace
     zeros for an unused output, np.zeros_like)."""
-    for eqn in reversed(t._trace.eqns):
-        if t._var in eqn.outvars:
+    for eqn in reversed(t.owner.eqns):
+        if t.graph_var in eqn.outvars:
             if eqn.prim is np.full:
                 fill = eqn.args[1] if len(eqn.args) > 1 else eqn.kwargs.get("fill_value")
                 return isinstance(fill, (int, float, complex, np.number, np.ndarray)) and np.all(np.asarray(fill) == 0)
