@@ -796,8 +796,9 @@ def _make_interceptor(f_wrapped, raw):
                 if not registry.has_rule(raw):
                     raise
                 return bind(raw, args, kwargs)
-        if registry.has_rule(raw):
-            return bind(raw, args, kwargs)
+        entry = registry.lookup(raw)
+        if entry is not None and (entry.lowering is not None or entry.trace is not None):
+            return bind(raw, args, kwargs, entry)
         return trace_through(raw, f_wrapped, raw, args, kwargs)
 
     f_raw.__wrapped_raw__ = raw
