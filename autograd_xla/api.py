@@ -565,7 +565,7 @@ class JittedFunction:
                 graph, out_tree, draws = trace(contextlib.nullcontext())
         except ConcretizationError as e:
             watch.restore()
-            if getattr(e, "random_draws", None):
+            if e.random_draws:
                 raise impurity.concretized_draw_error(self._fun, e) from e
             raise
         except (TypeError, ValueError) as e:

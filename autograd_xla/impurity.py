@@ -517,14 +517,14 @@ def moved_error(fun, moved):
 
 
 def concretized_draw_error(fun, error):
+    """The ImpureFunctionError of a ConcretizationError `error` whose value came from random draws."""
     name = getattr(fun, "__name__", repr(fun))
     draws = ", ".join(error.random_draws)
     return ImpureFunctionError(
         f"{name} uses a random draw ({draws}) where a concrete value is needed (Python control flow, float(), an "
         "index or a size), which a compiled program cannot do with numbers drawn anew on each call:\n"
-        f"{getattr(error, 'source', '')}\nTo compile it, draw the numbers outside and pass them in as arguments.",
-        primitive=f"random draw used concretely: {draws}",
-        source=getattr(error, "source", None))
+        f"{error.source or ''}\nTo compile it, draw the numbers outside and pass them in as arguments.",
+        primitive=f"random draw used concretely: {draws}", source=error.source)
 
 
 def global_state():
