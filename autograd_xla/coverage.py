@@ -26,7 +26,12 @@ import traceback
 import warnings
 
 import numpy as onp
+import autograd.core
+import autograd.numpy as anp
+from autograd.builtins import SequenceBox
 from autograd.core import make_jvp, make_vjp, primitive_jvps, primitive_vjps
+from autograd.extend import vspace
+from autograd.numpy import numpy_vjps
 
 from . import registry
 from .api import jit_ps
@@ -151,14 +156,11 @@ def _spd(n, seed=0):
 
 
 def _vs(x):
-    from autograd.extend import vspace
     return vspace(x)
 
 
 def _examples():
     """name -> Example. Built on first use (scipy and the stats modules import lazily)."""
-    from autograd.numpy import numpy_vjps
-
     A, B, M, V = _r((2, 3)), _r((3, 4), seed=1), _r((3, 3), seed=2), _r((4,), seed=3)
     T3 = _r((2, 3, 4), seed=4)
     E = Example
@@ -235,7 +237,7 @@ def _examples():
         # untake's result is sparse: densify it into zeros of the (traced) array's vector space
         "autograd.numpy.numpy_vjps.untake": E(
             V[:3], onp.array([1, 1, 3]), V,
-            call=lambda w, x, idx, a: _core().sparse_add(_vs(a), None, w(x, idx, _vs(a)))),
+            call=lambda w, x, idx, a: autograd.core.sparse_add(_vs(a), None, w(x, idx, _vs(a)))),
         "autograd.numpy.numpy_vjps.dot_adjoint_0": E(B, _r((2, 4), seed=14), _meta(A), _meta(B)),
         "autograd.numpy.numpy_vjps.dot_adjoint_1": E(A, _r((2, 4), seed=14), _meta(A), _meta(B)),
         "autograd.numpy.numpy_vjps.tensordot_adjoint_0": E(B, _r((2, 4), seed=14), 1, 2, 2),
@@ -248,7 +250,7 @@ def _examples():
         # autograd.builtins and the VSpace operations
         "autograd.builtins.container_take": E((A, V), 1),
         "autograd.builtins.container_untake": E(
-            V, 1, (A, V), call=lambda w, x, idx, tup: _core().sparse_add(_vs(tup), None, w(x, idx, _vs(tup)))),
+            V, 1, (A, V), call=lambda w, x, idx, tup: autograd.core.sparse_add(_vs(tup), None, w(x, idx, _vs(tup)))),
         "autograd.builtins.make_sequence": E(tuple, A, V),
         "autograd.builtins.sequence_extend_right": E((A,), V),
         "autograd.builtins.sequence_extend_left": E((A,), V),
@@ -322,23 +324,16 @@ def _examples():
     return ex
 
 
-def _core():
-    import autograd.core
-    return autograd.core
-
-
 def _meta(x):
     return onp.shape(x), onp.ndim(x), onp.result_type(x), onp.iscomplexobj(x)
 
 
 def _real_eig(result):
     """eig's eigenvectors have an arbitrary phase: differentiate its eigenvalues only."""
-    import autograd.numpy as anp
     return anp.real(result[0])
 
 
 def _ode_rhs(y, t, a):
-    import autograd.numpy as anp
     return -a * y + anp.sin(t)
 
 
@@ -347,7 +342,6 @@ def _newton_sqrt(a):
 
 
 def _gap(x, y):
-    import autograd.numpy as anp
     return anp.max(anp.abs(x - y))
 
 
@@ -393,7 +387,6 @@ def _is_traced(x):
 
 def _like(x, seed, scale=1.0):
     """A deterministic cotangent/tangent with the structure, shapes and dtypes of x."""
-    from autograd.builtins import SequenceBox
     if isinstance(x, SequenceBox):
         return tuple(_like(x[i], seed + i, scale) for i in range(len(x)))
     if isinstance(x, (tuple, list)):

@@ -36,6 +36,7 @@ import threading
 import types
 
 import numpy as np
+from autograd.tracer import box_types
 
 from . import registry, tracing
 from .core import Aval
@@ -123,8 +124,6 @@ class recording:
 
 
 def _has_traced(obj):
-    from autograd.tracer import box_types
-
     t = type(obj)
     if t is tracing.Tracer or t in box_types:
         return True
