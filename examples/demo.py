@@ -72,16 +72,23 @@ def regression_log_posterior(params, inputs, targets, noise_scale=0.1, l2_reg=0.
 
 
 # ----- training --------------------------------------------------------------------------------
-def train(objective_grad, objective, init_params, num_iters, report_every):
-    losses = []
+def train(name, objective_grad, objective, init_params, num_iters, report_every):
+    """Adam from init_params; logs the loss every report_every steps, and prints progress on one
+    line as it goes. Returns the losses, the seconds in all, and the seconds spent logging."""
+    losses, logging, start = [], [0.0], time.perf_counter()
+    print(f"  {name:>8}: iteration", end="", flush=True)
 
     def callback(params, it, g):
         if it % report_every == 0:
+            begin = time.perf_counter()
             losses.append((it, float(objective(params, it))))
+            logging[0] += time.perf_counter() - begin
+            print(f"{',' if it else ''} {it} at {begin - start:.1f} s", end="", flush=True)
 
-    start = time.perf_counter()
     adam(objective_grad, init_params, step_size=0.01, num_iters=num_iters, callback=callback)
-    return losses, time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    print(f", {num_iters} at {seconds:.1f} s")
+    return losses, seconds, logging[0]
 
 
 def seconds_per_call(gradient, params, budget=0.5):
@@ -101,24 +108,34 @@ def seconds_per_call(gradient, params, budget=0.5):
 
 def compare(title, objective, init_params, num_iters):
     """Train with grad(objective), then with jit_ps(grad(objective)); print both."""
+    print(f"{title}, Adam, {num_iters} iterations (float64)\n")
     every = max(1, num_iters // 5)
-    plain_losses, plain_time = train(grad(objective), objective, init_params, num_iters, every)
+    plain_losses, plain_time, _ = train("autograd", grad(objective), objective, init_params, num_iters, every)
     compiled_grad = jit_ps(grad(objective))
-    jit_losses, jit_time = train(compiled_grad, objective, init_params, num_iters, every)
+    jit_losses, jit_time, jit_logging = train("jit_ps", compiled_grad, objective, init_params, num_iters, every)
     info = compiled_grad.cache_info()
     plain_g, jit_g = flatten(grad(objective)(init_params, 0))[0], flatten(compiled_grad(init_params, 0))[0]
     start_gap = onp.max(onp.abs(plain_g - jit_g)) / onp.max(onp.abs(plain_g))
     per_call = [seconds_per_call(g, init_params) for g in (grad(objective), compiled_grad)]
 
-    print(f"{title}, Adam, {num_iters} iterations (float64)\n")
-    print(f"{'iter':>6} {'autograd loss':>16} {'jit_ps loss':>16}")
+    print(f"\n{'iter':>6} {'autograd loss':>16} {'jit_ps loss':>16}")
     for (it, a), (_, b) in zip(plain_losses, jit_losses):
         print(f"{it:>6} {a:>16.6f} {b:>16.6f}")
     first_call = info["trace_seconds"] + info["lower_seconds"] + info["compile_seconds"]
+    one_call = per_call[0] / per_call[1]
     print(f"\nplain autograd : {plain_time:7.3f} s")
     print(f"jit_ps         : {jit_time:7.3f} s  (of which {first_call:.3f} s tracing and compiling, once)")
     print(f"speed-up       : {plain_time / jit_time:7.2f}x  (one gradient call: {1e3 * per_call[0]:.2f} ms plain, "
-          f"{1e3 * per_call[1]:.2f} ms jit_ps, {per_call[0] / per_call[1]:.1f}x)")
+          f"{1e3 * per_call[1]:.2f} ms jit_ps, {one_call:.1f}x)")
+    # The rest of a step is autograd's Adam: unflatten_optimizer (autograd.misc.optimizers) flattens
+    # the gradient and unflattens the parameters every step (twice more for the callback), each a
+    # make_vjp trace or a backward pass in autograd, and updates them in numpy; none of it is compiled.
+    gradients = num_iters * per_call[1]
+    adam_own = jit_time - first_call - gradients - jit_logging
+    print(f"why not {one_call:.1f}x: of jit_ps's {jit_time:.3f} s, {first_call:.3f} s is compiling (once), "
+          f"{gradients:.3f} s the {num_iters} compiled gradient calls, {adam_own:.3f} s Adam's own work that "
+          f"jit_ps leaves to autograd (it flattens and unflattens the parameters every step), "
+          f"{jit_logging:.3f} s logging losses")
     worst = max(abs(a - b) / max(abs(a), 1e-300) for (_, a), (_, b) in zip(plain_losses, jit_losses))
     print(f"largest relative difference: gradient at the start {start_gap:.1e}, loss curves {worst:.1e}")
     print("(a training run amplifies last-digit differences between BLAS and XLA arithmetic)\n")
@@ -132,8 +149,9 @@ def main():
     rs = onp.random.RandomState(0)
 
     # 1. A small regression network: autograd's tape costs more than the arithmetic, which
-    #    jit_ps compiles away (one fused program per gradient call: about 10x faster here);
-    #    autograd's Adam (flattening the parameters every step) then takes most of the time.
+    #    jit_ps compiles away (one fused program per gradient call); autograd's Adam, which
+    #    flattens and unflattens the parameters every step, then takes most of the time (the
+    #    "why not" line measures it).
     inputs, y = regression_data(80, rs)
     small_params = init_random_params(0.1, [1, 20, 20, 1], rs)
 
@@ -141,9 +159,8 @@ def main():
         return -regression_log_posterior(params, inputs, y)
     compare("Regression MLP [1, 20, 20, 1], 80 points", regression_objective, small_params, 5 * args.iters)
 
-    # 2. An MNIST-sized classifier: the time goes into large matrix products, which numpy's
-    #    BLAS and XLA compute about equally fast on a CPU; the gain here is small (on a GPU,
-    #    jit_ps(f, backend="gpu"), it is not).
+    # 2. An MNIST-sized classifier: the time goes into large matrix products and the
+    #    elementwise work around them, which XLA fuses; Adam's own work per step weighs less.
     images, targets = make_data(args.samples, rs)
     layer_sizes, l2_reg = [784, 200, 100, 10], 1.0
     big_params = init_random_params(0.1, layer_sizes, rs)

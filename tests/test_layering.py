@@ -55,7 +55,7 @@ def imported(module, path, known):
 FLOORS = [
     ("foundation: the graph, errors, containers", ["core", "errors", "tree"]),
     ("the primitive registry", ["registry"]),
-    ("StableHLO text", ["hlo"]),
+    ("StableHLO text; pictures of XLA's HLO text", ["hlo", "hlo_picture"]),
     ("what a translation rule's ctx offers", ["context"]),
     ("translation rules", ["rules"]),
     ("interpreters: tracing, lowering, partial evaluation; the runtime", ["tracing", "lowering", "partial_eval",
