@@ -33,7 +33,7 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # silence jaxlib's INFO logging before it loads
 
-from .api import JittedFunction, jit_ps  # noqa: E402
+from .api import JittedFunction, eval_shape, jit_ps  # noqa: E402
 from .backend import DeviceArray, default_platform, devices, set_default_platform  # noqa: E402
 from .control_flow import cond, fori_loop, scan, switch, while_loop  # noqa: E402
 from .core import Graph  # noqa: E402
@@ -47,4 +47,4 @@ __all__ = ["jit_ps", "JittedFunction", "register_translation_rule", "register_tr
            "JitError", "ConcretizationError", "UnsupportedPrimitiveError", "ImpureFunctionError", "TracerLeakError",
            "CompileError", "FallbackWarning", "ProgramTooLargeError", "UnsupportedDtypeError",
            "ArgumentError", "PlatformUnavailableError", "DeviceArray", "devices", "default_platform",
-           "set_default_platform", "while_loop", "fori_loop", "cond", "switch", "scan"]
+           "set_default_platform", "while_loop", "fori_loop", "cond", "switch", "scan", "eval_shape"]

@@ -101,7 +101,8 @@ def _derivative(fn, kind, spec, nums):
     if d is None:
         maker = make_vjp_function if kind == "vjp" else make_jvp_function
         d = fn._derivatives[key] = type(fn)(maker(fn, spec, nums), fallback=fn.fallback, backend=fn.backend,
-                                            cache_size=fn.cache_size, x64=fn.x64, max_program=fn.max_program)
+                                            cache_size=fn.cache_size, x64=fn.x64, max_program=fn.max_program,
+                                            explain=fn.explain)
         d._warned = fn._warned  # one warning per problem, not one per derivative
     return d
 

@@ -176,6 +176,16 @@ class Executable:
         stats.device_to_host += len(outs)
         return [convert(o) for convert, o in zip(self._converters, outs)]
 
+    def memory_analysis(self):
+        """Bytes of XLA's buffer assignment for this executable (arguments, outputs, temporaries,
+        inputs aliased by outputs, generated code); NotImplementedError where the platform's
+        PJRT client does not report them."""
+        try:
+            stats = self.exe.get_compiled_memory_stats()
+        except (AttributeError, xc.XlaRuntimeError) as e:
+            raise NotImplementedError(f"the {self.backend.platform} client reports no memory statistics: {e}") from None
+        return {name: getattr(stats, name) for name in dir(stats) if name.endswith("_in_bytes")}
+
     def optimized_hlo(self):
         return self.exe.hlo_modules()[0].to_string()
 

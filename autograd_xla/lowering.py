@@ -101,10 +101,12 @@ def _packs(avals, platform, pack):
     return [(dtype, members) for dtype, members in groups.items() if len(members) > 1]
 
 
-def lower(graph, name="jit_fn", platform="cpu", x64=True, pack=True):
+def lower(graph, name="jit_fn", platform="cpu", x64=True, pack=True, donate=()):
     """Emit `graph` as a module. With x64=False every 64-bit value is computed in 32 bits;
     `Lowered.in_avals` / `out_avals` then give the dtypes the executable really takes and
-    returns. `pack` allows sending small arguments together (PACK_MAX_BYTES)."""
+    returns. `pack` allows sending small arguments together (PACK_MAX_BYTES). `donate`: indices
+    of graph inputs whose buffers XLA may reuse for outputs (`jax.buffer_donor`, which XLA's
+    StableHLO import turns into input-output aliasing); packed ones are not marked."""
     with hlo.narrow_64_bit(not x64):
         module = ModuleState(platform)
         ctx = LoweringContext(module)
@@ -129,7 +131,8 @@ def lower(graph, name="jit_fn", platform="cpu", x64=True, pack=True):
                 start += a.size
         outs = lower_subgraph(ctx, graph, inputs, [])
         lifted = list(module.lifted.values())
-        text = hlo.module_text(_identifier(name), params + [v for _, v in lifted], ctx.lines, outs)
+        donors = {k: "{jax.buffer_donor = true}" for k, s in enumerate(sources) if type(s) is int and s in donate}
+        text = hlo.module_text(_identifier(name), params + [v for _, v in lifted], ctx.lines, outs, arg_attrs=donors)
         consts = [a.astype(hlo.canonical_dtype(a.dtype), copy=False) for a, _ in lifted]
         in_avals = [(p.shape, hlo.canonical_dtype(p.dtype)) for p in params]
         out_avals = [(o.shape, hlo.canonical_dtype(o.dtype)) for o in outs]

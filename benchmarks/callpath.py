@@ -22,13 +22,13 @@ from workloads import BY_NAME  # noqa: E402
 def jit_ps_stages(wl, x):
     from jaxlib import xla_client as xc
 
-    from autograd_xla import api, backend, jit_ps, tree
+    from autograd_xla import backend, jit_ps, signatures, tree
 
     jf = jit_ps(wl.build_autograd(), fallback="error")
     jf(x)
     args = (x,)
     spec, leaves = jf._split(args, {})
-    sig = tuple(map(api._leaf_signature, leaves))
+    sig = tuple(map(signatures.leaf_signature, leaves))
     (key, entry), = jf._cache.items()
     exe = entry.executable
     sharding, devices = exe._put_args
@@ -43,7 +43,7 @@ def jit_ps_stages(wl, x):
     return {
         "jit_ps: whole call": (jf, args),
         "  _split (flatten args)": (lambda: jf._split(args, {}), ()),
-        "  signature of leaves": (lambda: tuple(map(api._leaf_signature, leaves)), ()),
+        "  signature of leaves": (lambda: tuple(map(signatures.leaf_signature, leaves)), ()),
         "  cache lookup": (lambda: cache.get(key), ()),
         "  executable call (put + run + convert)": (exe, (leaves,)),
         "    batched_device_put of the input": (lambda: put(aval, sharding, [x], devices, enable_x64=True,

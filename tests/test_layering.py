@@ -63,7 +63,7 @@ FLOORS = [
     ("structured control flow", ["control_flow"]),
     ("compositions: trace rules and patches of autograd", ["compositions"]),
     ("derivatives of compiled calls, random draws", ["autodiff", "impurity"]),
-    ("jit_ps", ["api"]),
+    ("jit_ps: the cache, its signatures, ahead-of-time objects", ["api", "signatures", "aot"]),
     ("the package and its reports", ["", "coverage"]),
 ]
 

@@ -1,0 +1,183 @@
+"""Ahead of time: one signature of a jitted function as objects, and reports of compiling.
+
+    lowered = jit_ps(f).lower(x, n)    # traced and lowered, not compiled
+    lowered.graph, lowered.as_text()   # the primitive graph, the StableHLO given to XLA
+    compiled = lowered.compile()       # XLA's executable for exactly that signature
+    compiled.as_text()                 # XLA's optimised HLO (what was fused)
+    compiled.cost_analysis(), compiled.memory_analysis()
+    compiled(x, n)                     # runs that executable, as jit_ps(f)(x, n) would
+
+A cache entry of api.JittedFunction goes through three stages, each done only when asked
+for: traced (a core.Graph: what `graph()` and `eval_shape` need), lowered (StableHLO text:
+`stablehlo()`), compiled (an executable: calls, `optimized_hlo()`). This module holds the
+objects that show those stages; api owns the cache and hands them the functions that
+advance or run an entry, so nothing here imports api (same floor, below it in use).
+
+When XLA rejects a program, `explain_compile_error` names the primitive and the user's line
+that emitted the operation it rejected.
+
+The compile log: `jit_ps(f, explain=True)`, or $AUTOGRAD_XLA_LOG_COMPILES=1 for every jitted
+function, reports each trace and compile with its reason and its seconds on the logger
+"autograd_xla", at WARNING level so that Python's default logging configuration shows it
+(as jax's jax_log_compiles does).
+"""
+import logging
+import os
+import re
+
+import numpy as np
+
+from . import hlo, lowering, tree
+from .core import Graph, Var, prim_name
+from .errors import CompileError
+
+#: The logger compile reports go to.
+logger = logging.getLogger("autograd_xla")
+#: Environment variable that turns the compile log on for functions that do not set `explain`.
+LOG_ENV = "AUTOGRAD_XLA_LOG_COMPILES"
+_OFF = ("", "0", "false", "no", "off")
+
+
+def explaining(explain):
+    """Whether a function with jit_ps's `explain` argument logs its traces and compiles;
+    None follows $AUTOGRAD_XLA_LOG_COMPILES, read at each trace (so it can change at run time)."""
+    if explain is None:
+        return os.environ.get(LOG_ENV, "").strip().lower() not in _OFF
+    return bool(explain)
+
+
+def report(message):
+    logger.warning(message)
+
+
+class ShapeDtype:
+    """Shape and dtype of an array that was not computed: what `eval_shape` returns per
+    output leaf (compares equal to another with the same shape and dtype)."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = tuple(int(d) for d in shape), np.dtype(dtype)
+
+    ndim = property(lambda self: len(self.shape))
+    size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
+
+    def __eq__(self, other):
+        return type(other) is ShapeDtype and self.shape == other.shape and self.dtype == other.dtype
+
+    def __hash__(self):
+        return hash((self.shape, self.dtype))
+
+    def __repr__(self):
+        return f"ShapeDtype(shape={self.shape}, dtype={self.dtype.name})"
+
+
+def output_shapes(graph, out_tree, x64=True):
+    """The traced outputs of `graph` (guards, appended last by tracing, left out) as ShapeDtypes
+    in the function's output structure. A constant output is returned as lowering emits it, in
+    its canonical dtype; x64=False narrows 64-bit dtypes as lowering then does (hlo.NARROW_64)."""
+    narrow = {} if x64 else hlo.NARROW_64
+    outs = graph.outvars[:len(graph.outvars) - len(graph.guards)]
+    leaves = []
+    for v in outs:
+        shape, dtype = (v.aval.shape, v.aval.dtype) if isinstance(v, Var) else (np.shape(v), np.asarray(v).dtype)
+        leaves.append(ShapeDtype(shape, narrow.get(dtype, dtype)))
+    return leaves[0] if out_tree is tree.LEAF else tree.unflatten(out_tree, leaves)
+
+
+class Lowered:
+    """One signature of a jitted function, traced and lowered to StableHLO, not compiled.
+
+    `graph`: the traced core.Graph (print it for a listing); `as_text()`: the StableHLO module
+    text given to XLA; `compile()`: the Compiled executable (XLA compiles it now unless an
+    identical program is already compiled)."""
+
+    def __init__(self, name, graph, lowered, compile):
+        self._name, self.graph, self._lowered, self._compile = name, graph, lowered, compile
+
+    def as_text(self):
+        return self._lowered.text
+
+    def compile(self):
+        return self._compile()
+
+    def __repr__(self):
+        return f"<Lowered {self._name}: {len(self.graph.eqns)} primitive calls>"
+
+
+class Compiled:
+    """One signature of a jitted function, compiled by XLA.
+
+    Calling it runs this executable with jit_ps's argument conventions and results (the same
+    values, containers and dtypes as the jitted function's call); arguments of another
+    signature raise ArgumentError rather than compiling anew. `as_text()` is XLA's optimised
+    HLO (after fusion: what autograd_xla.hlo_picture draws), `cost_analysis()` XLA's estimate
+    of flops and bytes accessed, `memory_analysis()` the bytes of its buffer assignment."""
+
+    def __init__(self, name, executable, call):
+        self._name, self._executable, self._call = name, executable, call
+
+    def __call__(self, *args, **kwargs):
+        return self._call(args, kwargs)
+
+    def as_text(self):
+        return self._executable.optimized_hlo()
+
+    def cost_analysis(self):
+        return self._executable.cost_analysis()
+
+    def memory_analysis(self):
+        """Bytes of arguments, outputs, temporaries, aliased (donated) inputs and generated code,
+        as XLA's buffer assignment gave them; NotImplementedError where the platform's client
+        does not report them."""
+        return self._executable.memory_analysis()
+
+    def __repr__(self):
+        return f"<Compiled {self._name}>"
+
+
+def explain_compile_error(fn, error, graph, lowered, platform, x64):
+    """XLA rejected a program: a translation rule emitted something invalid (the traced
+    shapes were valid, or tracing would have raised numpy's error). Say which primitive and
+    which line of the user's code, not the module text; keep XLA's words as attributes."""
+    text = str(error)
+    found = re.search(r'(?:^|[\s(])"?-"?:(\d+):\d+:? ?(?:error:)? ?([^\n]*)', text)
+    first = found.group(2).strip() if found else text.split("\n", 1)[0][:300]
+    eqn = equation_at_line(graph, int(found.group(1)), platform, x64) if found else None
+    where = (f"\nThe operation was emitted for primitive '{prim_name(eqn.prim)}', traced from\n{eqn.source}"
+             if eqn is not None else "")
+    return CompileError(f"XLA rejected the program compiled for {fn!r}: {first}{where}\nThe traced shapes and "
+                       "dtypes were valid, so this is a bug in a translation rule; please report it. XLA's full "
+                       "message and the module text are in this error's .xla_message and .module_text.",
+                       xla_message=text, module_text=lowered.text, primitive=eqn.prim if eqn is not None else None,
+                       source=eqn.source if eqn is not None else None)
+
+
+def equation_at_line(graph, lineno, platform, x64):
+    """The equation whose lowering produced line `lineno` of the module text: lowering is
+    deterministic and sequential, so lower growing prefixes of the graph and count lines."""
+    eqns = lowering.prune(graph).eqns
+    header = 2  # "module ..." and "func.func ..."
+
+    def body_lines(k):
+        outs = [v for e in eqns[:k] for v in e.outvars if v is not None] or list(graph.invars[:1])
+        sub = Graph(list(graph.invars), list(eqns[:k]), outs, captured=graph.captured, arg_names=graph.arg_names)
+        try:
+            text = lowering.lower(sub, "probe", platform, x64).text
+        except Exception:
+            return None
+        return text.count("\n") - header - 3  # footer: return, "}", "}"
+
+    if lineno <= header:
+        return None
+    lo, hi = 1, len(eqns)
+    while lo < hi:  # smallest k whose prefix reaches the line
+        mid = (lo + hi) // 2
+        n = body_lines(mid)
+        if n is None:
+            return None
+        if n >= lineno - header:
+            hi = mid
+        else:
+            lo = mid + 1
+    return eqns[lo - 1] if eqns and (body_lines(lo) or 0) >= lineno - header else None

@@ -1,0 +1,247 @@
+"""What the compile cache keys a call by, and the words for it.
+
+A call's signature is its arguments' container structure plus, per leaf, `leaf_signature`:
+(shape, dtype) of an array, the type of a Python number (traced weakly typed), or a
+`Static` value passed by value into the trace. Here too: the names of the arguments
+(`signature_of`, through autograd's wrappers), how two signatures differ
+(`describe_change`, for the retrace warning and the compile log) and the argument shapes
+numpy would refuse (`suspicious`). Used by api; imports nothing of it.
+"""
+import hashlib
+import inspect
+
+import numpy as np
+from autograd.extend import VSpace
+from autograd.wrap_util import unary_to_nary
+
+from . import tree
+from .backend import DeviceArray
+from .core import Aval
+from .hlo import SUPPORTED_DTYPES as _SUPPORTED
+
+# The code object of the function autograd's differential operators return (grad(f) is an
+# `nary_f(*args, **kwargs)` closure over `fun`, the same code for every operator and function)
+_NARY_CODE = unary_to_nary(lambda fun, x: None)(lambda: None).__code__
+
+# Python numbers traced as weakly typed scalars; a bool is static (it is a flag: keepdims=True)
+PY_SCALARS = {int: np.dtype(np.int64), float: np.dtype(np.float64), complex: np.dtype(np.complex128)}
+
+
+# ndarray subclasses whose semantics a compiled program would silently drop
+_REJECTED_SUBCLASSES = (np.matrix, np.ma.MaskedArray)
+
+
+class PlainArgument(Exception):
+    """An argument that compiled code cannot take, although plain autograd can (a masked array,
+    an int beyond int64, an autograd vector space of a type jit_ps cannot flatten)."""
+
+
+def _native(dtype):
+    """A non-native byte order is numpy's business, not XLA's: compile for the native dtype
+    (the argument is converted on the way in)."""
+    if dtype.byteorder not in "=|" and dtype.newbyteorder("=") in _SUPPORTED:
+        return dtype.newbyteorder("=")
+    return None
+
+
+def leaf_signature(x):
+    """What the cache key holds of one argument leaf: (shape, dtype) for an array, the type for
+    a Python number (traced weakly typed), else the leaf itself as a `Static` value."""
+    t = type(x)
+    if t is np.ndarray:
+        if x.dtype not in _SUPPORTED:
+            native = _native(x.dtype)
+            return (x.shape, native) if native is not None else Static(x)
+        return (x.shape, x.dtype)
+    if t in PY_SCALARS:
+        if t is int and not -2**63 <= x < 2**63:
+            raise PlainArgument(f"the Python int {x} does not fit in int64")
+        return t
+    if t is DeviceArray:
+        return (x.shape, x.dtype)
+    if isinstance(x, (np.generic, np.ndarray)):
+        if isinstance(x, _REJECTED_SUBCLASSES):
+            raise PlainArgument(_describe_rejected(x))
+        dtype = x.dtype if x.dtype in _SUPPORTED else _native(x.dtype)
+        return (x.shape, dtype) if dtype is not None else Static(x)
+    if t in VSpace.mappings and t is not bool:
+        raise PlainArgument(f"it is a {t.__name__}, a type autograd differentiates through its own vector space, "
+                            "which jit_ps cannot flatten into arrays; pass its arrays (in tuples, lists or dicts) "
+                            "instead")
+    return Static(x)
+
+
+class Static:
+    """An argument leaf passed into the trace by value: part of the cache key, not of the
+    compiled program's parameters. Strings, None-like markers, slices, dtypes, callables and
+    other objects compare by value where they are hashable and by identity where they are not
+    (like a closed-over array, a later mutation is not seen); arrays (boolean masks, index
+    arrays that decide a shape) by a digest of their bytes, computed on every call."""
+
+    __slots__ = ("value", "key")
+
+    def __init__(self, value):
+        self.value = value
+        self.key = _static_key(value)
+
+    def __hash__(self):
+        return hash(self.key)
+
+    def __eq__(self, other):
+        if type(other) is not Static:
+            return False
+        try:
+            return bool(self.key == other.key)
+        except Exception:  # an object whose == is not a truth value
+            return False
+
+    def __repr__(self):
+        return f"Static({short(self.value)})"
+
+
+def _static_key(x):
+    if isinstance(x, (np.ndarray, np.generic)) and x.dtype.kind != "O":
+        data = np.ascontiguousarray(x).reshape(-1).view(np.uint8)  # any dtype's bytes (datetimes too)
+        digest = hashlib.sha1(data, usedforsecurity=False).digest()
+        return ("array", type(x), x.shape, x.dtype.str, digest)
+    if type(x) in (float, complex):
+        return (type(x), repr(x))  # -0.0 and nan are values of their own
+    try:
+        hash(x)
+    except TypeError:
+        return ("identity", id(x))
+    return (type(x), x)
+
+
+def aval_of(x):
+    t = type(x)
+    if t in PY_SCALARS:
+        return Aval((), PY_SCALARS[t], weak_type=True)
+    shape, dtype = leaf_signature(x)
+    return Aval(shape, dtype)
+
+
+def hashable(v):
+    try:
+        hash(v)
+        return True
+    except TypeError:
+        return False
+
+
+def _describe_rejected(x):
+    if isinstance(x, np.ma.MaskedArray):
+        return ("it is a masked array, whose mask compiled code would ignore. Pass the data with the masked entries "
+                "filled (x.filled(value)) and, if needed, the mask as a separate boolean array")
+    return ("it is a numpy.matrix, whose operators (* is a matrix product) compiled code would not follow; pass "
+            "np.asarray(x) and use @ for matrix products")
+
+
+def suspicious(name, treedef, leaves, path=()):
+    """Notes for the parts of one argument that numpy would refuse as an array: None, and
+    nested lists of numbers whose rows differ in length. `leaves`: this subtree's leaves."""
+    if treedef is tree.LEAF:
+        return []
+    kind = treedef[0]
+    where = name + tree.format_path(path)
+    if kind is None:
+        return [f"argument {where} is None (an empty container to jit_ps); if an array was meant, pass one"]
+    if kind in (list, tuple) and leaves and all(type(x) in (bool, int, float, complex) for x in leaves) \
+            and _ragged(treedef):
+        return [f"argument {where} is a ragged nested list (its rows differ in length), which numpy cannot make "
+                "an array of; pass a numpy array of the intended shape"]
+    children = treedef[2] if kind is dict else treedef[1]
+    keys = treedef[1] if kind is dict else range(len(children))
+    notes, i = [], 0
+    for k, c in zip(keys, children):
+        n = tree.num_leaves(c)
+        notes.extend(suspicious(name, c, leaves[i:i + n], path + (k,)))
+        i += n
+    return notes
+
+
+def _ragged(treedef):
+    """Whether nested lists/tuples of leaves alone have rows of different lengths or depths
+    (False for anything holding another kind of container)."""
+    def shape(t):
+        if t is tree.LEAF:
+            return ()
+        if t[0] not in (list, tuple):
+            raise TypeError
+        shapes = {shape(c) for c in t[1]}
+        if len(shapes) > 1 or _RAGGED in shapes:
+            return _RAGGED
+        return (len(t[1]),) + (shapes.pop() if shapes else ())
+    try:
+        return shape(treedef) is _RAGGED
+    except TypeError:
+        return False
+
+
+_RAGGED = ("ragged",)
+
+
+def distance(a, b):
+    """How far cache key `a` is from `b`, for naming the closest: structure, then static
+    arguments, then the number of leaves that differ, then values traced as static."""
+    return (a[0][:2] != b[0][:2], a[0][2:] != b[0][2:], sum(x != y for x, y in zip(a[1], b[1])), a[2:] != b[2:])
+
+
+def signature_of(fun):
+    """The signature naming fun's arguments in messages and graphs. inspect.signature follows
+    __wrapped__ (functools.wraps); autograd's differential operators (grad, value_and_grad,
+    jacobian, hessian, elementwise_grad...) use a `wraps` of their own that sets none, and
+    return an `nary_f(*args, **kwargs)` closure that passes the arguments on, in place, to
+    its closure variable `fun` (one replaced by the point differentiated at): follow that."""
+    while True:
+        try:
+            signature = inspect.signature(fun)
+        except (TypeError, ValueError):
+            return None
+        code = getattr(fun, "__code__", None)
+        if code is not _NARY_CODE:
+            return signature
+        fun = fun.__closure__[code.co_freevars.index("fun")].cell_contents
+
+
+def describe_change(old, new, names=None, static_names=None):
+    """What differs first between cache keys `old` and `new`, in words; `names`: of the leaves,
+    `static_names`: of the leaves whose values `new` holds as static values (its third part)."""
+    (spec0, sig0, *st0), (spec1, sig1, *st1) = old, new
+    if spec0[0] != spec1[0] or spec0[1] != spec1[1]:
+        return f"argument structure ({tree.describe(spec0[0])} -> {tree.describe(spec1[0])})"
+    if spec0[2:] != spec1[2:]:
+        for (i, a), (j, b) in zip(spec0[2] + spec0[3], spec1[2] + spec1[3]):
+            if i == j and a != b:
+                return f"the value of static argument {i!r} ({short(a)} -> {short(b)})"
+        return "the set of static arguments given"
+    for k, (a, b) in enumerate(zip(sig0, sig1)):
+        if a != b:
+            who = f"argument {names[k]}" if names and k < len(names) else "an argument"
+            if isinstance(a, tuple) and isinstance(b, tuple):
+                what = "dtype" if a[0] == b[0] else "shape" if a[1] == b[1] else "shape and dtype"
+                return f"the {what} of {who} ({sig_str(a)} -> {sig_str(b)})"
+            if type(a) is Static and type(b) is Static:
+                return f"the value of {who} ({sig_str(a)} -> {sig_str(b)})"
+            return f"the type of {who} ({sig_str(a)} -> {sig_str(b)})"
+    if st0 != st1:
+        if static_names and st0 and st1 and len(st0[0]) == len(st1[0]) == len(static_names):
+            for name, a, b in zip(static_names, st0[0], st1[0]):
+                if a != b:
+                    return (f"the value of {name} ({short(a.value)} -> {short(b.value)}), an argument used as a "
+                            "static value")
+        return "the value of an argument used as a static value"
+    return "its signature"
+
+
+def short(v):
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def sig_str(s):
+    if isinstance(s, tuple):
+        return f"{s[1]}{list(s[0])}"
+    if type(s) is Static:
+        return f"static {short(s.value)}"
+    return f"Python {s.__name__}"

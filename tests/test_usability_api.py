@@ -1,0 +1,218 @@
+"""What a newcomer trips over in jit_ps's API: argument names under autograd's wrappers,
+introspection that compiles, the advice of the retrace warning, and why a function
+recompiles (the compile log of `explain=True` / $AUTOGRAD_XLA_LOG_COMPILES)."""
+import logging
+import re
+import warnings
+
+import numpy as onp
+import pytest
+
+import autograd.numpy as np
+from autograd import elementwise_grad, grad, hessian, jacobian, value_and_grad
+from autograd_xla import ArgumentError, ConcretizationError, jit_ps
+from autograd_xla.api import RETRACE_WARN_AFTER
+from helpers import assert_close
+
+rs = onp.random.RandomState(0)
+
+
+def loss(P, x, n):
+    return np.sum(np.tanh(P * x)) * n
+
+
+def branchy(P, x):
+    if np.sum(P) > 0:  # a differentiated value decides control flow: cannot compile
+        return np.sum(P * x)
+    return np.sum(x)
+
+
+P, X = rs.randn(3), rs.randn(3)
+
+
+# ----- 1. argument names under autograd's wrappers --------------------------------------------
+@pytest.mark.parametrize("wrap", [lambda f: f, grad, lambda f: grad(f, 1), value_and_grad, elementwise_grad,
+                                  jacobian, hessian, lambda f: elementwise_grad(grad(f))],
+                         ids=["plain", "grad", "grad_argnum_1", "value_and_grad", "elementwise_grad", "jacobian",
+                              "hessian", "nested"])
+def test_graph_inputs_are_named_as_the_function_names_them(wrap):
+    graph = jit_ps(wrap(loss)).graph(P, X, 2.0)
+    assert graph.arg_names == ["P", "x", "n"]
+    assert "inputs: v0:f64[3] (P), v1:f64[3] (x), v2:f64[]~ (n)" in str(graph)
+
+
+def test_grad_argnum_is_differentiated_as_autograd_does():
+    jf = jit_ps(grad(loss, 1))
+    assert_close(jf(P, X, 2.0), grad(loss, 1)(P, X, 2.0))
+    assert jf.graph(P, X, 2.0).arg_names == ["P", "x", "n"]
+
+
+def test_argument_error_names_the_argument_under_grad():
+    masked = onp.ma.array([1.0, 2.0, 3.0], mask=[0, 1, 0])
+    messages = []
+    for f in (loss, grad(loss)):
+        with pytest.raises(ArgumentError) as info:
+            jit_ps(f, fallback="error")(P, masked, 2.0)
+        messages.append(str(info.value))
+    assert messages[0] == messages[1]
+    assert messages[1].startswith("argument x: it is a masked array")
+
+
+def test_concretization_error_names_the_argument_under_grad():
+    messages = []
+    for f in (branchy, grad(branchy)):
+        with pytest.raises(ConcretizationError) as info:
+            jit_ps(f, fallback="error")(P, X)
+        messages.append(str(info.value).split("\n")[0])
+    assert messages[0] == messages[1]
+    assert messages[1].endswith("computed from 'P' (f64[3]).")
+
+
+def test_retrace_warning_names_the_argument_under_grad():
+    jf = jit_ps(grad(loss))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in range(1, RETRACE_WARN_AFTER + 1):
+            jf(onp.ones(n), onp.ones(n), 2.0)
+    (w,) = [w for w in caught if "traced for" in str(w.message)]
+    assert (f"the latest differed from the previous one in the shape of argument P (float64[{RETRACE_WARN_AFTER - 1}]"
+            f" -> float64[{RETRACE_WARN_AFTER}])") in str(w.message)
+
+
+def test_static_argnames_and_donate_argnums_see_through_grad():
+    jf = jit_ps(grad(loss), static_argnames="n")  # n given by position is static too, as for jit_ps(loss)
+    assert jf.graph(P, X, 2.0).arg_names == ["P", "x"]
+    assert_close(jf(P, X, 2.0), grad(loss)(P, X, 2.0))
+    with pytest.raises(ArgumentError, match="below 3, the number of positional parameters"):
+        jit_ps(grad(loss), donate_argnums=3)
+
+
+# ----- 2. introspection traces, never compiles -------------------------------------------------
+def test_graph_traces_without_compiling_and_the_call_reuses_the_trace():
+    jf = jit_ps(grad(loss))
+    graph = jf.graph(P, X, 2.0)
+    info = jf.cache_info()
+    assert (info["traces"], info["compiles"], info["compile_seconds"]) == (1, 0, 0.0)
+    assert len(graph.eqns) > 0
+    assert_close(jf(P, X, 2.0), grad(loss)(P, X, 2.0))
+    info = jf.cache_info()
+    assert (info["traces"], info["compiles"], info["hits"]) == (1, 1, 1)
+    assert jf.graph(P, X, 2.0) is graph
+
+
+def test_stablehlo_lowers_without_compiling():
+    jf = jit_ps(loss)
+    text = jf.stablehlo(P, X, 2.0)
+    assert text.startswith("module @loss") and "stablehlo.tanh" in text
+    info = jf.cache_info()
+    assert (info["traces"], info["compiles"]) == (1, 0) and info["lower_seconds"] > 0
+    assert_close(jf(P, X, 2.0), loss(P, X, 2.0))
+    assert jf.cache_info()["traces"] == 1
+
+
+# ----- 3. the advice for Python control flow on an int ----------------------------------------
+def test_auto_static_warning_says_each_value_compiles_and_how_to_avoid_it():
+    def partial_sum(x, n):
+        s = 0.0
+        for i in range(n):
+            s = s + x[i]
+        return s
+
+    jf = jit_ps(partial_sum)
+    x = onp.arange(10.0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in range(1, RETRACE_WARN_AFTER + 1):
+            assert jf(x, n) == sum(x[:n])
+    (w,) = [w for w in caught if "traced for" in str(w.message)]
+    text = str(w.message)
+    info = jf.cache_info()
+    assert info["traces"] == info["compiles"] == RETRACE_WARN_AFTER  # each value traced and compiled
+    assert f"so far {RETRACE_WARN_AFTER} traces, {RETRACE_WARN_AFTER} compiles" in text
+    assert "each distinct value costs a trace and a compile" in text
+    assert "static_argnums would not change that" in text
+    assert "autograd_xla.fori_loop(0, n, body, init) or while_loop" in text and "scan" in text
+    assert "trace once" not in text and "static_argnums would do the same" not in text
+
+
+# ----- 4. the compile log ---------------------------------------------------------------------
+def _log(caplog):
+    out = [r.getMessage() for r in caplog.records if r.name == "autograd_xla"]
+    caplog.clear()
+    return out
+
+
+def test_explain_logs_each_trace_and_compile_with_its_reason(caplog):
+    caplog.set_level(logging.WARNING, logger="autograd_xla")
+    jf = jit_ps(loss, explain=True)
+    jf(P, X, 2.0)
+    traced, compiled = _log(caplog)
+    assert re.fullmatch(r"<jit_ps loss> traced in [0-9.e-]+ s \(\d+ primitive calls\) for \(P: float64\[3\], "
+                        r"x: float64\[3\], n: Python float\): the first signature", traced), traced
+    assert re.fullmatch(r"<jit_ps loss> compiled in [0-9.e-]+ s \(lowering took [0-9.e-]+ s\) for \(P: "
+                        r"float64\[3\], x: float64\[3\], n: Python float\)", compiled), compiled
+    jf(P, X, 3.0)  # a hit: nothing to report
+    assert _log(caplog) == []
+    jf(onp.ones(4), onp.ones(4), 2.0)
+    assert _log(caplog)[0].endswith("the closest cached signature differs in the shape of argument P "
+                                    "(float64[3] -> float64[4])")
+    jf(P.astype(onp.float32), X, 2.0)
+    assert _log(caplog)[0].endswith("the closest cached signature (of 2) differs in the dtype of argument P "
+                                    "(float64[3] -> float32[3])")
+    jf(P, X, 2)
+    assert _log(caplog)[0].endswith("differs in the type of argument n (Python float -> Python int)")
+    jf([P], X, 2.0)
+    assert "differs in argument structure" in _log(caplog)[0]
+
+
+DATA = rs.randn(10, 256)  # rows above context.LIFT_BYTES: parameters of the program, not constants
+
+
+def row_loss(w, i):
+    return np.sum(DATA[i] * w)  # i indexes a closed-over array: made static, the row becomes data
+
+
+def test_explain_names_static_values_and_reused_compiles(caplog):
+    caplog.set_level(logging.WARNING, logger="autograd_xla")
+    jf = jit_ps(row_loss, explain=True)
+    w = rs.randn(256)
+    assert_close(jf(w, 1), row_loss(w, 1))
+    needs, traced, compiled = _log(caplog)
+    assert needs == ("<jit_ps row_loss>: the trace needs the value of i (used where a concrete value is needed): "
+                     "tracing again with that value static")
+    assert "for (w: float64[256], i: static 1)" in traced and "compiled in" in compiled
+    assert_close(jf(w, 2), row_loss(w, 2))
+    traced, compiled = _log(caplog)
+    assert traced.endswith("differs in the value of i (1 -> 2), an argument used as a static value")
+    assert compiled.startswith("<jit_ps row_loss> not compiled: its program is identical to one compiled before")
+    assert jf.cache_info()["compiles"] == 1
+
+    js = jit_ps(lambda x, k: x ** k, static_argnums=1, explain=True)
+    js(w, 2)
+    js(w, 3)
+    assert "differs in the value of static argument 1 (2 -> 3)" in _log(caplog)[-2]
+
+
+def test_explain_follows_derivatives_and_plain_fallbacks(caplog):
+    caplog.set_level(logging.WARNING, logger="autograd_xla")
+    jf = jit_ps(lambda x: np.sum(np.sin(x)), explain=True)
+    assert_close(grad(jf)(X), onp.cos(X))
+    assert any(m.startswith("<jit_ps vjp_") and " traced in " in m for m in _log(caplog))
+    with pytest.warns(UserWarning):
+        jit_ps(branchy, explain=True)(P, X)
+    assert any("runs as plain autograd for this signature: ConcretizationError" in m for m in _log(caplog))
+
+
+def test_log_compiles_environment_variable(caplog, monkeypatch):
+    caplog.set_level(logging.WARNING, logger="autograd_xla")
+    monkeypatch.delenv("AUTOGRAD_XLA_LOG_COMPILES", raising=False)
+    jit_ps(loss)(P, X, 2.0)
+    assert _log(caplog) == []
+    monkeypatch.setenv("AUTOGRAD_XLA_LOG_COMPILES", "1")
+    jit_ps(loss)(P, X, 2.0)
+    assert len(_log(caplog)) == 2
+    jit_ps(loss, explain=False)(P, X, 2.0)  # an explicit False wins
+    assert _log(caplog) == []
+    monkeypatch.setenv("AUTOGRAD_XLA_LOG_COMPILES", "0")
+    jit_ps(loss)(P, X, 2.0)
+    assert _log(caplog) == []
