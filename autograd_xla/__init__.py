@@ -17,7 +17,8 @@ The modules stand on floors; each imports only its own floor and those below
  0. core (abstract values, the graph), errors, tree (argument containers)
  1. registry: one entry per primitive with each of its faces (translation rule, trace
     rule, metadata, replay under autograd boxes, interceptor; a slot for batching)
- 2. hlo: StableHLO text, one builder method per op; op names checked
+ 2. hlo: StableHLO text, one builder method per op; op names checked; hlo_picture: a
+    Graphviz picture of XLA's optimised HLO text (fusions as clusters)
  3. context: what a translation rule gets as ctx (numpy promotion, broadcasting, constants)
  4. rules/: translation rules only, one module per family (adding a primitive is one
     @lowers function in one of them)
@@ -26,7 +27,8 @@ The modules stand on floors; each imports only its own floor and those below
  7. compositions/: trace rules (odeint, fixed_point, scipy.stats, nan*) and the patches of
     autograd's globals that look at data
  8. autodiff, impurity (random draws replayed)
- 9. api
+ 9. api (jit_ps and its cache), signatures (cache keys, argument names), aot (lower /
+    compile objects, eval_shape)
 10. this package, coverage (the primitive report)
 """
 import os
