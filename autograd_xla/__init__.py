@@ -29,10 +29,6 @@ The modules stand on floors; each imports only its own floor and those below
  9. api
 10. this package, coverage (the primitive report)
 """
-import os
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # silence jaxlib's INFO logging before it loads
-
 from .api import JittedFunction, jit_ps  # noqa: E402
 from .backend import DeviceArray, default_platform, devices, set_default_platform  # noqa: E402
 from .control_flow import cond, fori_loop, scan, switch, while_loop  # noqa: E402

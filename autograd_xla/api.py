@@ -527,7 +527,7 @@ class JittedFunction:
         self._check_size(graph, lowered)
         t2 = time.perf_counter()
         try:
-            exe, compiled = backend.compile(lowered.text)
+            exe, compiled = backend.compile(lowered.text, expect_long=len(graph.eqns) > LARGE_PROGRAM_WARN_AFTER)
         except CompileError as e:
             raise _explain_compile_error(self, e, graph, lowered, backend.platform, x64) from None
         executable = backend_mod.Executable(backend, exe, lowered.in_avals, lowered.out_avals, lowered.consts,
@@ -708,6 +708,8 @@ class JittedFunction:
         return self._entry_for(args, kwargs).executable.optimized_hlo()
 
     def cost_analysis(self, *args, **kwargs):
+        """XLA's cost estimate of one call with these arguments: {"flops", "transcendentals",
+        "bytes accessed"} (backend.COST_KEYS says what each counts)."""
         return self._entry_for(args, kwargs).executable.cost_analysis()
 
     def cache_info(self):
