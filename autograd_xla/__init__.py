@@ -31,17 +31,13 @@ The modules stand on floors; each imports only its own floor and those below
     compile objects, eval_shape)
 10. this package, coverage (the primitive report)
 """
-import os
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # silence jaxlib's INFO logging before it loads
-
-from .api import JittedFunction, eval_shape, jit_ps  # noqa: E402
-from .backend import DeviceArray, default_platform, devices, set_default_platform  # noqa: E402
-from .control_flow import cond, fori_loop, scan, switch, while_loop  # noqa: E402
-from .core import Graph  # noqa: E402
-from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, UnsupportedDtypeError,  # noqa: E402,E501
+from .api import JittedFunction, eval_shape, jit_ps
+from .backend import DeviceArray, default_platform, devices, set_default_platform
+from .control_flow import cond, fori_loop, scan, switch, while_loop
+from .core import Graph
+from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, UnsupportedDtypeError,  # noqa: E501
                      ImpureFunctionError, JitError, PlatformUnavailableError, ProgramTooLargeError, TracerLeakError, UnsupportedPrimitiveError)
-from .registry import register_trace_rule, register_translation_rule  # noqa: E402
+from .registry import register_trace_rule, register_translation_rule
 
 __version__ = "0.1.0"
 

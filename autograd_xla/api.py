@@ -544,7 +544,7 @@ class JittedFunction:
         t0 = time.perf_counter()
         backend, lowered = self._backend(), entry.lowered
         try:
-            exe, compiled = backend.compile(lowered.text)
+            exe, compiled = backend.compile(lowered.text, expect_long=len(graph.eqns) > LARGE_PROGRAM_WARN_AFTER)
         except CompileError as e:
             x64 = self._x64(backend)
             raise aot.explain_compile_error(self, e, entry.graph, lowered, backend.platform, x64) from None
@@ -801,7 +801,8 @@ class JittedFunction:
         return self.lower(*args, **kwargs).compile().as_text()
 
     def cost_analysis(self, *args, **kwargs):
-        """XLA's cost estimate (flops, bytes accessed) of the executable for these arguments."""
+        """XLA's cost estimate of one call with these arguments: {"flops", "transcendentals",
+        "bytes accessed"} (backend.COST_KEYS says what each counts)."""
         return self.lower(*args, **kwargs).compile().cost_analysis()
 
     def _eval_shape(self, args, kwargs):

@@ -13,8 +13,11 @@ import functools
 import hashlib
 import importlib
 import importlib.util
+import logging
 import os
+import re
 import threading
+import time
 import warnings
 import weakref
 
@@ -39,6 +42,11 @@ _IN_PLACE = xc.HostBufferSemantics.ZERO_COPY
 #: passed this way: PJRT then copies it on a worker thread, and the synchronous client was
 #: seen to start executing before that copy finished (wrong results).
 IN_PLACE_MIN_BYTES = 1 << 16
+#: StableHLO text from this size on is expected to take XLA long to compile (10,000 primitive
+#: calls, where jit_ps warns, make about 2 MiB; their compile was measured at minutes).
+LONG_COMPILE_BYTES = 8 << 20
+
+log = logging.getLogger(__name__)
 
 
 class _Sharding(xc.SingleDeviceSharding):
@@ -87,10 +95,12 @@ class Backend:
                                      host_buffer_semantics=_HOST_SEMANTICS)
 
     # ----- compilation ----------------------------------------------------------------------
-    def compile(self, text, options=None, devices=None):
+    def compile(self, text, options=None, devices=None, expect_long=False):
         """Compile StableHLO text. Identical programs share one executable while anything
         uses it: the cache holds weak references, so an executable is freed together with
-        the last jitted function (cache entry) using it. Returns (Program, compiled_now)."""
+        the last jitted function (cache entry) using it. Returns (Program, compiled_now).
+        A compile expected to be long (`expect_long`, or LONG_COMPILE_BYTES of text) is
+        logged (warning level) before it starts and with its duration when it ends."""
         key = hashlib.sha256(text.encode()).hexdigest()
         opts_key = options.SerializeAsString() if options is not None else b""
         cache_key = (key, opts_key, tuple(d.id for d in devices) if devices else None)
@@ -99,14 +109,27 @@ class Backend:
             if program is not None:
                 return program, False
         devs = xc.DeviceList(tuple(devices or [self.default_device]))
+        announce = expect_long or len(text) >= LONG_COMPILE_BYTES
+        if announce:
+            name = _module_name(text)
+            log.warning("XLA is compiling %s (%.1f MiB of StableHLO): a program this large can take minutes",
+                        name, len(text) / 2**20)
+            t0 = time.perf_counter()
         try:
             exe = self.client.compile_and_load(text, devs, options or xc.CompileOptions())
         except xc.XlaRuntimeError as e:
             raise CompileError(f"XLA could not compile the program: {e}") from None
+        if announce:
+            log.warning("XLA compiled %s in %.1f s", name, time.perf_counter() - t0)
         program = Program(exe)
         with self._programs_lock:
             self._programs[cache_key] = program
         return program, True
+
+
+def _module_name(text):
+    found = re.match(r"\s*module @([\w.$-]+)", text)
+    return found.group(1) if found else "a program"
 
 
 class Program:
@@ -116,6 +139,15 @@ class Program:
 
     def __init__(self, exe):
         self.exe = exe
+
+
+#: The keys of Executable.cost_analysis (and jit_ps(f).cost_analysis(...)), with XLA's names:
+#: "flops" floating-point operations (a matrix product of (m, k) by (k, n) counts 2*m*n*k,
+#: an elementwise add one per element), "transcendentals" elementwise exp, log, tanh, ...
+#: evaluations, "bytes accessed" bytes read and written by the operations (their operands
+#: and results, as XLA's cost model counts them). All are floats; where XLA estimates it
+#: (GPU), "optimal seconds" is added.
+COST_KEYS = {"flops": "flops", "transcendentals": "transcendentals", "bytes accessed": "bytes accessed"}
 
 
 class Executable:
@@ -190,7 +222,14 @@ class Executable:
         return self.exe.hlo_modules()[0].to_string()
 
     def cost_analysis(self):
-        return self.exe.cost_analysis()
+        """XLA's estimate of what one call costs, summed over the program's operations (see
+        COST_KEYS). XLA's per-operand entries ('bytes accessed0{}', 'utilization1{}', ...) are
+        left out: they sum over operations by operand position, not over the arguments."""
+        raw = self.exe.cost_analysis()
+        out = {key: float(raw.get(xla_key, 0.0)) for key, xla_key in COST_KEYS.items()}
+        if "optimal_seconds" in raw:
+            out["optimal seconds"] = float(raw["optimal_seconds"])
+        return out
 
 
 class TransferStats:
@@ -236,7 +275,8 @@ class DeviceArray:
 
     Passing it back into a jitted function on the same platform costs no transfer (a training
     loop's parameters can live on the GPU). `np.asarray(d)` copies it to the host; numpy
-    functions and operators accept it the same way (they work on that host copy).
+    functions and operators accept it the same way (they work on that host copy). It is
+    immutable, like a jax array: `d[i] = x` raises TypeError (assign into np.asarray(d)).
     """
 
     __slots__ = ("buffer", "aval", "backend", "__weakref__")
@@ -274,6 +314,12 @@ class DeviceArray:
 
     def __getitem__(self, idx):
         return np.asarray(self)[idx]
+
+    def __setitem__(self, idx, value):
+        raise TypeError("a DeviceArray is immutable (its buffer lives on the device; jax arrays are the same): "
+                        "instead of d[idx] = value, take a writable host copy with a = np.asarray(d) (or "
+                        "d.to_numpy()) and assign into that, or compute a new array (np.where, "
+                        "np.concatenate, ...)")
 
     def __iter__(self):
         return iter(np.asarray(self))

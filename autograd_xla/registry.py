@@ -29,8 +29,19 @@ replaces the other. Besides entries the registry holds the ufunc-method factorie
 rule for `add.at`, `multiply.at`, ...) and the module patches: globals of autograd and
 numpy that look at concrete data, swapped for traced equivalents while a trace is active.
 
+Registrations may wait for a module (`when_imported`): the rules of scipy.special,
+scipy.linalg, scipy.stats, scipy.integrate and autograd.scipy.signal are keyed by those
+modules' functions, and importing the modules for them made up most of the time of
+`import autograd_xla`. They are registered once the module has been imported by someone
+else (a program can call its functions only then): the first look-up that finds nothing,
+and any registration, first runs the registrations whose module has appeared since.
+
 This module imports only `core`, so that every layer above can register and look up.
 """
+import importlib
+import sys
+import threading
+
 from .core import UfuncMethod
 
 
@@ -61,6 +72,7 @@ def key_of(prim):
 
 def entry(prim):
     """The entry of `prim`, created if it has none."""
+    run_waiting()  # this package's own registrations first: a later one replaces them
     key = key_of(prim)
     found = _ENTRIES.get(key)
     if found is None:
@@ -71,6 +83,13 @@ def entry(prim):
 def lookup(prim):
     """The entry of `prim`, or None. A ufunc method gets one on first use from its
     method's factory, when the ufunc itself has a translation rule."""
+    found = _lookup(prim)
+    if found is None and run_waiting():  # prim's module may have been imported since
+        found = _lookup(prim)
+    return found
+
+
+def _lookup(prim):
     try:
         found = _ENTRIES.get(prim)
         if found is None:
@@ -96,7 +115,62 @@ def has_rule(prim):
 
 def entries():
     """key -> Entry of every primitive registered so far."""
+    run_waiting()
     return dict(_ENTRIES)
+
+
+# ----- registrations waiting for their module ------------------------------------------------
+_WAITING = {}  # module name -> [register(module)], until the module is imported
+_waiting_lock = threading.RLock()
+_running = 0   # registrations of a module running now (in some thread)
+
+
+class LazyModule:
+    """The module `name`, imported when one of its attributes is first read: for code that
+    calls a slow-to-import module's functions only once a program uses that module (the
+    rules registered with when_imported), so that importing the code does not import it."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name):
+        self._name = name
+
+    def __getattr__(self, attr):
+        return getattr(importlib.import_module(self._name), attr)
+
+    def __repr__(self):
+        return f"<module {self._name!r}, imported on first use>"
+
+
+def when_imported(name):
+    """Decorator: call `register(module)` once the module `name` is imported (at once if it
+    is already). `register` registers faces of that module's own functions only: that is
+    what makes a look-up of one of them that finds nothing the moment to run it."""
+    def deco(register):
+        with _waiting_lock:
+            _WAITING.setdefault(name, []).append(register)
+        run_waiting()
+        return register
+    return deco
+
+
+def run_waiting():
+    """Run the registrations whose module has been imported; True if some ran or were
+    running (in another thread: this waits for them), so that a look-up is worth retrying."""
+    global _running
+    if not _running and not any(name in sys.modules for name in tuple(_WAITING)):
+        return False  # the common case: a dict look-up per waiting module
+    with _waiting_lock:
+        ready = [(name, _WAITING.pop(name)) for name in tuple(_WAITING) if name in sys.modules]
+        _running += 1
+        try:
+            for name, registers in ready:
+                module = importlib.import_module(name)  # complete: waits for a thread still importing it
+                for register in registers:
+                    register(module)
+        finally:
+            _running -= 1
+    return True
 
 
 # ----- registering faces ---------------------------------------------------------------------

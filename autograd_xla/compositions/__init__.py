@@ -1,7 +1,8 @@
 """Compositions: the layer above control flow, for functions whose numpy/scipy/autograd code
 cannot run on abstract values (it makes arrays of its operands, reads their data, or
 assigns into concrete arrays) and that have no translation rule of their own. Importing the
-package registers them all.
+package registers them all (those of scipy's functions once their module is imported:
+`registry.when_imported`).
 
 Each is given one of three ways:
 

@@ -43,11 +43,10 @@ needs none of them.
 """
 import autograd.numpy as anp
 import numpy as np
-import scipy.integrate
 
 from ..control_flow import fori_loop, scan, while_loop
 from ..tracing import Tracer
-from ..registry import traces
+from ..registry import traces, when_imported
 
 _F64 = np.dtype(np.float64)
 _DEFAULT_TOL = 1.49012e-8  # scipy's default rtol and atol for odeint
@@ -102,7 +101,6 @@ def _concrete(value, name, kind):
     return kind(value)
 
 
-@traces(scipy.integrate.odeint)
 def odeint(func, y0, t, args=(), Dfun=None, col_deriv=0, full_output=0, ml=None, mu=None, rtol=None,
            atol=None, tcrit=None, h0=0.0, hmax=0.0, hmin=0.0, ixpr=0, mxstep=0, mxhnil=0, mxordn=12,
            mxords=5, printmessg=0, tfirst=False):
@@ -135,6 +133,12 @@ def odeint(func, y0, t, args=(), Dfun=None, col_deriv=0, full_output=0, ml=None,
     h0, hmin, hmax = _f64(h0), _f64(hmin), _f64(hmax)
     hmax = np.where(hmax > 0, hmax, np.inf)
     return _dormand_prince(func, y0, t, args, rtol, atol, h0, hmax, hmin, mxstep, tfirst)
+
+
+@when_imported("scipy.integrate")
+def _register(integrate):
+    """Once scipy.integrate is imported: importing it is slow, and only then can it be called."""
+    traces(integrate.odeint)(odeint)
 
 
 def _dormand_prince(func, y0, t, args, rtol, atol, h0, hmax, hmin, mxstep, tfirst):

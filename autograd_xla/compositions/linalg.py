@@ -3,25 +3,23 @@ and autograd.numpy.linalg's module globals patched while tracing.
 
 cho_factor returns a tuple (factor, lower) whose second item is a Python bool; its trace
 rule binds only the factor (`cho_factor_matrix`). sqrtm's binds `sqrtm_matrix` and adds a
-guard where scipy would change the result's dtype on the data.
+guard where scipy would change the result's dtype on the data. Both are registered once
+scipy.linalg is imported (registry.when_imported).
 """
 import numpy as np
-import scipy.linalg
 from autograd.numpy import linalg as _autograd_linalg
 from autograd.numpy import numpy_wrapper as _anp
 from autograd.tracer import getval
 
 from .. import registry, tracing
-from ..registry import traces
+from ..registry import traces, when_imported
 from ..rules.linalg import cho_factor_matrix, sqrtm_matrix
 
 
-@traces(scipy.linalg.cho_factor)
 def _cho_factor(a, lower=False, overwrite_a=False, check_finite=True):
     return tracing.bind(cho_factor_matrix, (a,), {"lower": lower}), lower
 
 
-@traces(scipy.linalg.sqrtm)
 def _sqrtm(A, disp=np._NoValue, blocksize=np._NoValue):
     """scipy returns a complex root exactly where a real matrix has a negative real eigenvalue,
     a dtype the data decide; the compiled root is real (NaN there), so the program checks
@@ -32,6 +30,12 @@ def _sqrtm(A, disp=np._NoValue, blocksize=np._NoValue):
         tracing.add_guard(np.logical_or(np.all(np.isfinite(out)), np.logical_not(finite_in)),
                           "scipy.linalg.sqrtm of a real matrix with a negative real eigenvalue is complex")
     return out
+
+
+@when_imported("scipy.linalg")
+def _register(linalg):
+    traces(linalg.cho_factor)(_cho_factor)
+    traces(linalg.sqrtm)(_sqrtm)
 
 
 # ----- autograd's VJPs that look at data -----------------------------------------------------

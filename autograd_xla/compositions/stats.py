@@ -7,15 +7,16 @@ The bookkeeping follows scipy's rv_continuous / rv_discrete methods: x is standa
 (x - loc) / scale in x's promoted dtype and then made at least float64; outside the
 parameters' domain (scale <= 0, shape <= 0) or for nan x the result is nan; outside the
 support it is 0 (pdf, cdf below), 1 (cdf above) or -inf (log densities). autograd's own
-VJPs still differentiate these primitives; the rules only give their values.
+VJPs still differentiate these primitives; the rules only give their values. They are
+registered once scipy.stats is imported (registry.when_imported): importing it is slow.
 """
 import numpy as np
-import scipy.special as sc
-import scipy.stats
-from autograd.scipy import linalg as alinalg
 
-from ..tracing import Tracer
-from ..registry import traces
+from ..tracing import Tracer, bind
+from ..registry import LazyModule, traces, when_imported
+
+sc = LazyModule("scipy.special")           # both imported by scipy.stats
+scipy_linalg = LazyModule("scipy.linalg")
 
 _LOG_2PI = float(np.log(2 * np.pi))
 
@@ -65,7 +66,7 @@ def _continuous(x, shapes, loc, scale, kind, value, lower=-np.inf, upper=np.inf,
     return _finish(cond, value(y, *shapes), np.where(edge, edge_value, default), bad)
 
 
-def _register(method, kind, value, n_shapes, **support):
+def _density_rule(method, kind, value, n_shapes, **support):
     """A trace rule for `method` (e.g. scipy.stats.t.logpdf) taking x, the shapes, loc, scale."""
     def impl(x, *args, loc=0, scale=1, **kw):
         names = _SHAPE_NAMES[method.__self__.name][:n_shapes]
@@ -86,13 +87,12 @@ _SHAPE_NAMES = {"norm": (), "t": ("df",), "gamma": ("a",), "beta": ("a", "b"), "
 
 
 # ----- norm ----------------------------------------------------------------------------------
-_norm = scipy.stats.norm
-_register(_norm.pdf, "pdf", lambda y: np.exp(-y ** 2 / 2.0) / np.sqrt(2 * np.pi), 0)
-_register(_norm.logpdf, "logpdf", lambda y: -y ** 2 / 2.0 - _LOG_2PI / 2, 0)
-_register(_norm.cdf, "cdf", lambda y: sc.ndtr(y), 0)
-_register(_norm.logcdf, "logcdf", lambda y: sc.log_ndtr(y), 0)
-_register(_norm.sf, "sf", lambda y: sc.ndtr(-y), 0)
-_register(_norm.logsf, "logsf", lambda y: sc.log_ndtr(-y), 0)
+_NORM = [("pdf", lambda y: np.exp(-y ** 2 / 2.0) / np.sqrt(2 * np.pi)),
+         ("logpdf", lambda y: -y ** 2 / 2.0 - _LOG_2PI / 2),
+         ("cdf", lambda y: sc.ndtr(y)),
+         ("logcdf", lambda y: sc.log_ndtr(y)),
+         ("sf", lambda y: sc.ndtr(-y)),
+         ("logsf", lambda y: sc.log_ndtr(-y))]
 
 
 # ----- t -------------------------------------------------------------------------------------
@@ -106,11 +106,8 @@ def _t_pdf(y, df):
     return np.where(df == np.inf, np.exp(-y ** 2 / 2.0) / np.sqrt(2 * np.pi), np.exp(_t_logpdf(y, df)))
 
 
-_t = scipy.stats.t
-_register(_t.pdf, "pdf", _t_pdf, 1)
-_register(_t.logpdf, "logpdf", _t_logpdf, 1)
-_register(_t.cdf, "cdf", lambda y, df: sc.stdtr(df, y), 1)
-_register(_t.logcdf, "logcdf", lambda y, df: np.log(sc.stdtr(df, y)), 1)
+_T = [("pdf", _t_pdf), ("logpdf", _t_logpdf), ("cdf", lambda y, df: sc.stdtr(df, y)),
+      ("logcdf", lambda y, df: np.log(sc.stdtr(df, y)))]
 
 
 # ----- gamma, chi2, beta ---------------------------------------------------------------------
@@ -126,16 +123,16 @@ def _beta_logpdf(y, a, b):
     return sc.xlog1py(b - 1.0, -y) + sc.xlogy(a - 1.0, y) - sc.betaln(a, b)
 
 
-_gamma, _chi2, _beta = scipy.stats.gamma, scipy.stats.chi2, scipy.stats.beta
-_register(_gamma.logpdf, "logpdf", _gamma_logpdf, 1, lower=0.0)
-_register(_gamma.pdf, "pdf", lambda y, a: np.exp(_gamma_logpdf(y, a)), 1, lower=0.0)
-_register(_gamma.cdf, "cdf", lambda y, a: sc.gammainc(a, y), 1, lower=0.0)
-_register(_chi2.logpdf, "logpdf", _chi2_logpdf, 1, lower=0.0)
-_register(_chi2.pdf, "pdf", lambda y, df: np.exp(_chi2_logpdf(y, df)), 1, lower=0.0)
-_register(_chi2.cdf, "cdf", lambda y, df: sc.gammainc(df / 2, y / 2), 1, lower=0.0)
-_register(_beta.logpdf, "logpdf", _beta_logpdf, 2, lower=0.0, upper=1.0)
-_register(_beta.pdf, "pdf", lambda y, a, b: np.exp(_beta_logpdf(y, a, b)), 2, lower=0.0, upper=1.0)
-_register(_beta.cdf, "cdf", lambda y, a, b: sc.betainc(a, b, y), 2, lower=0.0, upper=1.0)
+_GAMMA = [("logpdf", _gamma_logpdf), ("pdf", lambda y, a: np.exp(_gamma_logpdf(y, a))),
+          ("cdf", lambda y, a: sc.gammainc(a, y))]
+_CHI2 = [("logpdf", _chi2_logpdf), ("pdf", lambda y, df: np.exp(_chi2_logpdf(y, df))),
+         ("cdf", lambda y, df: sc.gammainc(df / 2, y / 2))]
+_BETA = [("logpdf", _beta_logpdf), ("pdf", lambda y, a, b: np.exp(_beta_logpdf(y, a, b))),
+         ("cdf", lambda y, a, b: sc.betainc(a, b, y))]
+
+#: distribution -> (its number of shape parameters, its support, [(method, standardised value)])
+CONTINUOUS = {"norm": (0, {}, _NORM), "t": (1, {}, _T), "gamma": (1, {"lower": 0.0}, _GAMMA),
+              "chi2": (1, {"lower": 0.0}, _CHI2), "beta": (2, {"lower": 0.0, "upper": 1.0}, _BETA)}
 
 
 # ----- poisson -------------------------------------------------------------------------------
@@ -144,7 +141,6 @@ def _poisson_args(k, mu, loc):
     return k - loc, mu
 
 
-@traces(scipy.stats.poisson.logpmf)
 def _poisson_logpmf(k, mu, loc=0):
     k, mu = _poisson_args(k, mu, loc)
     cond0 = mu >= 0
@@ -153,7 +149,6 @@ def _poisson_logpmf(k, mu, loc=0):
     return _finish(cond, value, -np.inf, ~cond0 | np.isnan(k))
 
 
-@traces(scipy.stats.poisson.pmf)
 def _poisson_pmf(k, mu, loc=0):
     k, mu = _poisson_args(k, mu, loc)
     cond0 = mu >= 0
@@ -162,7 +157,6 @@ def _poisson_pmf(k, mu, loc=0):
     return _finish(cond, value, 0.0, ~cond0 | np.isnan(k))
 
 
-@traces(scipy.stats.poisson.cdf)
 def _poisson_cdf(k, mu, loc=0):
     k, mu = _poisson_args(k, mu, loc)
     k = np.floor(k)
@@ -187,7 +181,6 @@ def _dirichlet_x(x, alpha):
     return x
 
 
-@traces(scipy.stats.dirichlet.logpdf)
 def dirichlet_logpdf(x, alpha):
     """scipy's checks that x lies in the simplex need data and are skipped under jit_ps."""
     alpha = _asarray(alpha)
@@ -197,7 +190,6 @@ def dirichlet_logpdf(x, alpha):
     return np.squeeze(out)
 
 
-@traces(scipy.stats.dirichlet.pdf)
 def _dirichlet_pdf(x, alpha):
     return np.exp(dirichlet_logpdf(x, alpha))
 
@@ -271,27 +263,38 @@ def _mvn_logpdf(x, mean, cov, allow_singular):
     chol = np.linalg.cholesky(cov)
     dev = x - mean
     flat = np.reshape(dev, (-1, dim))
-    white = alinalg.solve_triangular(chol, np.transpose(flat), lower=True)   # autograd's: traced
+    white = bind(scipy_linalg.solve_triangular, (chol, np.transpose(flat)), {"lower": True})
     maha = np.reshape(np.sum(white * white, axis=0), dev.shape[:-1])
     log_det = 2.0 * np.sum(np.log(np.diagonal(chol)))
     return -0.5 * (dim * _LOG_2PI + log_det + maha)
 
 
-@traces(scipy.stats.multivariate_normal.logpdf)
 def _mvn_logpdf_rule(x, mean=None, cov=1, allow_singular=False):
     """Through a Cholesky factor (scipy uses an eigendecomposition; the two agree to
     rounding for positive definite covariances, and scipy's check of that needs data)."""
     return _squeeze_output(_mvn_logpdf(x, mean, cov, allow_singular))
 
 
-@traces(scipy.stats.multivariate_normal.pdf)
 def _mvn_pdf_rule(x, mean=None, cov=1, allow_singular=False):
     return _squeeze_output(np.exp(_mvn_logpdf(x, mean, cov, allow_singular)))
 
 
-@traces(scipy.stats.multivariate_normal.entropy)
 def _mvn_entropy(mean=None, cov=1):
     dim, mean, cov = _mvn_parameters(mean, cov)
     chol = np.linalg.cholesky(cov)
     log_det = 2.0 * np.sum(np.log(np.diagonal(chol)))
     return 0.5 * (dim * (_LOG_2PI + 1.0) + log_det)
+
+
+# ----- registration --------------------------------------------------------------------------
+@when_imported("scipy.stats")
+def _register(stats):
+    for dist, (n_shapes, support, methods) in CONTINUOUS.items():
+        for kind, value in methods:
+            _density_rule(getattr(getattr(stats, dist), kind), kind, value, n_shapes, **support)
+    for method, impl in ((stats.poisson.logpmf, _poisson_logpmf), (stats.poisson.pmf, _poisson_pmf),
+                         (stats.poisson.cdf, _poisson_cdf), (stats.dirichlet.logpdf, dirichlet_logpdf),
+                         (stats.dirichlet.pdf, _dirichlet_pdf), (stats.multivariate_normal.logpdf, _mvn_logpdf_rule),
+                         (stats.multivariate_normal.pdf, _mvn_pdf_rule),
+                         (stats.multivariate_normal.entropy, _mvn_entropy)):
+        traces(method)(impl)

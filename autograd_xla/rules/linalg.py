@@ -86,17 +86,18 @@ import operator
 import warnings
 
 import numpy as np
-import scipy.linalg
 from numpy.linalg import LinAlgError
 
 from ..hlo import Value
-from ..registry import lowers
+from ..registry import LazyModule, lowers, when_imported
 from .lapack import (cholesky_factor, eig_parts, eigh_parts, householder_qr, inverse, lu_factor, lu_solve, q_factor,
                      real_eigenvalues, schur_complex, svd_parts, triangular_solve, use_lapack)
 from .linalg_common import (I32, abs_squared, abs_value, adjoint, all_true, complex_dtype, conj, counted_loop, diag,
                             eye, linalg_dtype, matrix_transpose, mm, nan_unless, real_dtype, triangle)
 from .linalg_portable import is_real_root
 from .shape import embed_diagonal
+
+scipy_linalg = LazyModule("scipy.linalg")  # imported when a program uses it: see SCIPY_RULES
 
 
 # ----- operands ------------------------------------------------------------------------------
@@ -530,8 +531,6 @@ def _unrhs(ctx, x, vector):
     return ctx.reshape(x, x.shape[:-1]) if vector else x
 
 
-@lowers(scipy.linalg.solve_triangular)
-@numpy_if_empty(scipy.linalg.solve_triangular)
 def _solve_triangular(ctx, a, b, trans=0, lower=False, unit_diagonal=False, overwrite_b=False, check_finite=True):
     dt = linalg_dtype(_dtype_of(a), _dtype_of(b))
     av = _scipy_square(ctx, a, dt, "solve_triangular")
@@ -546,7 +545,7 @@ def _solve_triangular(ctx, a, b, trans=0, lower=False, unit_diagonal=False, over
 
 def cho_factor_matrix(a, lower=False):
     """The factor half of scipy.linalg.cho_factor, as its own primitive."""
-    return scipy.linalg.cho_factor(a, lower=lower)[0]
+    return scipy_linalg.cho_factor(a, lower=lower)[0]
 
 
 @lowers(cho_factor_matrix)
@@ -557,16 +556,12 @@ def _cho_factor_matrix_rule(ctx, a, lower=False):
     return nan_unless(ctx, ok, f)
 
 
-@lowers(scipy.linalg.cholesky)
-@numpy_if_empty(scipy.linalg.cholesky)
 def _scipy_cholesky(ctx, a, lower=False, overwrite_a=False, check_finite=True):
     v = _scipy_square(ctx, a, linalg_dtype(_dtype_of(a)), "cholesky")
     f, ok = cholesky_factor(ctx, v, bool(lower))
     return nan_unless(ctx, ok, triangle(ctx, f, bool(lower)))
 
 
-@lowers(scipy.linalg.cho_solve)
-@numpy_if_empty(scipy.linalg.cho_solve)
 def _cho_solve(ctx, c_and_lower, b, overwrite_b=False, check_finite=True):
     c, lower = c_and_lower
     dt = linalg_dtype(_dtype_of(c), _dtype_of(b))
@@ -599,8 +594,6 @@ def _banded_to_dense(ctx, ab, lower, upper):
     return dense
 
 
-@lowers(scipy.linalg.solve_banded)
-@numpy_if_empty(scipy.linalg.solve_banded)
 def _solve_banded(ctx, l_and_u, ab, b, overwrite_ab=False, overwrite_b=False, check_finite=True):
     lower, upper = (int(x) for x in np.asarray(l_and_u).reshape(-1))
     dt = linalg_dtype(_dtype_of(ab), _dtype_of(b))
@@ -680,8 +673,6 @@ def _complex_operands(ctx, *xs):
     return dt, [ctx.astype(ctx.asvalue(x), complex_dtype(dt)) for x in xs]
 
 
-@lowers(scipy.linalg.solve_sylvester)
-@numpy_if_empty(scipy.linalg.solve_sylvester)
 def _solve_sylvester(ctx, a, b, q):
     dt, (av, bv, qv) = _complex_operands(ctx, a, b, q)
     for name, v in (("a", av), ("b", bv)):
@@ -702,7 +693,7 @@ def _solve_sylvester(ctx, a, b, q):
 
 def sqrtm_matrix(A, disp=np._NoValue, blocksize=np._NoValue):
     """scipy.linalg.sqrtm with a result of the input's kind, as its own primitive."""
-    return scipy.linalg.sqrtm(A, disp=disp, blocksize=blocksize)
+    return scipy_linalg.sqrtm(A, disp=disp, blocksize=blocksize)
 
 
 @lowers(sqrtm_matrix)
@@ -733,3 +724,16 @@ def _sqrtm_rule(ctx, A, disp=np._NoValue, blocksize=np._NoValue):
                           ctx.compare(wr, ctx.zeros_like(wr), "LT"))
     real_root = ctx.unary("not", ctx.reduce_with(negative, [wr.ndim - 1], "or", False))
     return nan_unless(ctx, real_root, ctx.real(x))
+
+
+#: scipy.linalg's functions lowered here, registered once scipy.linalg is imported (importing
+#: it is slow, and only a program that imports it can call them)
+SCIPY_RULES = {"solve_triangular": _solve_triangular, "cholesky": _scipy_cholesky, "cho_solve": _cho_solve,
+               "solve_banded": _solve_banded, "solve_sylvester": _solve_sylvester}
+
+
+@when_imported("scipy.linalg")
+def _register_scipy(linalg):
+    for name, rule in SCIPY_RULES.items():
+        fn = getattr(linalg, name)
+        lowers(fn)(numpy_if_empty(fn)(rule))

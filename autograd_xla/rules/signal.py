@@ -14,10 +14,9 @@ node, and its VJPs (again convolve) lower the same way.
 import math
 
 import numpy as np
-from autograd.scipy import signal as asignal
 
 from ..context import result_type
-from ..registry import lowers
+from ..registry import lowers, when_imported
 
 
 def _conv_size(na, nb, mode):
@@ -106,7 +105,6 @@ def _use_dot(ctx, dtype, rhs, lhs, padding):
     return min(math.prod(rhs.shape[2:]), math.prod(osz)) <= UNROLL_LIMIT
 
 
-@lowers(asignal.convolve)
 def convolve(ctx, A, B, axes=None, dot_axes=[(), ()], mode="full"):  # noqa: B006 (autograd's signature)
     assert mode in ["valid", "full", "same"], f"Mode {mode} undefined, it can be one of 'valid', 'full', and 'same'"
     a, b = ctx.asvalue(A), ctx.asvalue(B)
@@ -169,3 +167,10 @@ def convolve(ctx, A, B, axes=None, dot_axes=[(), ()], mode="full"):  # noqa: B00
         ni, nk = len(img_ign_shape), len(ker_ign_shape)
         out = ctx.transpose(out, list(range(ni, ni + nk)) + list(range(ni)) + list(range(ni + nk, out.ndim)))
     return out
+
+
+@when_imported("autograd.scipy.signal")
+def _register(signal):
+    """Once autograd.scipy.signal is imported (which imports all of autograd.scipy and with it
+    scipy.stats and scipy.integrate: slow)."""
+    lowers(signal.convolve)(convolve)

@@ -14,17 +14,22 @@ Like scipy's own float32 loops, which call the double routine, float32 inputs ar
 computed in float64 and rounded to the result dtype numpy's ufunc resolution gives.
 Numerics are written with `N`, a Value with arithmetic operators, so they read like the
 formulas they implement.
+
+The rules are registered when scipy.special is imported (registry.when_imported), not
+with this module: importing scipy.special is slow, and only a program that imports it
+can call its functions.
 """
 import math
 
 import numpy as np
-import scipy.special as sc
 
 from ..context import normalize_axes, result_type
-from ..registry import lowers
+from ..registry import LazyModule, lowers, when_imported
 from .special_kernels import (F64, LOG_2PI, N, beta_parts, betaln, chlo2, complex_erf, erfcinv, exp_times, expit,
                               gammasgn, ibeta, igamma, is_integer, is_odd, ive_parts, jv, lgamma_diff, logit, polyval,
                               scalar, where, while_, y01, yn)
+
+sc = LazyModule("scipy.special")
 
 
 # ----- translation rules ---------------------------------------------------------------------
@@ -42,8 +47,8 @@ def special_ufunc(ufunc, body, native=False):
             raise TypeError(f"{name}() takes {ufunc.nin} positional arguments, got {len(inputs)}")
         values, out_dtypes = ctx.ufunc_inputs(ufunc, inputs)
         if any(v.dtype.kind == "c" for v in values):
-            if ufunc in (sc.erf, sc.erfc):
-                out = complex_erf(ctx, ctx.astype(values[0], np.complex128), ufunc is sc.erfc)
+            if name in ("erf", "erfc"):
+                out = complex_erf(ctx, ctx.astype(values[0], np.complex128), name == "erfc")
                 return ctx.astype(out, out_dtypes[0])
             raise NotImplementedError(f"scipy.special.{name} of complex arguments is not supported under jit_ps")
         work = out_dtypes[0] if native else F64
@@ -173,43 +178,44 @@ def poch(z, m):
 
 
 UFUNCS = {
-    sc.gammaln: _gammaln,
-    sc.digamma: _digamma,                      # scipy.special.psi is digamma
-    sc.gamma: _gamma,
-    sc.rgamma: _rgamma,
-    sc.gammasgn: lambda ctx, x: gammasgn(x),
-    sc.gammainc: lambda ctx, a, x: igamma(ctx, a, x, upper=False),
-    sc.gammaincc: lambda ctx, a, x: igamma(ctx, a, x, upper=True),
-    sc.beta: _beta,
-    sc.betaln: lambda ctx, a, b: betaln(a, b),
-    sc.betainc: lambda ctx, a, b, x: ibeta(ctx, a, b, x),
-    sc.erf: lambda ctx, x: x.erf(),
-    sc.erfc: lambda ctx, x: x.erfc(),
-    sc.erfinv: lambda ctx, x: where(x.abs() > 1.0, x.like(np.nan), x.erfinv()),
-    sc.erfcinv: lambda ctx, y: erfcinv(y),
-    sc.exprel: lambda ctx, x: where(x.eq(0), x.like(1.0), where(x.eq(np.inf), x, x.expm1() / x)),  # (e^x - 1)/x
-    sc.j0: lambda ctx, x: jv(ctx, x.like(0.0), x),
-    sc.j1: lambda ctx, x: jv(ctx, x.like(1.0), x),
-    sc.jv: lambda ctx, v, x: jv(ctx, v, x),    # scipy.special.jn is jv
-    sc.y0: _y0,
-    sc.y1: _y1,
-    sc.yn: lambda ctx, n, x: yn(ctx, n, x),
-    sc.i0: _i0,
-    sc.i1: _i1,
-    sc.iv: _iv,
-    sc.ive: _ive,
-    sc.zeta: lambda ctx, s, q: chlo2("zeta", s, q),
-    sc.xlogy: lambda ctx, x, y: xlogy(x, y),
-    sc.xlog1py: lambda ctx, x, y: xlog1py(x, y),
-    sc.ndtr: lambda ctx, x: ndtr(x),
-    sc.log_ndtr: lambda ctx, x: log_ndtr(x),
-    sc.stdtr: lambda ctx, df, t: stdtr(ctx, df, t),
-    sc.poch: lambda ctx, z, m: poch(z, m),
+    "gammaln": _gammaln,
+    "digamma": _digamma,                      # scipy.special.psi is digamma
+    "gamma": _gamma,
+    "rgamma": _rgamma,
+    "gammasgn": lambda ctx, x: gammasgn(x),
+    "gammainc": lambda ctx, a, x: igamma(ctx, a, x, upper=False),
+    "gammaincc": lambda ctx, a, x: igamma(ctx, a, x, upper=True),
+    "beta": _beta,
+    "betaln": lambda ctx, a, b: betaln(a, b),
+    "betainc": lambda ctx, a, b, x: ibeta(ctx, a, b, x),
+    "erf": lambda ctx, x: x.erf(),
+    "erfc": lambda ctx, x: x.erfc(),
+    "erfinv": lambda ctx, x: where(x.abs() > 1.0, x.like(np.nan), x.erfinv()),
+    "erfcinv": lambda ctx, y: erfcinv(y),
+    "exprel": lambda ctx, x: where(x.eq(0), x.like(1.0), where(x.eq(np.inf), x, x.expm1() / x)),  # (e^x - 1)/x
+    "j0": lambda ctx, x: jv(ctx, x.like(0.0), x),
+    "j1": lambda ctx, x: jv(ctx, x.like(1.0), x),
+    "jv": lambda ctx, v, x: jv(ctx, v, x),    # scipy.special.jn is jv
+    "y0": _y0,
+    "y1": _y1,
+    "yn": lambda ctx, n, x: yn(ctx, n, x),
+    "i0": _i0,
+    "i1": _i1,
+    "iv": _iv,
+    "ive": _ive,
+    "zeta": lambda ctx, s, q: chlo2("zeta", s, q),
+    "xlogy": lambda ctx, x, y: xlogy(x, y),
+    "xlog1py": lambda ctx, x, y: xlog1py(x, y),
+    "ndtr": lambda ctx, x: ndtr(x),
+    "log_ndtr": lambda ctx, x: log_ndtr(x),
+    "stdtr": lambda ctx, df, t: stdtr(ctx, df, t),
+    "poch": lambda ctx, z, m: poch(z, m),
 }
-for _ufunc, _body in UFUNCS.items():
-    special_ufunc(_ufunc, _body)
-special_ufunc(sc.expit, lambda ctx, x: expit(x), native=True)
-special_ufunc(sc.logit, lambda ctx, x: where((x < 0) | (x > 1), x.like(np.nan), logit(x)), native=True)
+#: ufuncs computed in the loop dtype numpy resolves, not in float64
+NATIVE_UFUNCS = {
+    "expit": lambda ctx, x: expit(x),
+    "logit": lambda ctx, x: where((x < 0) | (x > 1), x.like(np.nan), logit(x)),
+}
 
 
 def _probe_dtype(fn, *args):
@@ -246,7 +252,6 @@ def polygamma(b, n, x):
     return where(pole, where(sign_odd, x.like(-np.inf), x.like(np.inf)), out)
 
 
-@lowers(sc.polygamma)
 def _polygamma(ctx, n, x):
     dtype = _probe_dtype(sc.polygamma, n, x)
     nv, xv = ctx.asvalue(n), ctx.asvalue(x)
@@ -261,7 +266,6 @@ def _polygamma(ctx, n, x):
     return ctx.astype(where(valid, out, xx.like(np.nan)).v, dtype)
 
 
-@lowers(sc.logsumexp)
 def _logsumexp(ctx, a, axis=None, b=None, keepdims=False, return_sign=False):
     av = ctx.asvalue(a)
     bv = None if b is None else ctx.asvalue(b)
@@ -328,3 +332,13 @@ def _logsumexp_unweighted(ctx, x, total, axes, kept, out_shape):
     s = total(where(at_max, x.like(0.0), (x - shift).exp()))
     out = where(finite, (s / m).log1p() + m.log() + shift, amax)
     return ctx.reshape(out.v, out_shape)
+
+
+@when_imported("scipy.special")
+def _register(special):
+    for name, body in UFUNCS.items():
+        special_ufunc(getattr(special, name), body)
+    for name, body in NATIVE_UFUNCS.items():
+        special_ufunc(getattr(special, name), body, native=True)
+    lowers(special.polygamma)(_polygamma)
+    lowers(special.logsumexp)(_logsumexp)

@@ -9,10 +9,14 @@ and beta, Bessel J, Y and I of real order, erfcinv, expit/logit, and erf/erfc of
 arguments (algorithm 680 for w(z)). The tolerances are float64's: special.py's rules
 convert their operands before calling a kernel and round its result to numpy's dtype.
 """
+import functools
 import math
 
 import numpy as np
-import scipy.special as sc
+
+from ..registry import LazyModule
+
+sc = LazyModule("scipy.special")  # imported by then: these kernels serve its functions' rules
 
 F64 = np.dtype(np.float64)
 EULER = 0.57721566490153286061
@@ -236,17 +240,17 @@ def gammasgn(x):
     return where(x.isnan(), x, out)
 
 
-# zeta(k) for the series of lgamma(1 + a) about a = 0 (numbers, computed once).
-_ZETA = [float(sc.zeta(k)) for k in range(2, 28)]
+@functools.cache
+def _lgamma1p_series():
+    """Coefficients of lgamma(1 + a) about a = 0: -EULER*a + sum_{k>=2} (-1)^k zeta(k) a^k / k."""
+    return [0.0, -EULER] + [(-1) ** k * float(sc.zeta(k)) / k for k in range(2, 28)]
 
 
 def lgamma1p(a):
     """lgamma(1 + a), accurate for small |a| (1 + a would round a away)."""
     small = a.abs() < 0.2
     t = where(small, a, a.like(0.0))
-    # -EULER*a + sum_{k>=2} (-1)^k zeta(k) a^k / k
-    coeffs = [0.0, -EULER] + [(-1) ** k * z / k for k, z in zip(range(2, 28), _ZETA)]
-    series = polyval(coeffs, t)
+    series = polyval(_lgamma1p_series(), t)
     return where(small, series, (a + 1.0).lgamma())
 
 

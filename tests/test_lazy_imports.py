@@ -1,0 +1,110 @@
+"""`import autograd_xla` imports no slow scipy submodule: the rules keyed by their functions
+are registered when a program imports them (registry.when_imported), and still compile.
+
+Each check runs in a fresh interpreter, where nothing has imported scipy's submodules yet.
+"""
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from autograd_xla import registry
+
+SLOW = ("scipy.stats", "scipy.integrate", "scipy.signal", "scipy.special", "scipy.linalg", "autograd.scipy")
+
+
+def run(code):
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def test_importing_the_package_imports_no_slow_scipy_module():
+    out = run(f"""
+        import sys
+        import autograd_xla
+        print(sorted(m for m in {SLOW!r} if m in sys.modules), hasattr(autograd_xla, "os"))
+        """)
+    assert out == "[] False"
+
+
+def test_a_scipy_module_imported_afterwards_compiles():
+    """scipy.stats (and with it scipy.special and scipy.linalg) imported after the package:
+    autograd's wrappers of its functions, and a scipy.special ufunc called plainly, compile
+    with fallback='error'."""
+    out = run("""
+        import numpy as onp
+        import autograd_xla
+        from autograd_xla import jit_ps
+        import scipy.stats
+        import scipy.special
+        from autograd import grad
+        import autograd.scipy.stats.norm as norm
+        import autograd.scipy.special as asp
+        x = onp.linspace(-1.0, 1.0, 5)
+        f = jit_ps(lambda x: norm.logpdf(x, 0.5, 2.0) + scipy.special.gammaln(x + 3), fallback="error")
+        assert onp.allclose(f(x), scipy.stats.norm.logpdf(x, 0.5, 2.0) + scipy.special.gammaln(x + 3))
+        g = jit_ps(grad(lambda x: (norm.cdf(x) * asp.expit(x)).sum()), fallback="error")
+        assert onp.allclose(g(x), grad(lambda x: (norm.cdf(x) * asp.expit(x)).sum())(x))
+        from autograd.scipy.stats import multivariate_normal
+        mvn = jit_ps(lambda x: multivariate_normal.logpdf(x, onp.zeros(2), onp.eye(2)), fallback="error")
+        assert onp.allclose(mvn(onp.ones(2)), scipy.stats.multivariate_normal.logpdf(onp.ones(2), onp.zeros(2),
+                                                                                  onp.eye(2)))
+        print("ok")
+        """)
+    assert out == "ok"
+
+
+def test_odeint_and_convolve_imported_afterwards_compile():
+    out = run("""
+        import numpy as onp
+        from autograd_xla import jit_ps
+        from autograd.scipy.integrate import odeint
+        from autograd.scipy.signal import convolve
+        t = onp.linspace(0.0, 1.0, 4)
+        f = jit_ps(lambda y0: odeint(lambda y, t: -y, y0, t), fallback="error")
+        assert onp.allclose(f(onp.ones(2)), onp.exp(-t)[:, None] * onp.ones(2), atol=1e-6)
+        c = jit_ps(lambda a, b: convolve(a, b), fallback="error")
+        assert onp.allclose(c(onp.arange(5.0), onp.ones(3)), onp.convolve(onp.arange(5.0), onp.ones(3)))
+        print("ok")
+        """)
+    assert out == "ok"
+
+
+def test_a_rule_registered_by_the_user_replaces_the_waiting_one():
+    """The package's own registrations for scipy.special run before a user's, so the user's
+    rule is the one kept."""
+    out = run("""
+        import numpy as onp
+        import autograd_xla
+        import scipy.special
+        from autograd_xla import jit_ps, register_translation_rule
+        register_translation_rule(scipy.special.erf, lambda ctx, x: ctx.asvalue(x))   # "erf" is the identity
+        print(jit_ps(lambda x: scipy.special.erf(x))(onp.array([0.5, 2.0])).tolist())
+        """)
+    assert out == "[0.5, 2.0]"
+
+
+# ----- the mechanism -------------------------------------------------------------------------
+def test_when_imported_waits_for_its_module(monkeypatch):
+    calls = []
+    monkeypatch.delitem(sys.modules, "_agx_not_yet", raising=False)
+    registry.when_imported("_agx_not_yet")(calls.append)
+    assert calls == [] and not registry.run_waiting()
+    module = type(sys)("_agx_not_yet")
+    monkeypatch.setitem(sys.modules, "_agx_not_yet", module)
+    assert registry.lookup(object()) is None        # a look-up that finds nothing runs it
+    assert calls == [module]
+    registry.run_waiting()
+    assert calls == [module]                        # once
+    registry.when_imported("_agx_not_yet")(calls.append)   # imported already: at once
+    assert calls == [module, module]
+
+
+def test_lazy_module_imports_on_first_attribute():
+    lazy = registry.LazyModule("json")
+    assert lazy.dumps([1]) == "[1]"
+    with pytest.raises(ModuleNotFoundError):
+        registry.LazyModule("_agx_no_such_module").anything
