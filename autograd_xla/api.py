@@ -544,7 +544,7 @@ class JittedFunction:
         t0 = time.perf_counter()
         backend, lowered = self._backend(), entry.lowered
         try:
-            exe, compiled = backend.compile(lowered.text, expect_long=len(graph.eqns) > LARGE_PROGRAM_WARN_AFTER)
+            exe, compiled = backend.compile(lowered.text, expect_long=len(entry.graph.eqns) > LARGE_PROGRAM_WARN_AFTER)
         except CompileError as e:
             x64 = self._x64(backend)
             raise aot.explain_compile_error(self, e, entry.graph, lowered, backend.platform, x64) from None
