@@ -136,12 +136,14 @@ class Compiled:
         return f"<Compiled {self._name}>"
 
 
-def explain_compile_error(fn, error, graph, lowered, platform, x64):
+def explain_compile_error(fn, error, graph, lowered, backend, x64):
     """XLA rejected a program: a translation rule emitted something invalid (the traced
     shapes were valid, or tracing would have raised numpy's error). Say which primitive and
     which line of the user's code, not the module text; keep XLA's words as attributes."""
     text = str(error)
-    found = re.search(r'(?:^|[\s(])"?-"?:(\d+):\d+:? ?(?:error:)? ?([^\n]*)', text)
+    module_line = r'(?:^|[\s(])"?-"?:(\d+):\d+:? ?(?:error:)? ?([^\n]*)'
+    platform = backend.platform
+    found = re.search(module_line, text) or re.search(module_line, _unlocated_rejection(backend, graph, x64))
     first = found.group(2).strip() if found else text.split("\n", 1)[0][:300]
     eqn = equation_at_line(graph, int(found.group(1)), platform, x64) if found else None
     where = (f"\nThe operation was emitted for primitive '{prim_name(eqn.prim)}', traced from\n{eqn.source}"
@@ -151,6 +153,17 @@ def explain_compile_error(fn, error, graph, lowered, platform, x64):
                        "message and the module text are in this error's .xla_message and .module_text.",
                        xla_message=text, module_text=lowered.text, primitive=eqn.prim if eqn is not None else None,
                        source=eqn.source if eqn is not None else None)
+
+
+def _unlocated_rejection(backend, graph, x64):
+    """XLA's message for `graph` lowered without source locations. With them XLA names the op it
+    rejects by its user's line (kept in .xla_message), which equations share; without, by its
+    line in the module text, which equation_at_line maps to one equation."""
+    try:
+        backend.compile(lowering.lower(graph, "probe", backend.platform, x64, locations=False).text)
+    except CompileError as e:
+        return str(e)
+    return ""
 
 
 def equation_at_line(graph, lineno, platform, x64):
@@ -163,7 +176,7 @@ def equation_at_line(graph, lineno, platform, x64):
         outs = [v for e in eqns[:k] for v in e.outvars if v is not None] or list(graph.invars[:1])
         sub = Graph(list(graph.invars), list(eqns[:k]), outs, captured=graph.captured, arg_names=graph.arg_names)
         try:
-            text = lowering.lower(sub, "probe", platform, x64).text
+            text = lowering.lower(sub, "probe", platform, x64, locations=False).text
         except Exception:
             return None
         return text.count("\n") - header - 3  # footer: return, "}", "}"

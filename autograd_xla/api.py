@@ -547,7 +547,7 @@ class JittedFunction:
             exe, compiled = backend.compile(lowered.text, expect_long=len(entry.graph.eqns) > LARGE_PROGRAM_WARN_AFTER)
         except CompileError as e:
             x64 = self._x64(backend)
-            raise aot.explain_compile_error(self, e, entry.graph, lowered, backend.platform, x64) from None
+            raise aot.explain_compile_error(self, e, entry.graph, lowered, backend, x64) from None
         entry.executable = backend_mod.Executable(backend, exe, lowered.in_avals, lowered.out_avals, lowered.consts,
                                                   lowered.text, self.stats, lowered.sources)
         entry.stage = COMPILED

@@ -69,11 +69,13 @@ def result_type(*xs):
 
 
 class ModuleState:
-    """What all builders of one module share: lifted constants become parameters."""
+    """What all builders of one module share: lifted constants become parameters; the
+    source locations of its ops (an hlo.Locations, or None for none)."""
 
-    def __init__(self, platform="cpu"):
+    def __init__(self, platform="cpu", locations=None):
         self.platform = platform
         self.lifted = {}  # id(array) -> (array, Value)
+        self.locations = locations
 
     def lift(self, array):
         hit = self.lifted.get(id(array))

@@ -9,6 +9,7 @@ import sys
 import threading
 
 import autograd
+import autograd.core
 import numpy
 import scipy
 
@@ -45,12 +46,39 @@ def library_file(filename):
     return hit
 
 
+class ForwardVJP:
+    """A VJP autograd made for one forward operation (a VJPNode's `vjp`), with `source`, the
+    user's line of that operation: while autograd's backward pass runs it, that line, not
+    the one that started the backward pass, is the user's (see user_frame)."""
+
+    __slots__ = ("vjp", "source")
+
+    def __init__(self, vjp, source):
+        self.vjp, self.source = vjp, source
+
+    def __call__(self, g):
+        return self.vjp(g)
+
+
+_BACKWARD_PASS = autograd.core.backward_pass.__code__
+
+
 def user_frame(depth=1):
-    """SourceInfo of the innermost frame that is the user's code, or None."""
+    """SourceInfo of the innermost frame that is the user's code, or None.
+
+    During autograd's backward pass the user's forward frames have returned: below
+    autograd.core.backward_pass, the user's line is that of the forward operation whose
+    VJP (or whose gradient's accumulation) it is running, the node in its loop (a node
+    made from a traced value carries it: tracing._box_tracer). User code the VJP itself
+    calls (a user-defined primitive's VJP) is found first."""
     f = sys._getframe(depth)
     while f is not None:
         code = f.f_code
-        if not library_file(code.co_filename):
+        if code is _BACKWARD_PASS:
+            vjp = getattr(f.f_locals.get("node"), "vjp", None)
+            if type(vjp) is ForwardVJP:
+                return vjp.source
+        elif not library_file(code.co_filename):
             return SourceInfo(code.co_filename, f.f_lineno, code.co_name)
         f = f.f_back
     return None

@@ -206,14 +206,58 @@ class Value(Aval):
     __mod__ = __rmod__ = __neg__ = __lt__ = __le__ = __gt__ = __ge__ = _arithmetic
 
 
+class Locations:
+    """The source locations of one module's ops, as MLIR location aliases defined after the
+    module (MLIR resolves an alias used before its definition), so that an op carries only
+    ` loc(#b)`: `#b = loc(fused["tanh", #L0])`, `#L0 = loc("file.py":12:0)`, one alias per
+    distinct (op name, line) and per distinct line. XLA turns an op's location into its
+    metadata: the name into `op_name`, the file and line into `source_file` / `source_line`
+    (a fused location keeps both)."""
+
+    def __init__(self):
+        self._ops = {}    # (name, filename, line) -> alias: letters only
+        self._lines = {}  # (filename, line) -> alias: "L" and a number
+
+    def alias(self, name, filename, line):
+        key = (name, filename, line)
+        alias = self._ops.get(key)
+        if alias is None:
+            alias = self._ops[key] = "#" + _letters(len(self._ops))
+            if (filename, line) not in self._lines:
+                self._lines[filename, line] = f"#L{len(self._lines)}"
+        return alias
+
+    def definitions(self):
+        return ([f"{alias} = loc({string(filename)}:{line}:0)" for (filename, line), alias in self._lines.items()]
+                + [f"{alias} = loc(fused[{string(name)}, {self._lines[filename, line]}])"
+                   for (name, filename, line), alias in self._ops.items()])
+
+
+def _letters(k):
+    """The k-th name made of letters only: a, ..., Z, aa, ab, ... (the shortest alias names)."""
+    name = ""
+    k += 1
+    while k:
+        k, r = divmod(k - 1, 52)
+        name = _LETTERS[r] + name
+    return name
+
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
 class Builder:
     """Appends ops to one block. Child builders (regions) share the name counter, so
-    names are unique across the whole function and regions may use outer values."""
+    names are unique across the whole function and regions may use outer values.
+
+    `location`: the alias (Locations) of the source location of the ops emitted now, or
+    None; set by lowering per equation, and inherited by the regions of an op."""
 
     def __init__(self, counter=None, depth=2, transposed=None):
         self._counter = counter if counter is not None else itertools.count()
         self._depth = depth
         self.lines = []
+        self.location = None
         # name of a transpose result -> (operand, permutation), shared with child regions, so
         # dot_general can read through transposes (see _fold_transpose)
         self._transposed = transposed if transposed is not None else {}
@@ -248,7 +292,10 @@ class Builder:
         in_types = ", ".join(v.type for v in operands)
         out_types = [tensor_type(s, d) for s, d in results]
         out_text = out_types[0] if len(out_types) == 1 else "(" + ", ".join(out_types) + ")"
-        self.emit(f"{text} : ({in_types}) -> {out_text}")
+        if self.location is None:
+            self.emit(f"{text} : ({in_types}) -> {out_text}")
+        else:
+            self.emit(f"{text} : ({in_types}) -> {out_text} loc({self.location})")
         return outs
 
     def op1(self, name, operands, shape, dtype, attrs=None, regions=()):
@@ -257,6 +304,7 @@ class Builder:
     def region(self, arg_types, body):
         """Text of a one-block region. `body(builder, *args)` returns the values to yield."""
         inner = self.child()
+        inner.location = self.location
         args = [Value(inner.fresh_name("%a"), s, d) for s, d in arg_types]
         results = body(inner, *args)
         results = list(results) if isinstance(results, (list, tuple)) else [results]
@@ -501,8 +549,9 @@ def _layout(minor_to_major):
     return f"dense<{i64_list(minor_to_major)}> : tensor<{n}xindex>" if n else "dense<> : tensor<0xindex>"
 
 
-def module_text(name, params, body_lines, results, replicas=1, partitions=1, arg_attrs=None):
-    """Wrap a finished main-function body (parameters are Values) into a module."""
+def module_text(name, params, body_lines, results, replicas=1, partitions=1, arg_attrs=None, locations=None):
+    """Wrap a finished main-function body (parameters are Values) into a module, followed by
+    the definitions of the location aliases its ops use (`locations`, a Locations)."""
     args = []
     for i, p in enumerate(params):
         attr = f" {arg_attrs[i]}" if arg_attrs and arg_attrs.get(i) else ""
@@ -514,4 +563,5 @@ def module_text(name, params, body_lines, results, replicas=1, partitions=1, arg
         f"mhlo.num_replicas = {replicas} : i32}} {{\n"
         f"  func.func public @main({', '.join(args)}) -> ({out_types}) {{\n"
         + "\n".join(body_lines) + ("\n" if body_lines else "") + ret + "\n  }\n}\n"
+        + "".join(d + "\n" for d in (locations.definitions() if locations is not None else ()))
     )

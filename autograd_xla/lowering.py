@@ -20,8 +20,15 @@ def flatten_values(out):
 
 # ----- graphs --------------------------------------------------------------------------------
 def lower_eqns(ctx, eqns, env):
-    """Emit `eqns` into `ctx`; `env` maps Vars to Values and is extended in place."""
+    """Emit `eqns` into `ctx`; `env` maps Vars to Values and is extended in place. Each
+    equation's ops carry its primitive and user's line as their location (when the module
+    has locations); one without a source keeps that of the equation around it (a loop's)."""
+    locations, outer = ctx.module.locations, ctx.location
     for eqn in eqns:
+        if locations is not None:
+            source = eqn.source
+            ctx.location = outer if source is None else locations.alias(prim_name(eqn.prim), source.filename,
+                                                                        source.lineno)
         args, kwargs = map_vars((eqn.args, eqn.kwargs), env.__getitem__)
         try:
             out = registry.lookup(eqn.prim).lowering(ctx, *args, **kwargs)
@@ -38,6 +45,7 @@ def lower_eqns(ctx, eqns, env):
                 if var.aval.weak_type != value.weak_type:  # the tracer's weak typing (s * 2 of a Python scalar)
                     value = hlo.Value(value.name, value.shape, value.dtype, var.aval.weak_type)
                 env[var] = value
+    ctx.location = outer
 
 
 def lower_subgraph(ctx, graph, args, captured):
@@ -101,14 +109,16 @@ def _packs(avals, platform, pack):
     return [(dtype, members) for dtype, members in groups.items() if len(members) > 1]
 
 
-def lower(graph, name="jit_fn", platform="cpu", x64=True, pack=True, donate=()):
+def lower(graph, name="jit_fn", platform="cpu", x64=True, pack=True, donate=(), locations=True):
     """Emit `graph` as a module. With x64=False every 64-bit value is computed in 32 bits;
     `Lowered.in_avals` / `out_avals` then give the dtypes the executable really takes and
     returns. `pack` allows sending small arguments together (PACK_MAX_BYTES). `donate`: indices
     of graph inputs whose buffers XLA may reuse for outputs (`jax.buffer_donor`, which XLA's
-    StableHLO import turns into input-output aliasing); packed ones are not marked."""
+    StableHLO import turns into input-output aliasing); packed ones are not marked.
+    `locations`: each op carries its equation's primitive and user's line, which XLA keeps as
+    the op's metadata (op_name, source_file, source_line) and names in its own error messages."""
     with hlo.narrow_64_bit(not x64):
-        module = ModuleState(platform)
+        module = ModuleState(platform, hlo.Locations() if locations else None)
         ctx = LoweringContext(module)
         avals = [v.aval for v in graph.invars]
         packs = _packs(avals, platform, pack)
@@ -132,7 +142,8 @@ def lower(graph, name="jit_fn", platform="cpu", x64=True, pack=True, donate=()):
         outs = lower_subgraph(ctx, graph, inputs, [])
         lifted = list(module.lifted.values())
         donors = {k: "{jax.buffer_donor = true}" for k, s in enumerate(sources) if type(s) is int and s in donate}
-        text = hlo.module_text(_identifier(name), params + [v for _, v in lifted], ctx.lines, outs, arg_attrs=donors)
+        text = hlo.module_text(_identifier(name), params + [v for _, v in lifted], ctx.lines, outs, arg_attrs=donors,
+                               locations=module.locations)
         consts = [a.astype(hlo.canonical_dtype(a.dtype), copy=False) for a, _ in lifted]
         in_avals = [(p.shape, hlo.canonical_dtype(p.dtype)) for p in params]
         out_avals = [(o.shape, hlo.canonical_dtype(o.dtype)) for o in outs]

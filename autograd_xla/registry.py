@@ -211,7 +211,8 @@ def register_interceptor(primitive, fn):
 
 
 def register_module_patch(owner, name, replacement):
-    """Swap `owner.name` for `replacement` while a trace is active."""
+    """Swap `owner.name` for `replacement` while a trace is active (one `owner` lacks is added
+    for that time)."""
     MODULE_PATCHES.append((owner, name, replacement))
     return replacement
 

@@ -18,6 +18,7 @@ context to learn the result's shape and dtype: the rule is the single source of 
 for both, so the traced graph cannot disagree with the code it lowers to.
 """
 import contextlib
+import dis
 import gc
 import itertools
 import operator
@@ -29,6 +30,7 @@ import autograd.numpy as anp
 import numpy as np
 from autograd.builtins import (container_take, container_untake, make_sequence, sequence_extend_left,
                                sequence_extend_right)
+from autograd.core import VJPNode
 from autograd.extend import VSpace
 from autograd.numpy.numpy_boxes import ArrayBox
 from autograd.tracer import Box, box_types, trace_primitives_map
@@ -37,9 +39,9 @@ from . import hlo, registry, tree
 from .context import LoweringContext, ModuleState
 from .core import (Aval, DynamicSlice, Eqn, Graph, UfuncMethod, Var, dynamic_getitem, dynamic_update, index_axes,
                    map_structure, map_vars, prim_name, setitem)
-from .errors import (ConcreteValueRequired, ConcretizationError, TracerLeakError, UnsupportedDtypeError,
+from .errors import (ConcreteValueRequired, ConcretizationError, ForwardVJP, TracerLeakError, UnsupportedDtypeError,
                      UnsupportedPrimitiveError,
-                     annotate, primitive_stack, user_frame)
+                     annotate, library_file, primitive_stack, user_frame)
 
 
 class _State(threading.local):
@@ -101,6 +103,13 @@ class Trace:
     def is_active(self):
         return self in state.traces
 
+    def source_of(self, var):
+        """The user's line of the equation that computed `var` (None for an input)."""
+        for eqn in reversed(self.eqns):
+            if var in eqn.outvars:
+                return eqn.source
+        return None
+
     def depends_on_args(self, *vars):
         """Indices of the inputs that `vars` were computed from (for error messages)."""
         needed = set(vars)
@@ -142,9 +151,10 @@ def new_trace(parent=None):
 
 
 # ----- binding a primitive -------------------------------------------------------------------
-def bind(prim, args, kwargs, entry=None):
+def bind(prim, args, kwargs, entry=None, source=None):
     """Record one call of `prim` on traced arguments; returns traced results. `entry`:
-    prim's registry entry, when the caller has looked it up already."""
+    prim's registry entry, when the caller has looked it up already; `source`: the user's
+    line to attribute the equation to, when not the one calling (user_frame)."""
     trace = current_trace()
     if trace is None:
         raise TracerLeakError(f"'{prim_name(prim)}' was called on a traced array outside of any trace:\n"
@@ -179,7 +189,7 @@ def bind(prim, args, kwargs, entry=None):
             outs.append(Tracer(var, trace))
             outvars.append(var)
     if any(v is not None for v in outvars):
-        trace.eqns.append(Eqn(prim, args, kwargs, outvars, out_tree, user_frame(2)))
+        trace.eqns.append(Eqn(prim, args, kwargs, outvars, out_tree, source or user_frame(2)))
     return tree.unflatten(out_tree, outs)
 
 
@@ -270,12 +280,25 @@ def trace_through(prim, shown_as, impl, args, kwargs):
     primitive_stack.names.append(shown_as)
     try:
         return impl(*args, **kwargs)
-    except ConcretizationError as e:
-        if e.static_candidates or getattr(prim, "__module__", "").startswith("autograd."):
+    except (ConcretizationError, ValueError) as e:
+        cause = concretization_cause(e)
+        if cause is None or cause.static_candidates or getattr(prim, "__module__", "").startswith("autograd."):
             raise
         raise unsupported(prim) from e
     finally:
         primitive_stack.names.pop()
+
+
+def concretization_cause(e):
+    """`e` if it is a ConcretizationError, or the one a ValueError of numpy's item assignment
+    carries: numpy reports a failed conversion of a sequence-like value (a Tracer has __len__
+    and __getitem__) as "setting an array element with a sequence", the conversion's error as
+    its __cause__. None otherwise."""
+    if isinstance(e, ConcretizationError):
+        return e
+    if type(e) is ValueError and isinstance(e.__cause__, ConcretizationError):
+        return e.__cause__
+    return None
 
 
 def _has_tracer(args, kwargs):
@@ -433,10 +456,51 @@ def _assign(target, result, what):
     target._var = result._var
 
 
-def _concrete(kind, decides_shape=False):
+def _concrete(kind, decides_shape=False, conversion=False):
+    """A Tracer method that needs the data. `conversion`: one numpy's item assignment calls to
+    store the value into a numpy array (float(), int(), complex(), bool())."""
     def method(self, *args, **kwargs):
+        if conversion and storing_into_array(sys._getframe(1)):
+            raise store_error(self)
         raise concretization_error(self, kind, decides_shape=decides_shape)
     return method
+
+
+# ----- a traced value stored into a numpy array ----------------------------------------------
+# `y[i] = value` with y a numpy array: numpy's item assignment is C code, without a frame of its
+# own, that converts the value with float() / int() / complex() / bool(), or np.asarray for a
+# slice, so the frame that called the conversion is the one executing the store.
+_STORE_OPCODES = frozenset(dis.opmap[name] for name in ("STORE_SUBSCR", "STORE_SLICE") if name in dis.opmap)
+
+
+def storing_into_array(frame):
+    """Whether `frame`, the caller of a conversion of a traced value, is the user's code
+    executing `y[...] = value` (y a numpy array: a traced y has its own __setitem__)."""
+    code = frame.f_code
+    return code.co_code[frame.f_lasti] in _STORE_OPCODES and not library_file(code.co_filename)
+
+
+def store_error(tracer, boxed=False, hint=None):
+    """The ConcretizationError of `y[...] = value` with y a numpy array and `tracer` the
+    value; `boxed`: autograd is differentiating it, which plain autograd cannot do either, so
+    the remedy is a note, kept by the plain run's own error (api's fallback copies notes)."""
+    what = f"Storing a {'value being differentiated' if boxed else 'value'} into a numpy array (`y[...] = value`, " \
+           "y a numpy array)"
+    if not boxed:
+        return concretization_error(tracer, what, hint=hint, remedy=(
+            "A numpy array holds data, and inside jit_ps only shapes and dtypes are known. Make y a traced "
+            "array: create it from a traced value with autograd.numpy (y = np.zeros_like(x)), so that "
+            "`y[...] = value` is recorded; or build the array from the values (np.stack, np.concatenate, "
+            "np.array([...]), np.where), which grad can also differentiate."))
+    return annotate(concretization_error(tracer, what, hint=hint, remedy=""), ASSIGNMENT_NOT_DIFFERENTIABLE)
+
+
+#: The note of an item assignment of a value autograd is differentiating: what to write instead.
+#: A note, so that the plain run's own error (fallback="python") carries it too.
+ASSIGNMENT_NOT_DIFFERENTIABLE = (
+    "autograd cannot differentiate through item assignment (plain autograd fails here too: the array keeps a "
+    "number, not autograd's box around it). Build the array from the values instead: np.stack([...]) or "
+    "np.array([...]) of a list of them, np.concatenate, or np.where(mask, values, y).")
 
 
 class Tracer:
@@ -523,12 +587,14 @@ class Tracer:
             hint = ("If a plain numpy array is indexed with it (`table[idx]`, `table` a constant, not an argument), "
                     "numpy itself asks for concrete indices: pass `table` to the jitted function as an argument, "
                     "or look it up with np.take(table, idx, axis=...).")
+        if storing_into_array(sys._getframe(1)):  # y[a:b] = x (or the index of a store, when an integer)
+            raise store_error(self, hint=hint)
         raise concretization_error(self, "np.asarray(x) / np.array(x)", hint=hint)
 
-    __bool__ = _concrete("bool(x), `if x:` or `while x:`")
-    __float__ = _concrete("float(x)")
-    __int__ = _concrete("int(x)")
-    __complex__ = _concrete("complex(x)")
+    __bool__ = _concrete("bool(x), `if x:` or `while x:`", conversion=True)
+    __float__ = _concrete("float(x)", conversion=True)
+    __int__ = _concrete("int(x)", conversion=True)
+    __complex__ = _concrete("complex(x)", conversion=True)
     __index__ = _concrete("using x as an index, size or range bound")
     item = _concrete("x.item()")
     nonzero = _concrete("np.nonzero(x) (the number of results depends on the data)", decides_shape=True)
@@ -553,8 +619,9 @@ class Tracer:
 
     def __setitem__(self, idx, value):
         if type(value) in box_types:
-            raise TypeError("assigning a differentiated value into a traced array is not differentiable; "
-                            "build the array with np.concatenate/np.stack/np.where instead")
+            raise annotate(TypeError("assigning a differentiated value into a traced array is not differentiable; "
+                                     "build the array with np.concatenate/np.stack/np.where instead"),
+                           ASSIGNMENT_NOT_DIFFERENTIABLE)
         dynamic = _dynamic_index(idx)
         if dynamic is not None:
             _guard_in_bounds(self, dynamic)
@@ -655,10 +722,11 @@ for _query, _answer in {
 
 
 # ----- errors that need the trace ------------------------------------------------------------
-def concretization_error(tracer, what, deps=None, decides_shape=False, hint=None):
+def concretization_error(tracer, what, deps=None, decides_shape=False, hint=None, remedy=None):
     """Explain which argument the value comes from and what to do instead. `deps`: the input
     indices it depends on, when it is not one traced value (default: `tracer`'s). `hint`:
-    a last paragraph for the message.
+    a last paragraph for the message; `remedy`: the paragraph saying what to do, when not
+    the general one (static arguments, cond / while_loop, np.where).
 
     The inputs it depends on are candidates for being made static (ConcretizationError's
     static_candidates) when all are Python numbers or integer/boolean arrays, or, for a
@@ -680,12 +748,13 @@ def concretization_error(tracer, what, deps=None, decides_shape=False, hint=None
     src = user_frame(2)
     origin = f" computed from {', '.join(names)}" if names else ""
     aval = tracer.aval if type(tracer) is Tracer else "?"
-    msg = (f"{what} needs a concrete value, but this is a traced array {aval}{origin}.\n"
-           f"{src}\n"
-           "Inside jit_ps only shapes and dtypes are known. Mark the argument static "
-           "(jit_ps(f, static_argnums=...) or static_argnames=..., one compile per value), "
-           "or express the data-dependent part with autograd_xla.cond / switch / while_loop / fori_loop "
-           "or np.where." + (f"\n{hint}" if hint else ""))
+    if remedy is None:
+        remedy = ("Inside jit_ps only shapes and dtypes are known. Mark the argument static "
+                  "(jit_ps(f, static_argnums=...) or static_argnames=..., one compile per value), "
+                  "or express the data-dependent part with autograd_xla.cond / switch / while_loop / fori_loop "
+                  "or np.where.")
+    msg = "\n".join([f"{what} needs a concrete value, but this is a traced array {aval}{origin}.", str(src)]
+                    + [p for p in (remedy, hint) if p])
     # argument indices are the jitted function's only in the outermost trace, not in a loop body's
     root = trace is not None and trace.parent is None
     static = candidates if root and candidates and len(candidates) == len(deps) else ()
@@ -693,14 +762,17 @@ def concretization_error(tracer, what, deps=None, decides_shape=False, hint=None
 
 
 # ----- autograd integration ------------------------------------------------------------------
-def full(shape, value, dtype):
-    """A traced np.full(shape, value, dtype=dtype) in the current trace."""
-    return bind(np.full, (shape, value), {"dtype": dtype})
+def full(shape, value, dtype, source=None):
+    """A traced np.full(shape, value, dtype=dtype) in the current trace (attributed to the
+    user's line `source`, when given)."""
+    return bind(np.full, (shape, value), {"dtype": dtype}, source=source)
 
 
 class TracerVSpace(VSpace):
     """autograd's vector space of a traced array: zeros and ones are traced constants, so
     gradient accumulation (`x += y` in autograd's mut_add) stays inside the graph."""
+
+    source = None  # the user's line its ones() are attributed to (SeedVSpace), else the caller's
 
     def __init__(self, value):
         self.shape = value.shape
@@ -719,7 +791,7 @@ class TracerVSpace(VSpace):
         return full(self.shape, 0, self.dtype)
 
     def ones(self):
-        return full(self.shape, (1 + 1j) if self.iscomplex else 1, self.dtype)
+        return full(self.shape, (1 + 1j) if self.iscomplex else 1, self.dtype, self.source)
 
     def standard_basis(self):
         for idx in np.ndindex(*self.shape):
@@ -740,16 +812,34 @@ class TracerVSpace(VSpace):
         return np.conj(x) if self.iscomplex else x
 
 
+class SeedVSpace(TracerVSpace):
+    """The vector space of a traced value that autograd's grad (or value_and_grad...)
+    differentiates: its ones() are the seed cotangent of the backward pass, attributed to the
+    user's line that computed the value rather than to the line that called grad."""
+
+    def __init__(self, value):
+        super().__init__(value)
+        self.source = value._trace.source_of(value._var)
+
+
 def _box_tracer(value, trace, node):
     """autograd boxes a traced array as it would box the numpy value it stands for: a numpy
     integer or bool scalar (what a reduction of an integer array returns) or a Python int
     cannot be differentiated, and autograd says so. Not where autograd's container
-    primitives box one (our control flow reads integer loop counters out of boxed tuples)."""
+    primitives box one (our control flow reads integer loop counters out of boxed tuples).
+
+    A reverse-mode node's VJP keeps the user's line of this forward operation, the line its
+    backward-pass equations are attributed to (errors.user_frame). Forward mode needs nothing:
+    a JVPNode computes its tangent as it is made, on the forward line."""
     if not value.shape and value.dtype.kind in "biu":
         caller = sys._getframe(2)  # autograd's f_wrapped, which called new_box, which called us
         if caller.f_locals.get("f_wrapped") not in _CONTAINER_PRIMITIVES:
             raise TypeError(f"Can't differentiate w.r.t. type {int if value.aval.weak_type else value.dtype.type}")
     value._trace.boxed.add(value._var)
+    if type(node) is VJPNode:
+        source = user_frame(2)
+        if source is not None:
+            node.vjp = ForwardVJP(node.vjp, source)
     return ArrayBox(value, trace, node)
 
 
@@ -834,6 +924,7 @@ def _scan_primitives():
 
 
 _saved_globals = []
+_ABSENT = object()  # a patched attribute its owner lacks (ArrayBox.__float__): removed, not restored
 
 
 @contextlib.contextmanager
@@ -847,7 +938,7 @@ def intercepting():
                 cell.cell_contents = interceptor
             for module, name, replacement in registry.MODULE_PATCHES:  # compositions/autograd_patches.py, impurity.py
                 # as stored (a class's staticmethod stays one), not as looked up
-                _saved_globals.append((module, name, vars(module).get(name, getattr(module, name))))
+                _saved_globals.append((module, name, vars(module).get(name, getattr(module, name, _ABSENT))))
                 setattr(module, name, replacement)
         _install_depth += 1
     try:
@@ -860,7 +951,10 @@ def intercepting():
                     cell.cell_contents = raw
                 while _saved_globals:
                     module, name, original = _saved_globals.pop()
-                    setattr(module, name, original)
+                    if original is _ABSENT:
+                        delattr(module, name)
+                    else:
+                        setattr(module, name, original)
 
 
 def primitive_wrappers():
@@ -880,7 +974,15 @@ def trace_function(fun, in_avals, arg_names=None, parent=None):
     with new_trace(parent) as trace:
         names = arg_names or [None] * len(in_avals)
         tracers = [trace.new_arg(aval, name) for aval, name in zip(in_avals, names)]
-        out = fun(*tracers)
+        try:
+            out = fun(*tracers)
+        except ValueError as e:
+            cause = concretization_cause(e)
+            if cause is None:
+                raise
+            # numpy's "setting an array element with a sequence": the traced value's own error
+            # says what happened; raised with the traceback down to the user's line
+            raise cause.with_traceback(e.__traceback__) from None
         leaves, out_tree = tree.flatten(out)
         graph = trace.to_graph(leaves + [g for g, _, _ in trace.guards], out_tree)
         graph.guards = [(src, why) for _, src, why in trace.guards]

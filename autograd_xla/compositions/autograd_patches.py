@@ -9,9 +9,14 @@ originals as stored when it ends). Several replacements wrap the attribute they 
 while nothing is swapped, so they wrap the originals. (Built during a trace, they would
 wrap the patches themselves.)
 """
+import sys
+
 import autograd.numpy as anp
 import numpy as np
+from autograd import differential_operators
+from autograd.extend import vspace
 from autograd.numpy import numpy_vjps, numpy_wrapper
+from autograd.numpy.numpy_boxes import ArrayBox
 from autograd.numpy.numpy_vspaces import ArrayVSpace
 from autograd.tracer import getval, isbox
 from numpy._core.einsumfunc import _parse_einsum_input as _numpy_parse_einsum_input
@@ -132,6 +137,26 @@ def _array_vspace_zeros(concrete_zeros):
     return zeros
 
 
+def _box_conversion(kind):
+    """ArrayBox.__float__ (or __int__, __complex__) while tracing. autograd's ArrayBox has none,
+    so Python raises TypeError; numpy's item assignment converts the value it stores with them,
+    and a box of a traced value stored into a numpy array (`y[0] = x[0]` under grad) is
+    told what autograd cannot do there and what to write instead."""
+    def convert(self):
+        if type(self._value) is Tracer and tracing.storing_into_array(sys._getframe(1)):
+            raise tracing.store_error(self._value, boxed=True)
+        raise TypeError(f"{kind}() argument must be a real number, not '{type(self).__name__}'")
+    return convert
+
+
+def _seed_vspace(x):
+    """`vspace` as autograd's differential operators see it (grad's `vspace(ans).ones()`, the
+    seed of the backward pass): for a traced value, a SeedVSpace, whose seed is attributed to
+    the user's line that computed the value."""
+    value = getval(x)
+    return tracing.SeedVSpace(value) if type(value) is Tracer else vspace(x)
+
+
 for _owner, _name, _replacement in (
         [(numpy_wrapper, "_parse_einsum_input", _parse_einsum_input),
          (numpy_wrapper.r_class, "__getitem__", _traced_concatenator(np.lib._index_tricks_impl.RClass)),
@@ -143,5 +168,7 @@ for _owner, _name, _replacement in (
         + [(numpy_vjps, "unpermuter", traced_unpermuter),
            (numpy_wrapper, "select", traced_select),
            (anp, "select", traced_select),
-           (ArrayVSpace, "zeros", _array_vspace_zeros(ArrayVSpace.zeros))]):
+           (ArrayVSpace, "zeros", _array_vspace_zeros(ArrayVSpace.zeros)),
+           (differential_operators, "vspace", _seed_vspace)]
+        + [(ArrayBox, f"__{kind}__", _box_conversion(kind)) for kind in ("float", "int", "complex")]):
     registry.register_module_patch(_owner, _name, _replacement)

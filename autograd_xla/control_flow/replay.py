@@ -48,7 +48,7 @@ def replay_eqns(eqns, env):
                 raise NotImplementedError(f"cannot differentiate a replayed '{eqn.prim!r}'")
             out = handler(args, kwargs)
         else:
-            out = tracing.bind(eqn.prim, args, kwargs)
+            out = tracing.bind(eqn.prim, args, kwargs, source=eqn.source)  # the replayed line, not ours
         leaves = tree.flatten(out)[0]
         if len(leaves) != len(eqn.outvars):
             raise RuntimeError(f"replaying {eqn.prim!r} gave {len(leaves)} results for {len(eqn.outvars)}")
