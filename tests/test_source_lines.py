@@ -112,7 +112,7 @@ def test_storing_a_value_being_differentiated_fails_in_both_paths_with_the_remed
     line = LINE["store_element"]
     assert str(info.value) == (
         "Storing a value being differentiated into a numpy array (`y[...] = value`, y a numpy array) needs a "
-        "concrete value, but this is a traced array f64[] computed from 'args[0]' (f64[3]).\n"
+        "concrete value, but this is a traced array f64[] computed from 'x' (f64[3]).\n"
         f'File "{__file__}", line {line}, in store_element\n    y[0] = x[0]  # @store_element')
     assert info.value.__notes__ == [tracing.ASSIGNMENT_NOT_DIFFERENTIABLE]
     with pytest.raises(ValueError, match="setting an array element with a sequence") as plain:
