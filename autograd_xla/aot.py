@@ -28,7 +28,7 @@ import re
 import numpy as np
 
 from . import hlo, lowering, tree
-from .core import Graph, Var, prim_name
+from .core import Aval, Graph, Var, prim_name
 from .errors import CompileError
 
 #: The logger compile reports go to.
@@ -50,38 +50,16 @@ def report(message):
     logger.warning(message)
 
 
-class ShapeDtype:
-    """Shape and dtype of an array that was not computed: what `eval_shape` returns per
-    output leaf (compares equal to another with the same shape and dtype)."""
-
-    __slots__ = ("shape", "dtype")
-
-    def __init__(self, shape, dtype):
-        self.shape, self.dtype = tuple(int(d) for d in shape), np.dtype(dtype)
-
-    ndim = property(lambda self: len(self.shape))
-    size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
-
-    def __eq__(self, other):
-        return type(other) is ShapeDtype and self.shape == other.shape and self.dtype == other.dtype
-
-    def __hash__(self):
-        return hash((self.shape, self.dtype))
-
-    def __repr__(self):
-        return f"ShapeDtype(shape={self.shape}, dtype={self.dtype.name})"
-
-
 def output_shapes(graph, out_tree, x64=True):
-    """The traced outputs of `graph` (guards, appended last by tracing, left out) as ShapeDtypes
-    in the function's output structure. A constant output is returned as lowering emits it, in
+    """The traced outputs of `graph` (guards, appended last by tracing, left out) as core.Avals
+    (shape and dtype; never weakly typed) in the function's output structure. A constant output is returned as lowering emits it, in
     its canonical dtype; x64=False narrows 64-bit dtypes as lowering then does (hlo.NARROW_64)."""
     narrow = {} if x64 else hlo.NARROW_64
     outs = graph.outvars[:len(graph.outvars) - len(graph.guards)]
     leaves = []
     for v in outs:
         shape, dtype = (v.aval.shape, v.aval.dtype) if isinstance(v, Var) else (np.shape(v), np.asarray(v).dtype)
-        leaves.append(ShapeDtype(shape, narrow.get(dtype, dtype)))
+        leaves.append(Aval(shape, narrow.get(dtype, dtype)))
     return leaves[0] if out_tree is tree.LEAF else tree.unflatten(out_tree, leaves)
 
 

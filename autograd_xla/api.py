@@ -881,7 +881,7 @@ def jit_ps(fun=None, *, static_argnums=(), static_argnames=(), fallback="python"
 
 def eval_shape(fun, *args, **kwargs):
     """The shapes and dtypes of `fun(*args, **kwargs)`'s results, in their structure, as
-    aot.ShapeDtype objects (`.shape`, `.dtype`), found by tracing alone: nothing is compiled
+    core.Aval objects (`.shape`, `.dtype`), found by tracing alone: nothing is compiled
     or computed. `fun` is any function jit_ps takes (`grad(loss)` too) or a jitted function
     (whose cache and options are used). What cannot be traced raises its cause."""
     jitted = fun if isinstance(fun, JittedFunction) else JittedFunction(fun, fallback="error")

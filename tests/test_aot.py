@@ -9,7 +9,8 @@ import pytest
 import autograd.numpy as np
 from autograd import grad, value_and_grad
 from autograd_xla import ArgumentError, ConcretizationError, DeviceArray, backend, eval_shape, jit_ps
-from autograd_xla.aot import Compiled, Lowered, ShapeDtype
+from autograd_xla.aot import Compiled, Lowered
+from autograd_xla.core import Aval
 from helpers import assert_close
 
 rs = onp.random.RandomState(0)
@@ -35,7 +36,7 @@ def shapes_of(tree):
         return type(tree)(shapes_of(t) for t in tree)
     if isinstance(tree, dict):
         return {k: shapes_of(v) for k, v in tree.items()}
-    return ShapeDtype(onp.shape(tree), onp.asarray(tree).dtype)
+    return Aval(onp.shape(tree), onp.asarray(tree).dtype)
 
 
 # ----- lower / compile ------------------------------------------------------------------------
@@ -153,8 +154,8 @@ def test_eval_shape_agrees_with_the_result(no_compiling):
 
     got = eval_shape(f, PARAMS, X)
     assert got == shapes_of(f(PARAMS, X))
-    assert got["out"] == ShapeDtype((5, 2), onp.float64) and got["norm"].shape == ()
-    assert repr(got["first"][1]) == "ShapeDtype(shape=(5, 4), dtype=float32)"
+    assert got["out"] == Aval((5, 2), onp.float64) and got["norm"].shape == ()
+    assert repr(got["first"][1]) == "f32[5,4]" and not got["first"][1].weak_type
 
 
 def test_eval_shape_under_grad(no_compiling):
@@ -178,7 +179,7 @@ def test_eval_shape_values_made_static_and_x64_off(no_compiling):
 
     assert eval_shape(take, X, 3) == shapes_of(take(X, 3))
     narrow = jit_ps(lambda x: (x * 2, np.sum(x).astype(np.int64)), x64=False)
-    assert eval_shape(narrow, X) == (ShapeDtype((5, 4), onp.float32), ShapeDtype((), onp.int32))
+    assert eval_shape(narrow, X) == (Aval((5, 4), onp.float32), Aval((), onp.int32))
 
 
 def test_eval_shape_raises_what_cannot_be_traced():
