@@ -37,6 +37,7 @@ from .control_flow import cond, fori_loop, scan, switch, while_loop
 from .core import Graph
 from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, UnsupportedDtypeError,  # noqa: E501
                      ImpureFunctionError, JitError, PlatformUnavailableError, ProgramTooLargeError, TracerLeakError, UnsupportedPrimitiveError)
+from .persistent_cache import set_cache_dir
 from .registry import register_trace_rule, register_translation_rule
 
 __version__ = "0.1.0"
@@ -45,4 +46,5 @@ __all__ = ["jit_ps", "JittedFunction", "register_translation_rule", "register_tr
            "JitError", "ConcretizationError", "UnsupportedPrimitiveError", "ImpureFunctionError", "TracerLeakError",
            "CompileError", "FallbackWarning", "ProgramTooLargeError", "UnsupportedDtypeError",
            "ArgumentError", "PlatformUnavailableError", "DeviceArray", "devices", "default_platform",
-           "set_default_platform", "while_loop", "fori_loop", "cond", "switch", "scan", "eval_shape"]
+           "set_default_platform", "while_loop", "fori_loop", "cond", "switch", "scan", "eval_shape",
+           "set_cache_dir"]

@@ -61,15 +61,16 @@ MAX_PROGRAM = (40000, 32 << 20)
 class CacheStats:
     """Per-function counters. `traces` counts signatures traced; `compiles` counts XLA
     compilations (a trace whose program text matches one already compiled reuses it);
-    `host_to_device` / `device_to_host` count arrays moved by calls."""
+    `persistent_hits` counts executables loaded from the on-disk cache instead (persistent_cache.py),
+    in `persistent_load_seconds`; `host_to_device` / `device_to_host` count arrays moved by calls."""
 
     __slots__ = ("hits", "traces", "compiles", "trace_seconds", "lower_seconds", "compile_seconds", "fallbacks",
-                 "evictions", "host_to_device", "device_to_host")
+                 "evictions", "host_to_device", "device_to_host", "persistent_hits", "persistent_load_seconds")
 
     def __init__(self):
         self.hits = self.traces = self.compiles = self.fallbacks = self.evictions = 0
-        self.host_to_device = self.device_to_host = 0
-        self.trace_seconds = self.lower_seconds = self.compile_seconds = 0.0
+        self.host_to_device = self.device_to_host = self.persistent_hits = 0
+        self.trace_seconds = self.lower_seconds = self.compile_seconds = self.persistent_load_seconds = 0.0
 
     def as_dict(self):
         return {k: getattr(self, k) for k in self.__slots__}
@@ -544,7 +545,8 @@ class JittedFunction:
         t0 = time.perf_counter()
         backend, lowered = self._backend(), entry.lowered
         try:
-            exe, compiled = backend.compile(lowered.text, expect_long=len(entry.graph.eqns) > LARGE_PROGRAM_WARN_AFTER)
+            exe, compiled = backend.compile(lowered.text, expect_long=len(entry.graph.eqns) > LARGE_PROGRAM_WARN_AFTER,
+                                           stats=self.stats)
         except CompileError as e:
             x64 = self._x64(backend)
             raise aot.explain_compile_error(self, e, entry.graph, lowered, backend, x64) from None

@@ -27,7 +27,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # jaxlib's INFO lines; must 
 
 from jaxlib import xla_client as xc  # noqa: E402
 
-from . import hlo  # noqa: E402
+from . import hlo, persistent_cache  # noqa: E402
 from .core import Aval  # noqa: E402
 from .errors import CompileError, PlatformUnavailableError  # noqa: E402
 
@@ -95,10 +95,13 @@ class Backend:
                                      host_buffer_semantics=_HOST_SEMANTICS)
 
     # ----- compilation ----------------------------------------------------------------------
-    def compile(self, text, options=None, devices=None, expect_long=False):
+    def compile(self, text, options=None, devices=None, expect_long=False, stats=None):
         """Compile StableHLO text. Identical programs share one executable while anything
         uses it: the cache holds weak references, so an executable is freed together with
         the last jitted function (cache entry) using it. Returns (Program, compiled_now).
+        With the persistent cache on (persistent_cache.py) a program not in memory is looked
+        up on disk before XLA compiles it, and stored after; a disk hit is not compiled_now
+        and counts in `stats` (an api.CacheStats: persistent_hits, persistent_load_seconds).
         A compile expected to be long (`expect_long`, or LONG_COMPILE_BYTES of text) is
         logged (warning level) before it starts and with its duration when it ends."""
         key = hashlib.sha256(text.encode()).hexdigest()
@@ -108,23 +111,89 @@ class Backend:
             program = self._programs.get(cache_key)
             if program is not None:
                 return program, False
-        devs = xc.DeviceList(tuple(devices or [self.default_device]))
+        device_tuple = tuple(devices or [self.default_device])
+        devs = xc.DeviceList(device_tuple)
+        options = options or xc.CompileOptions()
+        disk = persistent_cache.active()
+        exe = None
+        if disk is not None:
+            disk_key = persistent_cache.key(text, _options_bytes(options), self.client.platform,
+                                            self.client.platform_version, _describe(device_tuple))
+            exe = _load(self.client, disk, disk_key, devs, stats)
+        compiled_now = exe is None
+        if compiled_now:
+            exe, seconds = self._compile(text, devs, options, expect_long)
+            if disk is not None and seconds >= disk.min_compile_seconds:
+                _store(disk, disk_key, exe)
+        program = Program(exe)
+        with self._programs_lock:
+            self._programs[cache_key] = program
+        return program, compiled_now
+
+    def _compile(self, text, devs, options, expect_long):
+        """XLA compiles; returns (loaded executable, seconds)."""
         announce = expect_long or len(text) >= LONG_COMPILE_BYTES
         if announce:
             name = _module_name(text)
             log.warning("XLA is compiling %s (%.1f MiB of StableHLO): a program this large can take minutes",
                         name, len(text) / 2**20)
-            t0 = time.perf_counter()
+        t0 = time.perf_counter()
         try:
-            exe = self.client.compile_and_load(text, devs, options or xc.CompileOptions())
+            exe = self.client.compile_and_load(text, devs, options)
         except xc.XlaRuntimeError as e:
             raise CompileError(f"XLA could not compile the program: {e}") from None
+        seconds = time.perf_counter() - t0
         if announce:
-            log.warning("XLA compiled %s in %.1f s", name, time.perf_counter() - t0)
-        program = Program(exe)
-        with self._programs_lock:
-            self._programs[cache_key] = program
-        return program, True
+            log.warning("XLA compiled %s in %.1f s", name, seconds)
+        return exe, seconds
+
+
+def _options_bytes(options):
+    """CompileOptions' bytes for the persistent key, with the DebugOptions fields that only
+    dump or fake devices reset (XLA_FLAGS are parsed into DebugOptions, so a dump flag alone
+    would change the bytes; jax's cache key resets the same fields)."""
+    copy = xc.CompileOptions.ParseFromString(options.SerializeAsString())
+    debug = copy.executable_build_options.debug_options
+    for name in dir(debug):
+        if ("--" + name).startswith(persistent_cache.NEUTRAL_FLAGS):
+            setattr(debug, name, type(getattr(debug, name))())
+    return copy.SerializeAsString()
+
+
+def _describe(devices):
+    """What the persistent key records of the devices: platform and kind of each, and the
+    topology's fingerprint where the client offers one."""
+    try:
+        topology = xc.get_topology_for_devices(list(devices)).fingerprint()
+    except Exception:  # not every PJRT client describes its topology
+        topology = None
+    return tuple((d.platform, d.device_kind) for d in devices) + (("topology", topology),)
+
+
+def _load(client, disk, disk_key, devs, stats):
+    """The executable stored under `disk_key` (only after it was authenticated), or None."""
+    t0 = time.perf_counter()
+    blob = disk.load(disk_key)
+    if blob is None:
+        return None
+    try:
+        exe = client.deserialize_executable(blob, devs, None)
+    except xc.XlaRuntimeError as e:
+        disk.discard(disk_key, f"XLA would not load it ({e})")
+        return None
+    if stats is not None:
+        stats.persistent_hits += 1
+        stats.persistent_load_seconds += time.perf_counter() - t0
+    return exe
+
+
+def _store(disk, disk_key, exe):
+    """Serialize and store; a failure (a full disk, an executable XLA cannot serialize) only
+    costs the next process a compile, so it is logged, not raised."""
+    try:
+        disk.store(disk_key, exe.serialize())
+    except (OSError, xc.XlaRuntimeError) as e:
+        log.warning("autograd_xla could not store the compiled program in %s: %s", disk.directory, e)
 
 
 def _module_name(text):

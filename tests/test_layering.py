@@ -59,7 +59,7 @@ FLOORS = [
     ("what a translation rule's ctx offers", ["context"]),
     ("translation rules", ["rules"]),
     ("interpreters: tracing, lowering, partial evaluation; the runtime", ["tracing", "lowering", "partial_eval",
-                                                                         "backend"]),
+                                                                         "backend", "persistent_cache"]),
     ("structured control flow", ["control_flow"]),
     ("compositions: trace rules and patches of autograd", ["compositions"]),
     ("derivatives of compiled calls, random draws", ["autodiff", "impurity"]),
