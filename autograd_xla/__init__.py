@@ -22,7 +22,8 @@ The modules stand on floors; each imports only its own floor and those below
  3. context: what a translation rule gets as ctx (numpy promotion, broadcasting, constants)
  4. rules/: translation rules only, one module per family (adding a primitive is one
     @lowers function in one of them)
- 5. tracing, lowering, partial_eval: the interpreters of a graph; backend: the runtime
+ 5. tracing, lowering, partial_eval: the interpreters of a graph; backend: the runtime;
+    persistent_cache: compiled executables kept on disk (opt-in)
  6. control_flow/: while_loop, fori_loop, scan, cond, switch and their derivatives
  7. compositions/: trace rules (odeint, fixed_point, scipy.stats, nan*) and the patches of
     autograd's globals that look at data
