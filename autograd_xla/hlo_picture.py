@@ -96,20 +96,25 @@ class HloModule:
 
 
 # ----- scanning: brackets and quotes -------------------------------------------------------------
-def _closing(text, start):
-    """Index of the bracket closing the one at text[start], skipping quoted strings."""
+def _outside_strings(text, start=0):
+    """(index, character, bracket depth after it) of each character of `text` from `start` that
+    lies outside quoted strings."""
     depth, i = 0, start
     while i < len(text):
         c = text[i]
         if c == '"':
-            i = _string_end(text, i)
-        elif c in _OPENERS:
-            depth += 1
-        elif c in _CLOSERS:
-            depth -= 1
-            if depth == 0:
-                return i
+            i = _string_end(text, i) + 1
+            continue
+        depth += (c in _OPENERS) - (c in _CLOSERS)
+        yield i, c, depth
         i += 1
+
+
+def _closing(text, start):
+    """Index of the bracket closing the one at text[start], skipping quoted strings."""
+    for i, c, depth in _outside_strings(text, start):
+        if depth == 0 and c in _CLOSERS:
+            return i
     raise ValueError(f"unbalanced {text[start]!r} in HLO text: {text[start:start + 80]!r}")
 
 
@@ -128,20 +133,8 @@ def _string_end(text, start):
 
 def _split_top(text, sep=","):
     """Pieces of `text` between the `sep`s outside brackets and strings, stripped; none empty."""
-    pieces, depth, begin, i = [], 0, 0, 0
-    while i < len(text):
-        c = text[i]
-        if c == '"':
-            i = _string_end(text, i)
-        elif c in _OPENERS:
-            depth += 1
-        elif c in _CLOSERS:
-            depth -= 1
-        elif c == sep and depth == 0:
-            pieces.append(text[begin:i])
-            begin = i + 1
-        i += 1
-    pieces.append(text[begin:])
+    cuts = [i for i, c, depth in _outside_strings(text) if c == sep and depth == 0]
+    pieces = [text[a + 1:b] for a, b in zip([-1] + cuts, cuts + [len(text)])]
     return [p.strip() for p in pieces if p.strip()]
 
 
