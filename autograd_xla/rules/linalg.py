@@ -90,10 +90,11 @@ from numpy.linalg import LinAlgError
 
 from ..hlo import Value
 from ..registry import LazyModule, lowers, when_imported
+from .elementwise import conj
 from .lapack import (cholesky_factor, eig_parts, eigh_parts, householder_qr, inverse, lu_factor, lu_solve, q_factor,
                      real_eigenvalues, schur_complex, svd_parts, triangular_solve, use_lapack)
-from .linalg_common import (I32, abs_squared, abs_value, adjoint, all_true, complex_dtype, conj, counted_loop, diag,
-                            eye, linalg_dtype, matrix_transpose, mm, nan_unless, real_dtype, triangle)
+from .linalg_common import (I32, abs_squared, abs_value, adjoint, all_true, complex_dtype, counted_loop, diag, eye,
+                            linalg_dtype, matrix_transpose, mm, nan_unless, real_dtype, triangle)
 from .linalg_portable import is_real_root
 from .shape import embed_diagonal
 

@@ -5,6 +5,7 @@ NaN for the matrices of a batch that failed, and a counted `stablehlo.while`.
 import numpy as np
 
 from ..hlo import Value
+from .elementwise import conj
 from .shape import diagonal
 
 LAPACK_PREFIX = {np.dtype(np.float32): "s", np.dtype(np.float64): "d",
@@ -32,12 +33,6 @@ def linalg_dtype(*dtypes):
 
 
 # ----- small matrix helpers ------------------------------------------------------------------
-def conj(ctx, x):
-    if x.dtype.kind != "c":
-        return x
-    return ctx.complex(ctx.real(x), ctx.unary("negate", ctx.imag(x), real_dtype(x.dtype)))
-
-
 def matrix_transpose(ctx, x):
     perm = list(range(x.ndim))
     perm[-1], perm[-2] = perm[-2], perm[-1]

@@ -11,8 +11,9 @@ how the loops are built (over the whole batch, with elementwise arithmetic rathe
 import numpy as np
 
 from .. import hlo
-from .linalg_common import (I32, abs_squared, abs_value, adjoint, all_true, complex_dtype, conj, counted_loop,
-                            diag, eye, geqrf_results, mm, nan_unless, q_reflectors, real_dtype, tri_mask, triangle)
+from .elementwise import conj
+from .linalg_common import (I32, abs_squared, abs_value, adjoint, all_true, complex_dtype, counted_loop, diag, eye,
+                            geqrf_results, mm, nan_unless, q_reflectors, real_dtype, tri_mask, triangle)
 from .shape import diagonal, embed_diagonal
 
 
