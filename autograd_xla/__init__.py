@@ -40,6 +40,7 @@ from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackW
                      ImpureFunctionError, JitError, PlatformUnavailableError, ProgramTooLargeError, TracerLeakError, UnsupportedPrimitiveError)
 from .persistent_cache import set_cache_dir
 from .registry import register_trace_rule, register_translation_rule
+from .transforms import hessian, jacfwd, jacrev, vmap
 
 __version__ = "0.1.0"
 
@@ -48,4 +49,4 @@ __all__ = ["jit_ps", "JittedFunction", "register_translation_rule", "register_tr
            "CompileError", "FallbackWarning", "ProgramTooLargeError", "UnsupportedDtypeError",
            "ArgumentError", "PlatformUnavailableError", "DeviceArray", "devices", "default_platform",
            "set_default_platform", "while_loop", "fori_loop", "cond", "switch", "scan", "eval_shape",
-           "set_cache_dir"]
+           "set_cache_dir", "vmap", "jacfwd", "jacrev", "hessian"]

@@ -181,6 +181,10 @@ class Value(Aval):
     def type(self):
         return tensor_type(self.shape, self.dtype)
 
+    def with_weak_type(self, weak):
+        """This value under another handle, of weak type `weak` (numpy promotion only)."""
+        return Value(self.name, self.shape, self.dtype, weak)
+
     def __repr__(self):
         return f"{self.name}: {self.type}"
 
@@ -502,16 +506,21 @@ class Builder:
         return self.op("stablehlo.sort", operands, [(v.shape, v.dtype) for v in operands], attrs, [region])
 
     # ----- gather / scatter -----------------------------------------------------------------
-    def gather(self, x, indices, offset_dims, collapsed, start_index_map, index_vector_dim, slice_sizes, shape):
+    def gather(self, x, indices, offset_dims, collapsed, start_index_map, index_vector_dim, slice_sizes, shape,
+               batching=((), ())):
+        """`batching`: (operand dims, index dims) that pair example by example (vmap's gathers)."""
         dims = (f"offset_dims = {i64_list(offset_dims)}, collapsed_slice_dims = {i64_list(collapsed)}, "
-                f"start_index_map = {i64_list(start_index_map)}, index_vector_dim = {index_vector_dim}")
+                + _batching_dims("operand_batching_dims", "start_indices_batching_dims", batching)
+                + f"start_index_map = {i64_list(start_index_map)}, index_vector_dim = {index_vector_dim}")
         attrs = {"dimension_numbers": f"#stablehlo.gather<{dims}>", "slice_sizes": i64_array(slice_sizes),
                  "indices_are_sorted": "false"}
         return self.op1("stablehlo.gather", [x, indices], shape, x.dtype, attrs)
 
-    def scatter(self, x, indices, updates, window_dims, inserted, to_operand, index_vector_dim, combine):
+    def scatter(self, x, indices, updates, window_dims, inserted, to_operand, index_vector_dim, combine,
+                batching=((), ())):
         dims = (f"update_window_dims = {i64_list(window_dims)}, inserted_window_dims = {i64_list(inserted)}, "
-                f"scatter_dims_to_operand_dims = {i64_list(to_operand)}, index_vector_dim = {index_vector_dim}")
+                + _batching_dims("input_batching_dims", "scatter_indices_batching_dims", batching)
+                + f"scatter_dims_to_operand_dims = {i64_list(to_operand)}, index_vector_dim = {index_vector_dim}")
         region, _ = self.region([((), x.dtype), ((), x.dtype)], combine)
         attrs = {"scatter_dimension_numbers": f"#stablehlo.scatter<{dims}>", "indices_are_sorted": "false",
                  "unique_indices": "false"}
@@ -542,6 +551,13 @@ class Builder:
             attrs["result_layouts"] = "[" + ", ".join(_layout(l) for l in outs) + "]"
         attrs.update(extra or {})
         return self.op("stablehlo.custom_call", operands, results, attrs)
+
+
+def _batching_dims(operand_name, indices_name, batching):
+    operand, indices = batching
+    if not operand:
+        return ""
+    return f"{operand_name} = {i64_list(operand)}, {indices_name} = {i64_list(indices)}, "
 
 
 def _layout(minor_to_major):

@@ -43,7 +43,7 @@ def lower_eqns(ctx, eqns, env):
                         f"translation rule for '{prim_name(eqn.prim)}' produced {value.type}, "
                         f"but at trace time it produced {hlo.tensor_type(var.aval.shape, var.aval.dtype)}")
                 if var.aval.weak_type != value.weak_type:  # the tracer's weak typing (s * 2 of a Python scalar)
-                    value = hlo.Value(value.name, value.shape, value.dtype, var.aval.weak_type)
+                    value = value.with_weak_type(var.aval.weak_type)
                 env[var] = value
     ctx.location = outer
 
@@ -53,7 +53,7 @@ def lower_subgraph(ctx, graph, args, captured):
     env = {v: a for v, a in zip(graph.invars, args)}
     for (inner, _), value in zip(graph.captured, captured):  # weak as traced; the outer Value stays as it is
         weak = inner.aval.weak_type
-        env[inner] = value if value.weak_type == weak else hlo.Value(value.name, value.shape, value.dtype, weak)
+        env[inner] = value if value.weak_type == weak else value.with_weak_type(weak)
     for v in graph.invars:
         env[v].weak_type = v.aval.weak_type
     lower_eqns(ctx, prune(graph).eqns, env)

@@ -927,6 +927,16 @@ _saved_globals = []
 _ABSENT = object()  # a patched attribute its owner lacks (ArrayBox.__float__): removed, not restored
 
 
+def _stored(owner, name):
+    """`owner.name` as stored (a class's staticmethod stays one), not as looked up; an owner
+    without a __dict__ (a closure cell's `cell_contents`) is read plainly."""
+    try:
+        stored = vars(owner)
+    except TypeError:
+        return getattr(owner, name, _ABSENT)
+    return stored.get(name, getattr(owner, name, _ABSENT))
+
+
 @contextlib.contextmanager
 def intercepting():
     global _install_depth
@@ -937,8 +947,7 @@ def intercepting():
             for cell, _, interceptor in _patched:
                 cell.cell_contents = interceptor
             for module, name, replacement in registry.MODULE_PATCHES:  # compositions/autograd_patches.py, impurity.py
-                # as stored (a class's staticmethod stays one), not as looked up
-                _saved_globals.append((module, name, vars(module).get(name, getattr(module, name, _ABSENT))))
+                _saved_globals.append((module, name, _stored(module, name)))
                 setattr(module, name, replacement)
         _install_depth += 1
     try:

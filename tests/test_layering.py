@@ -58,12 +58,13 @@ FLOORS = [
     ("StableHLO text; pictures of XLA's HLO text", ["hlo", "hlo_picture"]),
     ("what a translation rule's ctx offers", ["context"]),
     ("translation rules", ["rules"]),
-    ("interpreters: tracing, lowering, partial evaluation; the runtime", ["tracing", "lowering", "partial_eval",
-                                                                         "backend", "persistent_cache"]),
+    ("interpreters: tracing, lowering, batching, partial evaluation; the runtime",
+     ["tracing", "lowering", "batching", "partial_eval", "backend", "persistent_cache"]),
     ("structured control flow", ["control_flow"]),
     ("compositions: trace rules and patches of autograd", ["compositions"]),
-    ("derivatives of compiled calls, random draws", ["autodiff", "impurity"]),
-    ("jit_ps: the cache, its signatures, ahead-of-time objects", ["api", "signatures", "aot"]),
+    ("derivatives of compiled calls, random draws, batched calls", ["autodiff", "impurity", "batched"]),
+    ("jit_ps: the cache, its signatures, ahead-of-time objects; vmap and the Jacobians",
+     ["api", "signatures", "aot", "transforms"]),
     ("the package and its reports", ["", "coverage"]),
 ]
 

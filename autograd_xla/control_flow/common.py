@@ -373,7 +373,7 @@ class Params(Opaque):
 
 def alias(value, weak=None):
     """A fresh handle on `value`: lower_subgraph marks its inputs' weak types in place."""
-    return hlo.Value(value.name, value.shape, value.dtype, value.weak_type if weak is None else weak)
+    return value.with_weak_type(value.weak_type if weak is None else weak)
 
 
 def cast_all(ctx, values, avals):

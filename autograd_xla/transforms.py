@@ -1,0 +1,93 @@
+"""The batching transformations as users call them: `vmap`, `jacfwd`, `jacrev`, `hessian`.
+
+Each returns a jitted function (traced and compiled once per signature, like jit_ps, and
+inlined when called inside another traced function); batched.py holds what they do.
+"""
+import functools
+
+import numpy as np
+from autograd.util import subvals
+
+from .api import jit_ps
+from .batched import batch, jacobian_forward, jacobian_reverse
+from .errors import ArgumentError
+from .signatures import signature_of
+
+
+def vmap(fun, in_axes=0, out_axes=0):
+    """`fun` mapped over an axis of its arguments, as jax.vmap: `in_axes` is an int, None (not
+    mapped) or a container (tuple, list, dict) matching a prefix of the positional arguments'
+    structure, negative axes counting from the end; keyword arguments are mapped over axis 0.
+    Every mapped argument must have the same size on its axis. `out_axes` places the batch
+    axis in each result likewise (None: a result that does not depend on the mapped inputs).
+
+    The result compiles like jit_ps (one executable per signature), works inside jit_ps,
+    nests, and autograd differentiates it in both directions, as it does the function
+    (`vmap(grad(loss), in_axes=(None, 0, 0))` gives per-example gradients)."""
+    _check_axes(in_axes, "in_axes")
+    _check_axes(out_axes, "out_axes")
+    names = _positional_names(fun)
+
+    @functools.wraps(fun)
+    def vmapped(*args, **kwargs):
+        return batch(fun, args, kwargs, in_axes, out_axes, names)
+
+    return jit_ps(vmapped)
+
+
+def jacrev(fun, argnum=0):
+    """The Jacobian of `fun` with respect to positional argument `argnum` (an int, or a tuple
+    of them: a tuple of Jacobians), by reverse mode: one backward pass batched over the
+    output's basis. Shape: the output's, then the argument's (as autograd's `jacobian`)."""
+    return jit_ps(_jacobian(jacobian_reverse, fun, argnum))
+
+
+def jacfwd(fun, argnum=0):
+    """The same Jacobian by forward mode: one forward pass batched over the argument's basis
+    (fewer passes than jacrev when the argument is smaller than the output)."""
+    return jit_ps(_jacobian(jacobian_forward, fun, argnum))
+
+
+def hessian(fun, argnum=0):
+    """The Hessian of scalar `fun` with respect to argument `argnum`: forward mode over reverse
+    mode, the shape of the argument twice (as autograd's `hessian`)."""
+    return jit_ps(_jacobian(jacobian_forward, _jacobian(jacobian_reverse, fun, argnum), argnum))
+
+
+def _jacobian(method, fun, argnum):
+    _check_argnum(argnum)
+
+    @functools.wraps(fun)
+    def jac(*args, **kwargs):
+        def of(k):
+            return method(lambda x: fun(*subvals(args, [(k, x)]), **kwargs), args[k])
+        return of(argnum) if isinstance(argnum, int) else tuple(of(k) for k in argnum)
+
+    return jac
+
+
+def _check_argnum(argnum):
+    nums = argnum if isinstance(argnum, tuple) else (argnum,)
+    if not nums or not all(isinstance(k, (int, np.integer)) and not isinstance(k, bool) for k in nums):
+        raise ArgumentError(f"argnum must be an int or a tuple of ints, got {argnum!r}")
+
+
+def _check_axes(axes, what):
+    if axes is None or isinstance(axes, (int, np.integer)) and not isinstance(axes, bool):
+        return
+    if isinstance(axes, (tuple, list)):
+        for a in axes:
+            _check_axes(a, what)
+        return
+    if isinstance(axes, dict):
+        for a in axes.values():
+            _check_axes(a, what)
+        return
+    raise ArgumentError(f"vmap {what} must be an int, None, or a tuple/list/dict of them; got {axes!r}")
+
+
+def _positional_names(fun):
+    sig = signature_of(fun)
+    if sig is None:
+        return []
+    return [p.name for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
