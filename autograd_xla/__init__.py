@@ -16,20 +16,22 @@ The modules stand on floors; each imports only its own floor and those below
 
  0. core (abstract values, the graph), errors, tree (argument containers)
  1. registry: one entry per primitive with each of its faces (translation rule, trace
-    rule, metadata, replay under autograd boxes, interceptor; a slot for batching)
+    rule, metadata, replay under autograd boxes, interceptor, batching rule)
  2. hlo: StableHLO text, one builder method per op; op names checked; hlo_picture: a
     Graphviz picture of XLA's optimised HLO text (fusions as clusters)
  3. context: what a translation rule gets as ctx (numpy promotion, broadcasting, constants)
  4. rules/: translation rules only, one module per family (adding a primitive is one
     @lowers function in one of them)
- 5. tracing, lowering, partial_eval: the interpreters of a graph; backend: the runtime;
-    persistent_cache: compiled executables kept on disk (opt-in)
+ 5. tracing, lowering, partial_eval: the interpreters of a graph; batching: lowering for
+    a batch of examples (vmap), op by op; backend: the runtime; persistent_cache: compiled
+    executables kept on disk (opt-in)
  6. control_flow/: while_loop, fori_loop, scan, cond, switch and their derivatives
  7. compositions/: trace rules (odeint, fixed_point, scipy.stats, nan*) and the patches of
     autograd's globals that look at data
- 8. autodiff, impurity (random draws replayed)
+ 8. autodiff, impurity (random draws replayed), batched (vmap as one equation, its
+    derivatives, the Jacobians; autograd's jacobian batched while tracing)
  9. api (jit_ps and its cache), signatures (cache keys, argument names), aot (lower /
-    compile objects, eval_shape)
+    compile objects, eval_shape), transforms (vmap, jacfwd, jacrev, hessian)
 10. this package, coverage (the primitive report)
 """
 from .api import JittedFunction, eval_shape, jit_ps
@@ -39,7 +41,7 @@ from .core import Graph
 from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, UnsupportedDtypeError,  # noqa: E501
                      ImpureFunctionError, JitError, PlatformUnavailableError, ProgramTooLargeError, TracerLeakError, UnsupportedPrimitiveError)
 from .persistent_cache import set_cache_dir
-from .registry import register_trace_rule, register_translation_rule
+from .registry import register_batching_rule, register_trace_rule, register_translation_rule
 from .transforms import hessian, jacfwd, jacrev, vmap
 
 __version__ = "0.1.0"
@@ -49,4 +51,5 @@ __all__ = ["jit_ps", "JittedFunction", "register_translation_rule", "register_tr
            "CompileError", "FallbackWarning", "ProgramTooLargeError", "UnsupportedDtypeError",
            "ArgumentError", "PlatformUnavailableError", "DeviceArray", "devices", "default_platform",
            "set_default_platform", "while_loop", "fori_loop", "cond", "switch", "scan", "eval_shape",
-           "set_cache_dir", "vmap", "jacfwd", "jacrev", "hessian"]
+           "set_cache_dir", "vmap", "jacfwd", "jacrev", "hessian",
+           "register_batching_rule"]

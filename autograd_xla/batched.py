@@ -185,19 +185,29 @@ def _python_loop(f, leaves, axes, out_axes, size):
 
 
 def _traced(f, leaves, axes, out_axes, size, labels):
+    """One batch equation. Unmapped arguments that are not traced (Python numbers, numpy
+    arrays) stay constants of the example's function, as jax's vmap passes them on: an int
+    can still be an axis or a length there."""
+    operand = [a is not None or type(getval(x)) is Tracer for x, a in zip(leaves, axes)]
+    ops = [x for x, o in zip(leaves, operand) if o]
+    op_axes = [a for a, o in zip(axes, operand) if o]
     avals = []
-    for x, a in zip(leaves, axes):
+    for x, a in zip(ops, op_axes):
         aval = aval_of(x, keep_weak=True)
         if a is not None:
-            shape = aval.shape[:a] + aval.shape[a + 1:]
-            aval = type(aval)(shape, aval.dtype, aval.weak_type)
+            aval = type(aval)(aval.shape[:a] + aval.shape[a + 1:], aval.dtype, aval.weak_type)
         avals.append(aval)
-    graph, infos = trace_body(lambda *example: f(list(example)), avals, labels or [None] * len(leaves),
-                              "the function vmap maps")
+
+    def example_fn(*traced):
+        it = iter(traced)
+        return f([next(it) if o else x for x, o in zip(leaves, operand)])
+
+    names = [label for label, o in zip(labels or [None] * len(leaves), operand) if o]
+    graph, infos = trace_body(example_fn, avals, names, "the function vmap maps")
     outs_axes = out_axes([aval.ndim for aval, _ in infos])
-    params = Params(f"vmap(size={size})", [graph], in_axes=list(axes), in_avals=avals, out_axes=outs_axes,
-                    size=size, n_ops=len(leaves))
-    return list(tracing.bind(batch_p, (params, *leaves, *captured_operands(graph)), {}))
+    params = Params(f"vmap(size={size})", [graph], in_axes=op_axes, in_avals=avals, out_axes=outs_axes,
+                    size=size, n_ops=len(ops))
+    return list(tracing.bind(batch_p, (params, *ops, *captured_operands(graph)), {}))
 
 
 batch_p = ControlFlowPrimitive("batch")
@@ -344,13 +354,18 @@ defjvp_argnums(_batch_ad, _batch_jvp)
 
 # ----- Jacobians ------------------------------------------------------------------------------
 def _basis(like):
-    """The standard basis of `like`'s space, stacked: shape (size,) + like's shape."""
+    """The standard basis of `like`'s space, stacked: shape (size,) + like's shape; built in
+    the program when tracing (an identity is n * n numbers to store and move otherwise)."""
     v = getval(like)
     shape, dtype = np.shape(v), np.result_type(v)
     if dtype.kind not in "f":
         dtype = np.dtype(np.float64)
     size = int(np.prod(shape, dtype=np.int64))
-    return np.eye(size, dtype=dtype).reshape((size,) + tuple(shape))
+    if tracing.is_tracing():
+        eye = tracing.bind(np.eye, (size,), {"dtype": dtype})
+    else:
+        eye = np.eye(size, dtype=dtype)
+    return eye.reshape((size,) + tuple(shape))
 
 
 def jacobian_reverse(fun, x):

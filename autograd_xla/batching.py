@@ -119,6 +119,11 @@ class BatchingContext(LoweringContext):
     def region(self, arg_types, body):
         return self.parent.region(arg_types, lambda b, *args: body(self.inside(b), *args))
 
+    def rule(self, entry):
+        """A primitive's batching rule when it has one (registry.register_batching_rule),
+        else its translation rule, batched op by op."""
+        return entry.batching or entry.lowering
+
     # ----- batched values ----------------------------------------------------------------
     def batched(self, v):
         return type(v) is BatchedValue and v.level is self.level
@@ -152,10 +157,27 @@ class BatchingContext(LoweringContext):
             phys = [self.physical(v, shape) for v in operands]
         elif name in LEADING_BATCH:
             phys = [self.physical(v) for v in operands]
+        elif name == "stablehlo.convolution" and self._convolution_batches(operands, attrs):
+            return [self._convolution(operands, results, attrs)]
         else:
             return self._per_example(name, operands, results, attrs, regions)
         outs = self.parent.op(name, phys, [((n,) + tuple(s), d) for s, d in results], attrs, regions)
         return [self.wrap(o) for o in outs]
+
+    def _convolution_batches(self, operands, attrs):
+        """Whether a convolution is batched by merging the batch into its own: the input alone
+        batched, with batch dimension 0 in the input and the result (rules/signal.py's form)."""
+        dims = attrs.get("dimension_numbers", "")
+        return (self.batched(operands[0]) and not self.batched(operands[1]) and dims.startswith("#stablehlo.conv<[b,")
+                and "->[b," in dims and attrs.get("batch_group_count") == "1 : i64")
+
+    def _convolution(self, operands, results, attrs):
+        lhs, rhs = operands
+        (shape, dtype), = results
+        n, p = self.size, self.parent
+        merged = p.reshape(lhs.phys, (n * lhs.shape[0],) + lhs.shape[1:])
+        out = p.op1("stablehlo.convolution", [merged, rhs], (n * shape[0],) + tuple(shape[1:]), dtype, attrs)
+        return self.wrap(p.reshape(out, (n,) + tuple(shape)))
 
     def _per_example(self, name, operands, results, attrs, regions):
         """The op once per example, in a loop inside the program."""

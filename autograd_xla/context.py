@@ -99,6 +99,11 @@ class LoweringContext(hlo.Builder):
     def platform(self):
         return self.module.platform
 
+    def rule(self, entry):
+        """The rule this context lowers a primitive's calls with (a registry.Entry's face):
+        the translation rule. (batching.BatchingContext prefers a batching rule.)"""
+        return entry.lowering
+
     # ----- constants ------------------------------------------------------------------------
     def const(self, array):
         array = np.asarray(array)

@@ -31,7 +31,7 @@ def lower_eqns(ctx, eqns, env):
                                                                         source.lineno)
         args, kwargs = map_vars((eqn.args, eqn.kwargs), env.__getitem__)
         try:
-            out = registry.lookup(eqn.prim).lowering(ctx, *args, **kwargs)
+            out = ctx.rule(registry.lookup(eqn.prim))(ctx, *args, **kwargs)
         except Exception as e:
             where = f"\n{eqn.source}" if eqn.source else ""
             raise annotate(e, f"while lowering primitive '{prim_name(eqn.prim)}'{where}")

@@ -22,7 +22,10 @@ wrapper (`autograd.numpy.tanh`) works too. Each interpreter reads one face:
   autograd's own wrapper of the raw function is used.
 * `interceptor`: what runs in place of the raw function inside autograd's wrapper while a
   trace is active (numpy.random's global-state functions become host-drawn inputs).
-* `batching`: the vmap rule (none yet).
+* `batching(ctx, *args, **kwargs)`: the vmap rule, optional. Under vmap a primitive's
+  translation rule runs on a `batching.BatchingContext`, which batches every builder op it
+  emits, so most primitives need none; a batching rule replaces that for one primitive
+  (one whose rule emits an op the context can only run per example).
 
 A translation rule and a trace rule are two ways of recording one call: registering one
 replaces the other. Besides entries the registry holds the ufunc-method factories (one
@@ -193,6 +196,17 @@ def register_trace_rule(primitive, impl):
     e = entry(primitive)
     e.trace, e.lowering = impl, None
     return impl
+
+
+def register_batching_rule(primitive, rule):
+    """Batch calls of `primitive` under vmap with `rule(ctx, *args, **kwargs)`: a translation
+    rule whose `ctx` is a `batching.BatchingContext`, where arguments that vary across the
+    batch are `BatchedValue`s (`ctx.batched(v)`; `v.phys` holds the whole batch, batch axis
+    first, in `ctx.parent`'s terms) and results are made with `ctx.wrap(phys)` or returned as
+    plain Values. Without one the translation rule is used, batched op by op (ops that have
+    no batching of their own then run once per example, with a FallbackWarning)."""
+    entry(primitive).batching = rule
+    return rule
 
 
 def register_metadata_rule(primitive, fn):

@@ -1,7 +1,9 @@
-"""Array creation from traced values: full, *_like, linspace.
+"""Array creation from traced values: full, *_like, linspace; eye.
 
 Creation from concrete arguments (np.zeros(3), np.eye(n)) needs no rule: numpy runs it
-while tracing and the result enters the graph as a constant.
+while tracing and the result enters the graph as a constant. np.eye has a rule all the
+same, for code that binds it explicitly to build an identity inside the program instead
+of storing one (the Jacobians' bases, batched.py: n * n numbers that XLA can fuse away).
 """
 import numpy as np
 
@@ -38,6 +40,15 @@ def _full_like(ctx, a, fill_value, dtype=None, order="K", subok=True, shape=None
     v = ctx.asvalue(a)
     out_shape = _shape(shape) if shape is not None else v.shape
     return ctx.broadcast_to(ctx.asvalue(fill_value, dtype or v.dtype), out_shape)
+
+
+@lowers(np.eye)
+def _eye(ctx, N, M=None, k=0, dtype=float, order="C", *, device=None, like=None):
+    shape = (int(N), int(N if M is None else M))
+    rows = ctx.iota(shape, np.int64, 0)
+    diagonal = ctx.compare(ctx.binary("add", rows, ctx.full(shape, int(k), np.int64)), ctx.iota(shape, np.int64, 1),
+                           "EQ")
+    return ctx.astype(diagonal, np.dtype(dtype))
 
 
 @lowers(np.linspace)
