@@ -203,7 +203,8 @@ def _traced(f, leaves, axes, out_axes, size, labels):
         return f([next(it) if o else x for x, o in zip(leaves, operand)])
 
     names = [label for label, o in zip(labels or [None] * len(leaves), operand) if o]
-    graph, infos = trace_body(example_fn, avals, names, "the function vmap maps")
+    origins = {k: getval(x) for k, (x, a) in enumerate(zip(ops, op_axes)) if a is None and type(getval(x)) is Tracer}
+    graph, infos = trace_body(example_fn, avals, names, "the function vmap maps", origins=origins)
     outs_axes = out_axes([aval.ndim for aval, _ in infos])
     params = Params(f"vmap(size={size})", [graph], in_axes=op_axes, in_avals=avals, out_axes=outs_axes,
                     size=size, n_ops=len(ops))

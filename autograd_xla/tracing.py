@@ -16,6 +16,11 @@ Calls reach us in three ways, and all end in `bind(primitive, args, kwargs)`:
 `bind` looks up the primitive's translation rule and runs it on a scratch lowering
 context to learn the result's shape and dtype: the rule is the single source of truth
 for both, so the traced graph cannot disagree with the code it lowers to.
+
+This module is long because its parts share one state (the active traces) and one entry
+point (`bind`) both ways: the Tracer's numpy surface (methods, operators, in-place
+updates, affine integer bounds) binds, the interceptors of autograd's primitives bind,
+and `bind`'s errors read the traces; split into modules, they would import each other.
 """
 import contextlib
 import dis
@@ -73,6 +78,8 @@ class Trace:
         self.affine = {}    # Var of a traced integer scalar -> (constant, ((Var, coefficient), ...))
         self.guards = []    # (bool Tracer, SourceInfo, why): conditions the compiled code assumes
         self.boxed = set()  # Vars autograd has boxed: values being differentiated
+        self.origins = {}   # input Var -> the enclosing trace's Tracer it stands for (captured values, and
+        #                     arguments of a sub-trace equal to an enclosing value: vmap's unmapped ones)
         self._counter = parent._counter if parent is not None else itertools.count()
 
     def new_var(self, aval):
@@ -98,6 +105,7 @@ class Trace:
         hit = self.captured.get(outer._var)
         if hit is None:
             hit = self.captured[outer._var] = (self.new_var(outer.aval), outer)  # a Python scalar stays weak
+            self.origins[hit[0]] = outer
         return Tracer(hit[0], self)
 
     def is_active(self):
@@ -110,13 +118,13 @@ class Trace:
                 return eqn.source
         return None
 
-    def depends_on_args(self, *vars):
-        """Indices of the inputs that `vars` were computed from (for error messages)."""
+    def depends_on(self, *vars):
+        """The inputs (arguments and captured values) that `vars` were computed from."""
         needed = set(vars)
         for eqn in reversed(self.eqns):
             if any(v in needed for v in eqn.outvars if v is not None):
                 needed.update(eqn.invars())
-        return [i for i, v in enumerate(self.invars) if v in needed]
+        return needed & (set(self.invars) | {inner for inner, _ in self.captured.values()})
 
     def to_graph(self, outs, out_tree=None):
         outvars = [self.output(x) for x in outs]
@@ -229,7 +237,7 @@ def _needed_concretely(e, inputs):
     var = inputs.get(id(e.value))
     if var is not None:
         return concretization_error(Tracer(var, trace), e.what, decides_shape=True)
-    return concretization_error(None, e.what, trace.depends_on_args(*inputs.values()), decides_shape=True)
+    return concretization_error(None, e.what, trace.depends_on(*inputs.values()), decides_shape=True)
 
 
 def _lists_as_arrays(args):
@@ -723,8 +731,8 @@ for _query, _answer in {
 
 # ----- errors that need the trace ------------------------------------------------------------
 def concretization_error(tracer, what, deps=None, decides_shape=False, hint=None, remedy=None):
-    """Explain which argument the value comes from and what to do instead. `deps`: the input
-    indices it depends on, when it is not one traced value (default: `tracer`'s). `hint`:
+    """Explain which argument the value comes from and what to do instead. `deps`: the inputs
+    (Vars) it depends on, when it is not one traced value (default: `tracer`'s). `hint`:
     a last paragraph for the message; `remedy`: the paragraph saying what to do, when not
     the general one (static arguments, cond / while_loop, np.where).
 
@@ -732,18 +740,25 @@ def concretization_error(tracer, what, deps=None, decides_shape=False, hint=None
     static_candidates) when all are Python numbers or integer/boolean arrays, or, for a
     value that `decides_shape` (a mask, a count: `x[x > 0]`), float arrays not being
     differentiated. A float array that decides control flow (`if np.sum(x) > 0`) is not:
-    that is cond's or np.where's work, and the signature runs plainly."""
+    that is cond's or np.where's work, and the signature runs plainly. Inside a loop body
+    or a vmapped function the inputs are followed out to the jitted function's arguments
+    (`_arguments_of`); a loop's carry is not one of them."""
     trace = tracer._trace if type(tracer) is Tracer else current_trace()
     if deps is None:
-        deps = trace.depends_on_args(tracer._var) if trace is not None and type(tracer) is Tracer else []
+        deps = trace.depends_on(tracer._var) if trace is not None and type(tracer) is Tracer else set()
+    reached = _arguments_of(trace, deps) if trace is not None else None
+    if reached is None:
+        named, indices = trace, [i for i, v in enumerate(trace.invars) if v in deps] if trace is not None else []
+    else:
+        named, indices = reached
     names, candidates, draws = [], [], []
-    for i in deps:
-        name = trace.arg_names[i] or f"argument {i}"
-        aval = trace.invars[i].aval
+    for i in indices:
+        name = named.arg_names[i] or f"argument {i}"
+        aval = named.invars[i].aval
         names.append(f"'{name}' ({aval})")
         if getattr(name, "random_draw", False):  # a host-drawn input (impurity.py), not an argument
             draws.append(str(name))
-        elif aval.weak_type or aval.dtype.kind in "biu" or decides_shape and trace.invars[i] not in trace.boxed:
+        elif aval.weak_type or aval.dtype.kind in "biu" or decides_shape and named.invars[i] not in named.boxed:
             candidates.append(i)
     src = user_frame(2)
     origin = f" computed from {', '.join(names)}" if names else ""
@@ -755,10 +770,23 @@ def concretization_error(tracer, what, deps=None, decides_shape=False, hint=None
                   "or np.where.")
     msg = "\n".join([f"{what} needs a concrete value, but this is a traced array {aval}{origin}.", str(src)]
                     + [p for p in (remedy, hint) if p])
-    # argument indices are the jitted function's only in the outermost trace, not in a loop body's
-    root = trace is not None and trace.parent is None
-    static = candidates if root and candidates and len(candidates) == len(deps) else ()
+    static = candidates if reached is not None and candidates and len(candidates) == len(indices) else ()
     return ConcretizationError(msg, static_candidates=static, random_draws=draws, source=src)
+
+
+def _arguments_of(trace, inputs):
+    """(the outermost trace, indices of its arguments) that `inputs` of `trace` come from,
+    followed out through the values each enclosed trace stands for (Trace.origins); None if
+    one stands for none (a loop's carry changes from step to step)."""
+    while trace.parent is not None:
+        outer = set()
+        for v in inputs:
+            origin = trace.origins.get(v)
+            if origin is None:
+                return None
+            outer |= origin._trace.depends_on(origin._var)
+        trace, inputs = trace.parent, outer
+    return trace, [i for i, v in enumerate(trace.invars) if v in inputs]
 
 
 # ----- autograd integration ------------------------------------------------------------------
@@ -978,11 +1006,14 @@ def primitive_wrappers():
 
 
 # ----- tracing a whole function --------------------------------------------------------------
-def trace_function(fun, in_avals, arg_names=None, parent=None):
-    """Trace `fun(*tracers)`; returns (Graph, out_tree)."""
+def trace_function(fun, in_avals, arg_names=None, parent=None, origins=None):
+    """Trace `fun(*tracers)`; returns (Graph, out_tree). `origins`: argument index -> the
+    Tracer of an enclosing trace that argument equals (for errors: Trace.origins)."""
     with new_trace(parent) as trace:
         names = arg_names or [None] * len(in_avals)
         tracers = [trace.new_arg(aval, name) for aval, name in zip(in_avals, names)]
+        for k, outer in (origins or {}).items():
+            trace.origins[trace.invars[k]] = parent.lift(outer)
         try:
             out = fun(*tracers)
         except ValueError as e:

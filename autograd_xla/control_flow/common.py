@@ -310,11 +310,12 @@ def hidden_box_error(what):
 # ============================================================================================
 # Shared helpers: tracing bodies, and the graph side of control-flow primitives
 # ============================================================================================
-def trace_body(fn, in_avals, names, what, strip_boxes=False):
+def trace_body(fn, in_avals, names, what, strip_boxes=False, origins=None):
     """Trace `fn(*tracers) -> list of leaves` into a sub-graph of the current trace.
 
     Returns (graph, [(aval, weak) per output]); values the body closes over from enclosing
     traces appear in `graph.captured` and must be passed to the primitive as operands.
+    `origins`: argument index -> the traced value of the current trace it equals.
     """
     count = []
 
@@ -329,7 +330,7 @@ def trace_body(fn, in_avals, names, what, strip_boxes=False):
         return outs
 
     try:
-        graph, _ = tracing.trace_function(flat, in_avals, names, parent=tracing.current_trace())
+        graph, _ = tracing.trace_function(flat, in_avals, names, parent=tracing.current_trace(), origins=origins)
     except ConcretizationError as e:
         raise annotate(e, f"(while tracing {what}: its arguments are traced, so Python `if`/`while` on them "
                           "needs cond/switch/while_loop, and a numpy constant indexed by the loop index needs "
