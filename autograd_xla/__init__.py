@@ -29,17 +29,21 @@ The modules stand on floors; each imports only its own floor and those below
  7. compositions/: trace rules (odeint, fixed_point, scipy.stats, nan*) and the patches of
     autograd's globals that look at data
  8. autodiff, impurity (random draws replayed), batched (vmap as one equation, its
-    derivatives, the Jacobians; autograd's jacobian batched while tracing)
+    derivatives, the Jacobians; autograd's jacobian batched while tracing), collectives
+    (psum, all_gather, ... over a pmap's devices or a vmap's batch), parallel (pmap,
+    iterated_map_reduce)
  9. api (jit_ps and its cache), signatures (cache keys, argument names), aot (lower /
     compile objects, eval_shape), transforms (vmap, jacfwd, jacrev, hessian)
 10. this package, coverage (the primitive report)
 """
 from .api import JittedFunction, eval_shape, jit_ps
-from .backend import DeviceArray, default_platform, devices, set_default_platform
+from .backend import DeviceArray, ShardedArray, default_platform, devices, set_cpu_device_count, set_default_platform
+from .collectives import all_gather, axis_index, axis_size, pmax, pmean, pmin, ppermute, psum
 from .control_flow import cond, fori_loop, scan, switch, while_loop
 from .core import Graph
 from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, UnsupportedDtypeError,  # noqa: E501
                      ImpureFunctionError, JitError, PlatformUnavailableError, ProgramTooLargeError, TracerLeakError, UnsupportedPrimitiveError)
+from .parallel import iterated_map_reduce, pmap
 from .persistent_cache import set_cache_dir
 from .registry import register_batching_rule, register_trace_rule, register_translation_rule
 from .transforms import hessian, jacfwd, jacrev, vmap
@@ -52,4 +56,5 @@ __all__ = ["jit_ps", "JittedFunction", "register_translation_rule", "register_tr
            "ArgumentError", "PlatformUnavailableError", "DeviceArray", "devices", "default_platform",
            "set_default_platform", "while_loop", "fori_loop", "cond", "switch", "scan", "eval_shape",
            "set_cache_dir", "vmap", "jacfwd", "jacrev", "hessian",
-           "register_batching_rule"]
+           "register_batching_rule", "pmap", "iterated_map_reduce", "psum", "pmean", "pmax", "pmin", "all_gather",
+           "ppermute", "axis_index", "axis_size", "ShardedArray", "set_cpu_device_count"]

@@ -301,6 +301,148 @@ class Executable:
         return out
 
 
+def replica_options(devices):
+    """Compile options of a program run once per device of `devices` (replica mode)."""
+    options = xc.CompileOptions()
+    options.num_replicas, options.num_partitions = len(devices), 1
+    ids = np.array([d.id for d in devices], dtype=np.int32).reshape(len(devices), 1)
+    options.device_assignment = xc.DeviceAssignment.create(ids)
+    return options
+
+
+#: Multi-device executions a caller may leave running before one is waited for: PJRT's CPU
+#: client deadlocks beyond ~32 outstanding executions with collectives (it aborts the process
+#: after 40 s; shared/notes/parallel-and-cache.md, pitfall 1).
+MAX_IN_FLIGHT = 16
+
+
+class ReplicatedExecutable:
+    """A program run once per device of `devices`, each with its own shard of the mapped
+    arguments (a leading axis of one entry per device; in the program, a leading axis of 1)
+    and a whole copy of the broadcast ones; every result has the leading device axis."""
+
+    def __init__(self, backend, program, devices, in_avals, mapped, out_avals, consts):
+        self.backend, self.program, self.exe = backend, program, program.exe
+        self.devices = list(devices)
+        n = len(self.devices)
+        self.device_list = xc.DeviceList(tuple(self.devices))
+        self.in_avals = [Aval(s, d) for s, d in in_avals]  # per device
+        self.mapped = list(mapped)
+        self.out_avals = [Aval((n,) + tuple(s[1:]), d) for s, d in out_avals]  # all devices
+        self._shardings = {}
+        self.handlers = [xc.array_result_handler(a, self.tiled(a.ndim), True, _skip_checks=True)
+                         for a in self.out_avals]
+        self.consts = [self.put_replicated(c) for c in consts]
+        self._in_flight = 0
+
+    def tiled(self, ndim):
+        key = ("tiled", ndim)
+        s = self._shardings.get(key)
+        if s is None:
+            tile = xc.HloSharding.iota_tile((len(self.devices),) + (1,) * (ndim - 1))
+            s = self._shardings[key] = xc.GSPMDSharding(self.device_list, tile)
+        return s
+
+    def replicated(self):
+        s = self._shardings.get("replicated")
+        if s is None:
+            s = self._shardings["replicated"] = xc.GSPMDSharding(self.device_list, xc.HloSharding.replicate())
+        return s
+
+    def put_replicated(self, array):
+        array = np.asarray(array)
+        # one distinct object per device: the same one twice makes the put raise (pitfall 4)
+        copies = [array.view() for _ in self.devices]
+        return xc.batched_device_put(Aval(array.shape, array.dtype), self.replicated(), copies, self.devices,
+                                     enable_x64=True, host_buffer_semantics=_HOST_SEMANTICS)
+
+    def put_sharded(self, stacked, aval):
+        """`stacked` (leading axis: one entry per device) as one array over the devices."""
+        n = len(self.devices)
+        stacked = np.ascontiguousarray(stacked, dtype=aval.dtype)
+        shards = [stacked[i:i + 1] for i in range(n)]
+        return xc.batched_device_put(Aval((n,) + aval.shape[1:], aval.dtype), self.tiled(aval.ndim), shards,
+                                     self.devices, enable_x64=True, host_buffer_semantics=_HOST_SEMANTICS)
+
+    def __call__(self, leaves, keep_on_device=False):
+        """`leaves`: per parameter, the stacked shards (mapped) or the whole value (broadcast),
+        as numpy arrays or ShardedArrays of this executable's devices."""
+        buffers = []
+        for x, aval, mapped in zip(leaves, self.in_avals, self.mapped):
+            if type(x) is ShardedArray:
+                x = x.buffer_for(self, aval, mapped)
+            elif mapped:
+                x = self.put_sharded(x, aval)
+            else:
+                x = self.put_replicated(np.asarray(x, dtype=aval.dtype))
+            buffers.append(x)
+        buffers.extend(self.consts)
+        try:
+            outs = self.exe.execute_sharded(buffers).consume_with_handlers(self.handlers)
+        except xc.XlaRuntimeError as e:
+            raise _runtime_error(e) from None
+        if keep_on_device:
+            self._in_flight += 1
+            if self._in_flight >= MAX_IN_FLIGHT and outs:
+                outs[0].block_until_ready()
+                self._in_flight = 0
+            return [ShardedArray(o, a, self) for o, a in zip(outs, self.out_avals)]
+        return [gather(o, a) for o, a in zip(outs, self.out_avals)]
+
+
+def gather(array, aval):
+    """A multi-device array (leading axis: one entry per device) as one numpy array. Each
+    device runs on a thread of its own, so execute_sharded returns before the results exist:
+    wait for them (reading a buffer's pointer does not)."""
+    array.block_until_ready()
+    convert = _converter(Aval((1,) + tuple(aval.shape[1:]), aval.dtype))
+    return np.concatenate([convert(shard) for shard in array._arrays], axis=0)
+
+
+class ShardedArray:
+    """A result of a pmapped function kept on its devices (keep_on_device=True): one shard
+    per device along the leading axis. Passed back into a pmapped function of the same
+    devices it costs no transfer; `np.asarray` gathers it to the host."""
+
+    __slots__ = ("array", "aval", "executable")
+    __array_priority__ = 20.0
+
+    def __init__(self, array, aval, executable):
+        self.array, self.aval, self.executable = array, aval, executable
+
+    shape = property(lambda self: self.aval.shape)
+    dtype = property(lambda self: self.aval.dtype)
+    ndim = property(lambda self: len(self.aval.shape))
+
+    def buffer_for(self, executable, aval, mapped):
+        """This array as an argument of `executable`: itself when it has the layout wanted (its
+        sharding is checked here: a mismatched one crashes the process, pitfall b), else a
+        new transfer from the host."""
+        same = (mapped and executable.devices == self.executable.devices
+                and self.aval.shape[1:] == aval.shape[1:] and self.aval.dtype == aval.dtype)
+        if same:
+            return self.array
+        host = np.asarray(self)
+        return executable.put_sharded(host, aval) if mapped else executable.put_replicated(host)
+
+    def block_until_ready(self):
+        self.array.block_until_ready()
+        return self
+
+    def __array__(self, dtype=None, copy=None):
+        out = gather(self.array, self.aval)
+        return out if dtype is None else out.astype(dtype)
+
+    def __len__(self):
+        return self.shape[0]
+
+    def __getitem__(self, idx):
+        return np.asarray(self)[idx]
+
+    def __repr__(self):
+        return f"ShardedArray({np.asarray(self)!r}, devices={len(self.executable.devices)})"
+
+
 class TransferStats:
     __slots__ = ("host_to_device", "device_to_host")
 
@@ -454,11 +596,45 @@ def _register_lapack():
 def _make_cpu():
     """The CPU client is synchronous: execution runs on the calling thread, which measured
     faster per call than the asynchronous client for the small programs autograd code makes
-    (shared/notes/jaxlib-runtime.md section 10)."""
+    (shared/notes/jaxlib-runtime.md section 10). It has `cpu_device_count()` devices; a
+    single-device call costs the same with several (6.6 µs either way, measured)."""
     _check_jaxlib()
-    client = xc.make_cpu_client(asynchronous=False)
+    client = xc.make_cpu_client(asynchronous=False, num_devices=cpu_device_count())
     _register_lapack()
     return Backend("cpu", client)
+
+
+_cpu_devices = None  # set_cpu_device_count's choice
+
+
+def cpu_device_count():
+    """How many CPU devices the CPU client has (or will have): set_cpu_device_count's choice,
+    else $AUTOGRAD_XLA_CPU_DEVICES, else 1."""
+    if _cpu_devices is not None:
+        return _cpu_devices
+    text = os.environ.get("AUTOGRAD_XLA_CPU_DEVICES", "1")
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"AUTOGRAD_XLA_CPU_DEVICES must be a positive integer, got {text!r}")
+    return n
+
+
+def set_cpu_device_count(n):
+    """Give the CPU client `n` devices (for pmap), before it starts: the first compile or
+    transfer on the CPU starts it, and its device count is fixed from then on."""
+    global _cpu_devices
+    if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"set_cpu_device_count needs a positive integer, got {n!r}")
+    with _backends_lock:
+        running = _backends.get("cpu")
+        if running is not None and len(running.devices) != n:
+            raise RuntimeError(f"the CPU client has already started with {len(running.devices)} device(s); call "
+                               f"set_cpu_device_count({n}) before the first jitted call, or set "
+                               f"AUTOGRAD_XLA_CPU_DEVICES={n} before the program starts")
+        _cpu_devices = int(n)
 
 
 def _unavailable_error(platform, reason, installed=False):

@@ -94,13 +94,13 @@ def _normalized(axis, leaf, label):
     return int(axis) % ndim
 
 
-def batch_size(leaves, axes, labels):
+def batch_size(leaves, axes, labels, what="vmap"):
     sizes = {label: np.shape(getval(x))[a] for x, a, label in zip(leaves, axes, labels) if a is not None}
     if not sizes:
-        raise ValueError("vmap needs at least one mapped argument: in_axes is None for every argument")
+        raise ValueError(f"{what} needs at least one mapped argument: in_axes is None for every argument")
     if len(set(sizes.values())) > 1:
         listed = ", ".join(f"{label} has size {n}" for label, n in sizes.items())
-        raise ValueError(f"vmap got arguments of different sizes along their mapped axes: {listed}")
+        raise ValueError(f"{what} got arguments of different sizes along their mapped axes: {listed}")
     return next(iter(sizes.values()))
 
 
@@ -163,8 +163,8 @@ def batch_flat(f, leaves, axes, out_axes, size, labels=None):
         return _python_loop(f, leaves, axes, out_axes, size)
     converted, ext = closure_convert(f)
     if ext or any(isbox(x) for x in leaves):
-        spec = _BatchSpec(converted[0], len(leaves), axes, out_axes, size, labels)
-        out = _batch_ad(spec, *leaves, *ext)
+        spec = MappedSpec(converted[0], len(leaves), axes, out_axes, size, labels)
+        out = mapped_call(spec, *leaves, *ext)
         return unpack(out)
     return _traced(f, leaves, axes, out_axes, size, labels)
 
@@ -249,32 +249,32 @@ registry.register_replay(batch_p, _replay_batch)
 
 
 # ----- derivatives --------------------------------------------------------------------------
-class _BatchSpec(Opaque):
-    """The static half of a differentiable batch call: the converted function (closure boxes
-    as arguments after the leaves), the axes, and the results' axes once known."""
+# A mapped call (vmap's batch, and pmap's devices: parallel.py) differentiated by autograd:
+# its VJP maps the example's VJP, its JVP the example's JVP, with the same mapping function.
+class MappedSpec(Opaque):
+    """The static half of a differentiable mapped call: the converted function (closure boxes
+    as arguments after the leaves), the axes, the results' axes once known, and `run(f,
+    leaves, axes, out_axes, size, labels) -> result leaves`, the mapping (batch_flat for vmap)."""
 
-    __slots__ = ("fun", "n_ops", "in_axes", "resolve", "out_axes", "size", "labels")
+    __slots__ = ("fun", "n_ops", "in_axes", "resolve", "out_axes", "size", "labels", "run", "what")
 
-    def __init__(self, fun, n_ops, in_axes, resolve, size, labels):
+    def __init__(self, fun, n_ops, in_axes, resolve, size, labels, run=None, what="vmap"):
         self.fun, self.n_ops, self.in_axes, self.resolve = fun, n_ops, in_axes, resolve
         self.size, self.labels, self.out_axes = size, labels, None
+        self.run, self.what = run or batch_flat, what
 
     def __repr__(self):
-        return f"vmap(size={self.size})"
+        return f"{self.what}(size={self.size})"
 
 
-def _batch_raw(spec, *args):
+def _mapped_raw(spec, *args):
     ops, ext = list(args[:spec.n_ops]), list(args[spec.n_ops:])
 
     def resolve(ranks):
         spec.out_axes = spec.resolve(ranks)
         return spec.out_axes
 
-    return pack(batch_flat(functools.partial(spec.fun, ext), ops, spec.in_axes, resolve, spec.size, spec.labels))
-
-
-_batch_ad = primitive(_batch_raw)
-registry.register_trace_rule(_batch_raw, _batch_raw)
+    return pack(spec.run(functools.partial(spec.fun, ext), ops, spec.in_axes, resolve, spec.size, spec.labels))
 
 
 def _split(spec, args):
@@ -289,9 +289,9 @@ def _split(spec, args):
     return ops, ext, ext_leaves, ext_trees, offsets, f
 
 
-def _batch_vjp(argnums, ans, args, kwargs):
-    """A batch of the example's VJP: cotangents mapped like the results, gradients of
-    unmapped operands summed over the batch."""
+def _mapped_vjp(argnums, ans, args, kwargs):
+    """The example's VJP mapped: cotangents mapped like the results, gradients of unmapped
+    operands summed over the batch."""
     spec = args[0]
     n = spec.n_ops
     ops, ext, ext_leaves, ext_trees, offsets, f = _split(spec, args)
@@ -311,7 +311,7 @@ def _batch_vjp(argnums, ans, args, kwargs):
             return call_vjp(f, leaves[:len(primal)], diff, dout, leaves[len(primal):])
 
         grad_axes = [0 if axes[j] is None else axes[j] for j in diff]
-        grads = batch_flat(example_vjp, primal + cts, axes + [spec.out_axes[j] for j in dout],
+        grads = spec.run(example_vjp, primal + cts, axes + [spec.out_axes[j] for j in dout],
                            lambda ranks: grad_axes, spec.size)
         by_leaf = {j: anp.sum(gr, axis=0) if axes[j] is None else gr for j, gr in zip(diff, grads)}
         out = {j: by_leaf[j] for j in range(n) if j in by_leaf}
@@ -323,8 +323,8 @@ def _batch_vjp(argnums, ans, args, kwargs):
     return vjp
 
 
-def _batch_jvp(argnums, gs, ans, args, kwargs):
-    """A batch of the example's JVP: tangents mapped like their primals."""
+def _mapped_jvp(argnums, gs, ans, args, kwargs):
+    """The example's JVP mapped: tangents mapped like their primals."""
     spec = args[0]
     n = spec.n_ops
     ops, ext, ext_leaves, ext_trees, offsets, f = _split(spec, args)
@@ -343,14 +343,17 @@ def _batch_jvp(argnums, gs, ans, args, kwargs):
         _, touts = call_jvp(f, leaves[:len(primal)], diff, leaves[len(primal):])
         return [touts[j] for j in dout]
 
-    touts = batch_flat(example_jvp, primal + [given[j] for j in do] + te, axes + [axes[j] for j in diff],
+    touts = spec.run(example_jvp, primal + [given[j] for j in do] + te, axes + [axes[j] for j in diff],
                        lambda ranks: [spec.out_axes[j] for j in dout], spec.size)
     by_out = dict(zip(dout, touts))
     return pack([by_out[j] if j in by_out else zeros(ans[j]) for j in range(len(ans))])
 
 
-defvjp_argnums(_batch_ad, _batch_vjp)
-defjvp_argnums(_batch_ad, _batch_jvp)
+#: A mapped call as autograd sees it: mapped_call(spec, *leaves, *closure boxes).
+mapped_call = primitive(_mapped_raw)
+defvjp_argnums(mapped_call, _mapped_vjp)
+defjvp_argnums(mapped_call, _mapped_jvp)
+registry.register_trace_rule(_mapped_raw, _mapped_raw)
 
 
 # ----- Jacobians ------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ import warnings
 import numpy as np
 
 from . import hlo
-from .context import LoweringContext
+from .context import REDUCTIONS, LoweringContext, gathered_layout
 from .errors import FallbackWarning
 
 
@@ -80,8 +80,8 @@ class BatchingContext(LoweringContext):
     """The ctx of translation rules lowered for a batch of `size` examples; emits through
     `parent` (the context around the vmap: a LoweringContext, or another BatchingContext)."""
 
-    def __init__(self, parent, size, level=None):  # the Builder's state lives in the parent
-        self.parent, self.size, self.module = parent, size, parent.module
+    def __init__(self, parent, size, level=None, axis_name=None):  # the Builder's state lives in the parent
+        self.parent, self.size, self.module, self.axis_name = parent, size, parent.module, axis_name
         # what marks this vmap's values: shared by the contexts of its regions (loop bodies,
         # branches), which compute with values of the block around them
         self.level = level if level is not None else object()
@@ -114,7 +114,7 @@ class BatchingContext(LoweringContext):
 
     def inside(self, builder):
         """This vmap's context emitting into `builder` (a region of the parent's)."""
-        return BatchingContext(builder, self.size, self.level)
+        return BatchingContext(builder, self.size, self.level, self.axis_name)
 
     def region(self, arg_types, body):
         return self.parent.region(arg_types, lambda b, *args: body(self.inside(b), *args))
@@ -483,6 +483,45 @@ class BatchingContext(LoweringContext):
         types = [((n,) + tuple(s), d) if k else (s, d) for (s, d), k in zip(result_types, batched)]
         outs = self.parent.case(index, [branch_phys(br) for br in branches], types)
         return [self.wrap(o) if k else o for o, k in zip(outs, batched)]
+
+    # ----- collectives over the batch (vmap's axis_name) ------------------------------------
+    def collective(self, kind, x, axis_name, **params):
+        """A collective over this vmap's examples when `axis_name` is its axis; else the
+        parent's (a pmap's devices, an outer vmap's examples), applied to the whole batch."""
+        n, p = self.size, self.parent
+        if axis_name != self.axis_name or axis_name is None:
+            if kind == "axis_index":
+                return p.collective(kind, x, axis_name, **params)
+            if not self.batched(x):
+                return p.collective(kind, x, axis_name, **params)
+            if kind == "all_gather":  # gathered behind the batch axis
+                params = dict(params, axis=params["axis"] + 1)
+            return self.wrap(p.collective(kind, x.phys, axis_name, **params))
+        if kind == "axis_index":
+            return self.wrap(p.iota((n,), np.int32, 0))
+        if kind in REDUCTIONS:
+            if not self.batched(x):
+                return p.binary("multiply", x, p.full(x.shape, n, x.dtype)) if kind == "psum" and x.dtype != np.bool_ \
+                    else x
+            op = REDUCTIONS[kind]
+            if x.dtype == np.bool_:
+                op = {"add": "or", "maximum": "or", "minimum": "and"}[op]
+            init = {"add": 0, "or": False, "and": True, "maximum": -np.inf, "minimum": np.inf}[op]
+            if op in ("maximum", "minimum") and x.dtype.kind in "iu":
+                info = np.iinfo(x.dtype)
+                init = info.min if op == "maximum" else info.max
+            return p.reduce_with(x.phys, [0], op, init)
+        if kind == "all_gather":
+            return gathered_layout(p, self.physical(x), params["axis"], params["tiled"])
+        if kind == "ppermute":
+            sources = dict((int(t), int(s)) for s, t in params["perm"])
+            phys = self.physical(x)
+            idx = np.array([[sources.get(t, 0)] for t in range(n)], dtype=np.int32)
+            moved = p.gather(phys, p.const(idx), list(range(1, phys.ndim)), [0], [0], 1, (1,) + x.shape, phys.shape)
+            keep = np.array([t in sources for t in range(n)])
+            mask = p.broadcast_in_dim(p.const(keep), phys.shape, (0,))
+            return self.wrap(p.select(mask, moved, p.zeros_like(moved)))
+        raise ValueError(f"unknown collective {kind!r}")
 
 
 def to_front(ctx, v, axis):

@@ -70,12 +70,14 @@ def result_type(*xs):
 
 class ModuleState:
     """What all builders of one module share: lifted constants become parameters; the
-    source locations of its ops (an hlo.Locations, or None for none)."""
+    source locations of its ops (an hlo.Locations, or None for none); the named axes its
+    collectives may reduce over (`axes`: name -> size), each a pmap's devices."""
 
-    def __init__(self, platform="cpu", locations=None):
+    def __init__(self, platform="cpu", locations=None, axes=None):
         self.platform = platform
         self.lifted = {}  # id(array) -> (array, Value)
         self.locations = locations
+        self.axes = dict(axes or {})
 
     def lift(self, array):
         hit = self.lifted.get(id(array))
@@ -103,6 +105,31 @@ class LoweringContext(hlo.Builder):
         """The rule this context lowers a primitive's calls with (a registry.Entry's face):
         the translation rule. (batching.BatchingContext prefers a batching rule.)"""
         return entry.lowering
+
+    # ----- collectives over a named axis ----------------------------------------------------
+    def collective(self, kind, x, axis_name, **params):
+        """A collective of the devices of pmap axis `axis_name` (batching.BatchingContext
+        answers those over a vmap's own axis): `kind` psum / pmax / pmin (elementwise over
+        the devices), all_gather (`axis`, `tiled`), ppermute (`perm`: (source, target)
+        pairs), axis_index (x unused)."""
+        size = self.module.axes.get(axis_name)
+        if size is None:
+            raise NameError(f"unbound axis name {axis_name!r}: collectives ({kind}) run inside pmap(..., "
+                            f"axis_name={axis_name!r}) or vmap(..., axis_name={axis_name!r})")
+        groups = [list(range(size))]
+        if kind in REDUCTIONS:
+            op = REDUCTIONS[kind]
+            if x.dtype == np.bool_:
+                op = {"add": "or", "maximum": "or", "minimum": "and"}[op]
+            return self.all_reduce(x, groups, op)
+        if kind == "all_gather":
+            gathered = self.all_gather(self.reshape(x, (1,) + x.shape), 0, groups)
+            return gathered_layout(self, gathered, params["axis"], params["tiled"])
+        if kind == "ppermute":
+            return self.collective_permute(x, params["perm"])
+        if kind == "axis_index":
+            return self.convert(self.replica_id(), np.int32)
+        raise ValueError(f"unknown collective {kind!r}")
 
     # ----- constants ------------------------------------------------------------------------
     def const(self, array):
@@ -185,6 +212,20 @@ class LoweringContext(hlo.Builder):
 
     def scalar(self, value, dtype):
         return self.constant(np.asarray(value, dtype=dtype))
+
+
+#: The reducing collectives and the StableHLO op combining two devices' values.
+REDUCTIONS = {"psum": "add", "pmax": "maximum", "pmin": "minimum"}
+
+
+def gathered_layout(ctx, gathered, axis, tiled):
+    """all_gather's result from the stack of every device's value (size, *shape): the stack
+    axis moved to `axis`, or merged into the axis there (`tiled`)."""
+    size, shape = gathered.shape[0], gathered.shape[1:]
+    if tiled:
+        moved = ctx.transpose(gathered, list(range(1, axis + 1)) + [0] + list(range(axis + 1, len(shape) + 1)))
+        return ctx.reshape(moved, shape[:axis] + (size * shape[axis],) + shape[axis + 1:])
+    return ctx.transpose(gathered, list(range(1, axis + 1)) + [0] + list(range(axis + 1, len(shape) + 1)))
 
 
 def normalize_axis(axis, ndim, name="axis"):

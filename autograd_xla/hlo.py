@@ -539,6 +539,30 @@ class Builder:
         regions = [self.region([], branch)[0] for branch in branches]
         return self.op("stablehlo.case", [index], result_types, None, regions)
 
+    # ----- collectives (replica mode: one program per device, replica_groups over all) -------
+    # No channel_handle: in replica mode a collective_permute carrying one crashes the process
+    # (SIGABRT, shared/notes/parallel-and-cache.md, pitfall 2); all_reduce and all_gather
+    # need none there either.
+    def all_reduce(self, x, groups, op):
+        """Every device's `x` combined elementwise with the binary op `op` over its group."""
+        region, _ = self.region([((), x.dtype), ((), x.dtype)], lambda b, a, c: b.binary(op, a, c))
+        return self.op1("stablehlo.all_reduce", [x], x.shape, x.dtype, {"replica_groups": _groups(groups)}, [region])
+
+    def all_gather(self, x, dimension, groups):
+        """The group's `x`s concatenated along `dimension`, in device order."""
+        shape = list(x.shape)
+        shape[dimension] *= len(groups[0])
+        return self.op1("stablehlo.all_gather", [x], shape, x.dtype,
+                        {"all_gather_dim": i64(dimension), "replica_groups": _groups(groups)})
+
+    def collective_permute(self, x, pairs):
+        """Device `target` receives `x` of device `source` for each (source, target); others get zeros."""
+        attr = f"dense<{_nested(pairs)}> : tensor<{len(pairs)}x2xi64>"
+        return self.op1("stablehlo.collective_permute", [x], x.shape, x.dtype, {"source_target_pairs": attr})
+
+    def replica_id(self):
+        return self.op1("stablehlo.replica_id", [], (), np.uint32)
+
     def custom_call(self, target, operands, results, backend_config=None, api_version=4, layouts=None,
                     extra=None):
         attrs = {"call_target_name": string(target)}
@@ -551,6 +575,14 @@ class Builder:
             attrs["result_layouts"] = "[" + ", ".join(_layout(l) for l in outs) + "]"
         attrs.update(extra or {})
         return self.op("stablehlo.custom_call", operands, results, attrs)
+
+
+def _groups(groups):
+    return f"dense<{_nested(groups)}> : tensor<{len(groups)}x{len(groups[0])}xi64>"
+
+
+def _nested(rows):
+    return "[" + ", ".join(i64_list(r) for r in rows) + "]"
 
 
 def _batching_dims(operand_name, indices_name, batching):

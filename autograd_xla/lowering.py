@@ -153,3 +153,28 @@ def lower(graph, name="jit_fn", platform="cpu", x64=True, pack=True, donate=(), 
 def _identifier(name):
     cleaned = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
     return cleaned if cleaned and not cleaned[0].isdigit() else "jit_" + cleaned
+
+
+def lower_replicated(graph, mapped, axes, replicas, name="pmap_fn", platform="cpu", x64=True):
+    """`graph` as the program each of `replicas` devices runs (replica mode): a mapped input
+    arrives as the device's shard, with a leading axis of 1; the others whole; each result
+    gets a leading axis of 1 (its shard of the stacked result). `axes`: the named axes its
+    collectives reduce over (name -> size)."""
+    with hlo.narrow_64_bit(not x64):
+        module = ModuleState(platform, hlo.Locations(), axes)
+        ctx = LoweringContext(module)
+        params, inputs = [], []
+        for k, (v, m) in enumerate(zip(graph.invars, mapped)):
+            a = v.aval
+            param = hlo.Value(f"%arg{k}", ((1,) + a.shape) if m else a.shape, a.dtype)
+            params.append(param)
+            inputs.append(ctx.reshape(param, a.shape).with_weak_type(a.weak_type))
+        outs = [ctx.reshape(o, (1,) + o.shape) for o in lower_subgraph(ctx, graph, inputs, [])]
+        lifted = list(module.lifted.values())
+        text = hlo.module_text(_identifier(name), params + [v for _, v in lifted], ctx.lines, outs, replicas=replicas,
+                               locations=module.locations)
+        consts = [a.astype(hlo.canonical_dtype(a.dtype), copy=False) for a, _ in lifted]
+        in_avals = [(p.shape, hlo.canonical_dtype(p.dtype)) for p in params]
+        out_avals = [(o.shape, hlo.canonical_dtype(o.dtype)) for o in outs]
+    return Lowered(text, consts, in_avals, out_avals)
+

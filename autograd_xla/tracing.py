@@ -52,6 +52,7 @@ from .errors import (ConcreteValueRequired, ConcretizationError, ForwardVJP, Tra
 class _State(threading.local):
     def __init__(self):
         self.traces = []
+        self.axes = {}  # named axes bound by the pmaps and vmaps being traced: name -> size
 
 
 state = _State()  # the traces active in this thread, innermost last
@@ -148,6 +149,24 @@ class Trace:
 
 
 @contextlib.contextmanager
+def binding_axis(name, size):
+    """While tracing the body of a pmap or vmap with `axis_name=name`: collectives over it
+    are known (their shape rules run on a context that has the axis)."""
+    if name is None:
+        yield
+        return
+    previous = state.axes.get(name)
+    state.axes[name] = size
+    try:
+        yield
+    finally:
+        if previous is None:
+            del state.axes[name]
+        else:
+            state.axes[name] = previous
+
+
+@contextlib.contextmanager
 def new_trace(parent=None):
     trace = Trace(parent)
     with intercepting():
@@ -204,7 +223,7 @@ def bind(prim, args, kwargs, entry=None, source=None):
 def abstract_eval(rule, args, kwargs):
     """Run the translation rule `rule` on placeholder Values: the avals of its results, their structure, and for
     each result the input Var it simply passes through (or None)."""
-    ctx = LoweringContext(ModuleState())
+    ctx = LoweringContext(ModuleState(axes=state.axes))
     env = {}
 
     def placeholder(var):

@@ -1,0 +1,193 @@
+"""pmap: one program per device, compiled once by XLA, with collectives between the devices;
+and the paper's `iterated_map_reduce` built on it.
+
+`pmap(f, axis_name="i")(x)` traces f for one device's shard (as vmap traces one example),
+lowers that graph once as a replica-mode program (`lowering.lower_replicated`: every
+device runs it, `psum(x, "i")` is an all-reduce among them), and runs it with one shard per
+device (`backend.ReplicatedExecutable`). So XLA's own collectives do the communication and
+its runtime runs the devices; nothing here schedules anything. The mapped axis's size is
+the number of devices used.
+
+autograd differentiates a pmap call like a vmap one (batched.MappedSpec): its VJP is a pmap
+of the shard's VJP, gradients of broadcast arguments summed over the devices.
+"""
+import functools
+import threading
+
+import numpy as np
+from autograd.tracer import getval, isbox
+
+from . import backend as backend_mod
+from . import tracing, tree
+from .batched import MappedSpec, batch_size, leaf_axes, mapped_call, out_leaf_axes
+from .collectives import pmax, pmean, pmin, psum
+from .control_flow import fori_loop
+from .control_flow.common import aval_of, closure_convert, unpack
+from .errors import ArgumentError, JitError
+from .lowering import lower_replicated
+
+
+class PmappedFunction:
+    """A function mapped over devices; made by `pmap`, whose docstring describes it."""
+
+    def __init__(self, fun, axis_name, in_axes, out_axes, static_broadcasted_argnums, devices, keep_on_device,
+                 backend):
+        functools.update_wrapper(self, fun)
+        self._fun, self.axis_name, self.in_axes, self.out_axes = fun, axis_name, in_axes, out_axes
+        nums = static_broadcasted_argnums
+        self._static = tuple(sorted({int(i) for i in ((nums,) if isinstance(nums, int) else nums)}))
+        self._devices, self.keep_on_device, self.backend = devices, keep_on_device, backend
+        self._cache = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self):
+        return f"<pmap {getattr(self._fun, '__qualname__', self._fun)}>"
+
+    def __call__(self, *args, **kwargs):
+        if tracing.is_tracing():
+            raise JitError("pmap runs at top level, not inside a traced function (jit_ps, vmap, a loop body): "
+                           "call the pmapped function directly, or use vmap (with axis_name=...) inside")
+        static = tuple((i, args[i]) for i in self._static if i < len(args))
+        dynamic = tuple(a for i, a in enumerate(args) if i not in self._static)
+        in_axes = self.in_axes
+        if type(in_axes) is tuple and self._static:
+            in_axes = tuple(a for i, a in enumerate(in_axes) if i not in self._static)
+        leaves, in_tree = tree.flatten((dynamic, dict(kwargs)))
+        axes, labels = leaf_axes(in_axes, dynamic, dict(kwargs), [])
+        n = batch_size(leaves, axes, labels, "pmap")
+        devices = self.devices_for(n)
+        out_tree = []
+
+        def flat(shard):
+            a, k = tree.unflatten(in_tree, list(shard))
+            for i, v in static:
+                a = a[:i] + (v,) + a[i:]
+            out_leaves, t = tree.flatten(self._fun(*a, **k))
+            out_tree.append(t)
+            return out_leaves
+
+        def resolve(ranks):
+            return out_leaf_axes(self.out_axes, out_tree[-1], ranks)
+
+        run = functools.partial(self._run, devices, (in_tree, static, repr(in_axes)))
+        converted, ext = closure_convert(flat)
+        if ext or any(isbox(x) for x in leaves):
+            spec = MappedSpec(converted[0], len(leaves), axes, resolve, n, labels, run=run, what="pmap")
+            outs = unpack(mapped_call(spec, *leaves, *ext))
+        else:
+            outs = run(flat, leaves, axes, resolve, n, labels)
+        return tree.unflatten(out_tree[-1], outs)
+
+    def devices_for(self, n):
+        backend = backend_mod.get_backend(self.backend)
+        available = list(self._devices) if self._devices is not None else list(backend.devices)
+        if n > len(available):
+            raise ValueError(f"pmap's mapped axis has size {n}, but only {len(available)} device(s) are available "
+                             f"({backend.platform}); on the CPU, set AUTOGRAD_XLA_CPU_DEVICES or call "
+                             "autograd_xla.set_cpu_device_count before the first call")
+        return available[:n]
+
+    def _run(self, devices, key, f, leaves, axes, out_axes, size, labels=None):
+        """f (shard leaves -> result leaves) run once per device; the stacked results. `key`:
+        what identifies f's program besides the leaves' types (None: compiled for this call
+        alone, as the derivatives of a pmap call are)."""
+        if any(isbox(x) for x in leaves):  # a derivative's pmap, differentiated again
+            converted, ext = closure_convert(f)
+            spec = MappedSpec(converted[0], len(leaves), axes, out_axes, size, labels,
+                              run=functools.partial(self._run, devices, None), what="pmap")
+            return unpack(mapped_call(spec, *leaves, *ext))
+        values = [getval(x) for x in leaves]
+        avals = []
+        for x, a in zip(values, axes):
+            aval = aval_of(x)
+            avals.append(type(aval)(aval.shape[:a] + aval.shape[a + 1:], aval.dtype) if a is not None else aval)
+        full_key = None if key is None else (key, tuple(avals), tuple(axes), tuple(d.id for d in devices))
+        with self._lock:
+            entry = self._cache.get(full_key) if full_key is not None else None
+        if entry is None:
+            entry = self._compile(f, avals, axes, out_axes, devices, labels)
+            if full_key is not None:
+                with self._lock:
+                    self._cache[full_key] = entry
+        executable, result_axes = entry
+        args = [np.moveaxis(np.asarray(x), a, 0) if a is not None else x for x, a in zip(values, axes)]
+        outs = executable(args, self.keep_on_device)
+        results = []
+        for o, a in zip(outs, result_axes):
+            if a is None:
+                results.append(np.asarray(o)[0])
+            elif a == 0:
+                results.append(o)
+            else:
+                results.append(np.moveaxis(np.asarray(o), 0, a))
+        return results
+
+    def _compile(self, f, avals, axes, out_axes, devices, labels):
+        backend = backend_mod.get_backend(self.backend)
+        n = len(devices)
+        with tracing.binding_axis(self.axis_name, n):
+            graph, _ = tracing.trace_function(lambda *shard: f(list(shard)), avals, labels)
+        if len(graph.invars) != len(avals) or graph.guards:
+            raise JitError(f"{self!r}: a pmapped function cannot draw numpy random numbers or depend on a condition "
+                           "checked at run time (a clamped index); draw outside and pass the numbers in")
+        result_axes = out_axes([a.ndim for a in graph.out_avals])
+        mapped = [a is not None for a in axes]
+        named = {self.axis_name: n} if self.axis_name is not None else {}
+        lowered = lower_replicated(graph, mapped, named, n, name=f"pmap_{getattr(self._fun, '__name__', 'fn')}",
+                                   platform=backend.platform)
+        program, _ = backend.compile(lowered.text, backend_mod.replica_options(devices), devices)
+        executable = backend_mod.ReplicatedExecutable(backend, program, devices, lowered.in_avals, mapped,
+                                                     lowered.out_avals, lowered.consts)
+        return executable, result_axes
+
+
+def pmap(fun=None, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnums=(), devices=None,
+         keep_on_device=False, backend=None):
+    """`fun` run on several devices at once, one shard of the mapped arguments each, as
+    jax.pmap: `in_axes` / `out_axes` as vmap's (None: broadcast to every device / a result
+    equal on every device); the mapped axis's size is the number of devices used, at most
+    the number available (on the CPU: AUTOGRAD_XLA_CPU_DEVICES=N, or set_cpu_device_count).
+    Inside, `psum`, `pmean`, `pmax`, `pmin`, `all_gather`, `ppermute` and `axis_index` over
+    `axis_name` communicate between the devices. Compiled once per signature as one program
+    that every device runs. Results come back as numpy arrays with the device axis, or, with
+    `keep_on_device=True`, as ShardedArrays that a next pmapped call takes without a transfer.
+    `static_broadcasted_argnums`: positional arguments passed as they are (Python values)."""
+    if fun is None:
+        return functools.partial(pmap, axis_name=axis_name, in_axes=in_axes, out_axes=out_axes,
+                                 static_broadcasted_argnums=static_broadcasted_argnums, devices=devices,
+                                 keep_on_device=keep_on_device, backend=backend)
+    if axis_name is not None and not isinstance(axis_name, str):
+        raise ArgumentError(f"pmap axis_name must be a string or None, got {axis_name!r}")
+    return PmappedFunction(fun, axis_name, in_axes, out_axes, static_broadcasted_argnums, devices, keep_on_device,
+                           backend)
+
+
+_IMR_AXIS = "iterated_map_reduce"
+_REDUCERS = {"sum": psum, "mean": pmean, "max": pmax, "min": pmin}
+
+
+def iterated_map_reduce(map_fn, update_fn, init, shards, num_iters, reduce="sum", devices=None, backend=None):
+    """The paper's primitive for iterative data-parallel algorithms: `num_iters` times, map
+    `map_fn(state, shard) -> partial` over the shards (one per device: `shards`' leading axis,
+    an array or a container of arrays), reduce the partials across the devices (`reduce`:
+    "sum", "mean", "max" or "min") and update the replicated state with
+    `update_fn(state, reduced) -> state`. The whole loop is one compiled program: a
+    stablehlo.while around the all-reduce, on the devices; returns the final state.
+
+        # data-parallel logistic regression, 100 steps of gradient descent in one call
+        def grad_shard(w, shard):
+            X, y = shard
+            return X.T @ (1 / (1 + np.exp(-X @ w)) - y)
+        w = iterated_map_reduce(grad_shard, lambda w, g: w - 0.1 * g / n, w0, (Xs, ys), 100)
+    """
+    if reduce not in _REDUCERS:
+        raise ArgumentError(f"iterated_map_reduce's reduce must be one of {sorted(_REDUCERS)}, got {reduce!r}")
+    combine = _REDUCERS[reduce]
+
+    def per_device(state, shard):
+        def step(i, state):
+            return update_fn(state, combine(map_fn(state, shard), _IMR_AXIS))
+        return fori_loop(0, num_iters, step, state)
+
+    mapped = pmap(per_device, _IMR_AXIS, in_axes=(None, 0), out_axes=None, devices=devices, backend=backend)
+    return mapped(init, shards)
