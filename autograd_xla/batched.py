@@ -135,9 +135,9 @@ def out_leaf_axes(out_axes, out_tree, out_ndims):
 
 
 # ----- the three ways to run ------------------------------------------------------------------
-def batch(fun, args, kwargs, in_axes=0, out_axes=0, names=()):
+def batch(fun, args, kwargs, in_axes=0, out_axes=0, names=(), axis_name=None):
     """`fun(*args, **kwargs)` mapped over the axes `in_axes` of its arguments; the results
-    stacked along `out_axes`."""
+    stacked along `out_axes`. Collectives over `axis_name` reduce over the examples."""
     leaves, in_tree = tree.flatten((tuple(args), dict(kwargs)))
     axes, labels = leaf_axes(in_axes, tuple(args), dict(kwargs), names)
     size = batch_size(leaves, axes, labels)
@@ -152,21 +152,22 @@ def batch(fun, args, kwargs, in_axes=0, out_axes=0, names=()):
     def resolve(ndims):
         return out_leaf_axes(out_axes, out_tree[-1], ndims)
 
-    outs = batch_flat(flat, leaves, axes, resolve, size, labels)
+    outs = batch_flat(flat, leaves, axes, resolve, size, labels, axis_name)
     return tree.unflatten(out_tree[-1], outs)
 
 
-def batch_flat(f, leaves, axes, out_axes, size, labels=None):
+def batch_flat(f, leaves, axes, out_axes, size, labels=None, axis_name=None):
     """f(example leaves) -> result leaves, mapped. `out_axes(ranks of the example's results)`
     gives each result's axis (None: the same for every example)."""
     if python_mode(leaves):
         return _python_loop(f, leaves, axes, out_axes, size)
     converted, ext = closure_convert(f)
     if ext or any(isbox(x) for x in leaves):
-        spec = MappedSpec(converted[0], len(leaves), axes, out_axes, size, labels)
+        spec = MappedSpec(converted[0], len(leaves), axes, out_axes, size, labels,
+                          run=functools.partial(batch_flat, axis_name=axis_name))
         out = mapped_call(spec, *leaves, *ext)
         return unpack(out)
-    return _traced(f, leaves, axes, out_axes, size, labels)
+    return _traced(f, leaves, axes, out_axes, size, labels, axis_name)
 
 
 def _python_loop(f, leaves, axes, out_axes, size):
@@ -184,7 +185,7 @@ def _python_loop(f, leaves, axes, out_axes, size):
     return stacked
 
 
-def _traced(f, leaves, axes, out_axes, size, labels):
+def _traced(f, leaves, axes, out_axes, size, labels, axis_name):
     """One batch equation. Unmapped arguments that are not traced (Python numbers, numpy
     arrays) stay constants of the example's function, as jax's vmap passes them on: an int
     can still be an axis or a length there."""
@@ -204,10 +205,11 @@ def _traced(f, leaves, axes, out_axes, size, labels):
 
     names = [label for label, o in zip(labels or [None] * len(leaves), operand) if o]
     origins = {k: getval(x) for k, (x, a) in enumerate(zip(ops, op_axes)) if a is None and type(getval(x)) is Tracer}
-    graph, infos = trace_body(example_fn, avals, names, "the function vmap maps", origins=origins)
+    with tracing.binding_axis(axis_name, size):
+        graph, infos = trace_body(example_fn, avals, names, "the function vmap maps", origins=origins)
     outs_axes = out_axes([aval.ndim for aval, _ in infos])
     params = Params(f"vmap(size={size})", [graph], in_axes=op_axes, in_avals=avals, out_axes=outs_axes,
-                    size=size, n_ops=len(ops))
+                    size=size, n_ops=len(ops), axis_name=axis_name)
     return list(tracing.bind(batch_p, (params, *ops, *captured_operands(graph)), {}))
 
 
@@ -217,7 +219,7 @@ batch_p = ControlFlowPrimitive("batch")
 def _batch_rule(ctx, p, *operands):
     """The example's graph lowered into a BatchingContext; mapped axes moved to the front."""
     n = p.n_ops
-    bctx = BatchingContext(ctx, p.size)
+    bctx = BatchingContext(ctx, p.size, axis_name=p.axis_name)
     args = []
     for x, axis, aval in zip(operands[:n], p.in_axes, p.in_avals):
         v = ctx.asvalue(x, aval.dtype)
@@ -242,7 +244,7 @@ def _replay_batch(args, kwargs):
     p = args[0]
     ops, consts = list(args[1:1 + p.n_ops]), list(args[1 + p.n_ops:])
     return tuple(batch_flat(functools.partial(graph_fn, p.graphs[0], consts), ops, p.in_axes,
-                            lambda ranks: p.out_axes, p.size))
+                            lambda ranks: p.out_axes, p.size, axis_name=p.axis_name))
 
 
 registry.register_replay(batch_p, _replay_batch)

@@ -19,12 +19,18 @@ from autograd.tracer import getval, isbox
 
 from . import backend as backend_mod
 from . import tracing, tree
+from .backend import ShardedArray
 from .batched import MappedSpec, batch_size, leaf_axes, mapped_call, out_leaf_axes
 from .collectives import pmax, pmean, pmin, psum
 from .control_flow import fori_loop
 from .control_flow.common import aval_of, closure_convert, unpack
+from .core import Aval
 from .errors import ArgumentError, JitError
 from .lowering import lower_replicated
+
+
+#: Executables kept by program text per pmapped function, for calls traced again (derivatives).
+RECENT_PROGRAMS = 8
 
 
 class PmappedFunction:
@@ -38,6 +44,8 @@ class PmappedFunction:
         self._static = tuple(sorted({int(i) for i in ((nums,) if isinstance(nums, int) else nums)}))
         self._devices, self.keep_on_device, self.backend = devices, keep_on_device, backend
         self._cache = {}
+        self._by_text = {}  # program text -> executable, the RECENT_PROGRAMS last compiled
+        self._out_trees = {}
         self._lock = threading.Lock()
 
     def __repr__(self):
@@ -66,17 +74,28 @@ class PmappedFunction:
             out_tree.append(t)
             return out_leaves
 
+        # the results' structure, as the trace found it (a compiled signature is not traced again)
+        signature = (in_tree, static, tuple((np.shape(getval(x)), np.result_type(getval(x))) for x in leaves),
+                     tuple(axes))
+
+        def results_tree():
+            if out_tree:
+                self._out_trees[signature] = out_tree[-1]
+            return self._out_trees[signature]
+
         def resolve(ranks):
-            return out_leaf_axes(self.out_axes, out_tree[-1], ranks)
+            return out_leaf_axes(self.out_axes, results_tree(), ranks)
 
         run = functools.partial(self._run, devices, (in_tree, static, repr(in_axes)))
         converted, ext = closure_convert(flat)
         if ext or any(isbox(x) for x in leaves):
-            spec = MappedSpec(converted[0], len(leaves), axes, resolve, n, labels, run=run, what="pmap")
+            # keyless: the spec's run serves its derivatives too, whose functions differ from call to call
+            spec = MappedSpec(converted[0], len(leaves), axes, resolve, n, labels,
+                              run=functools.partial(self._run, devices, None), what="pmap")
             outs = unpack(mapped_call(spec, *leaves, *ext))
         else:
             outs = run(flat, leaves, axes, resolve, n, labels)
-        return tree.unflatten(out_tree[-1], outs)
+        return tree.unflatten(results_tree(), outs)
 
     def devices_for(self, n):
         backend = backend_mod.get_backend(self.backend)
@@ -99,7 +118,7 @@ class PmappedFunction:
         values = [getval(x) for x in leaves]
         avals = []
         for x, a in zip(values, axes):
-            aval = aval_of(x)
+            aval = Aval(x.shape, x.dtype) if type(x) is ShardedArray else aval_of(x)
             avals.append(type(aval)(aval.shape[:a] + aval.shape[a + 1:], aval.dtype) if a is not None else aval)
         full_key = None if key is None else (key, tuple(avals), tuple(axes), tuple(d.id for d in devices))
         with self._lock:
@@ -109,8 +128,10 @@ class PmappedFunction:
             if full_key is not None:
                 with self._lock:
                     self._cache[full_key] = entry
-        executable, result_axes = entry
-        args = [np.moveaxis(np.asarray(x), a, 0) if a is not None else x for x, a in zip(values, axes)]
+        executable, ranks = entry
+        result_axes = out_axes(ranks)  # each call: a differentiated call's spec learns them here
+        args = [x if a == 0 and type(x) is ShardedArray else np.moveaxis(np.asarray(x), a, 0) if a is not None else x
+                for x, a in zip(values, axes)]
         outs = executable(args, self.keep_on_device)
         results = []
         for o, a in zip(outs, result_axes):
@@ -123,6 +144,8 @@ class PmappedFunction:
         return results
 
     def _compile(self, f, avals, axes, out_axes, devices, labels):
+        """Trace and lower f; the executable of its program (one already compiled for the same
+        text is reused: a derivative's, traced again on each call)."""
         backend = backend_mod.get_backend(self.backend)
         n = len(devices)
         with tracing.binding_axis(self.axis_name, n):
@@ -130,15 +153,23 @@ class PmappedFunction:
         if len(graph.invars) != len(avals) or graph.guards:
             raise JitError(f"{self!r}: a pmapped function cannot draw numpy random numbers or depend on a condition "
                            "checked at run time (a clamped index); draw outside and pass the numbers in")
-        result_axes = out_axes([a.ndim for a in graph.out_avals])
+        ranks = [a.ndim for a in graph.out_avals]
+        out_axes(ranks)  # checks them against the results
         mapped = [a is not None for a in axes]
         named = {self.axis_name: n} if self.axis_name is not None else {}
         lowered = lower_replicated(graph, mapped, named, n, name=f"pmap_{getattr(self._fun, '__name__', 'fn')}",
                                    platform=backend.platform)
-        program, _ = backend.compile(lowered.text, backend_mod.replica_options(devices), devices)
-        executable = backend_mod.ReplicatedExecutable(backend, program, devices, lowered.in_avals, mapped,
-                                                     lowered.out_avals, lowered.consts)
-        return executable, result_axes
+        with self._lock:
+            executable = self._by_text.pop(lowered.text, None)
+        if executable is None:
+            program, _ = backend.compile(lowered.text, backend_mod.replica_options(devices), devices)
+            executable = backend_mod.ReplicatedExecutable(backend, program, devices, lowered.in_avals, mapped,
+                                                         lowered.out_avals, lowered.consts)
+        with self._lock:
+            self._by_text[lowered.text] = executable  # most recent last
+            while len(self._by_text) > RECENT_PROGRAMS:
+                self._by_text.pop(next(iter(self._by_text)))
+        return executable, ranks
 
 
 def pmap(fun=None, axis_name=None, *, in_axes=0, out_axes=0, static_broadcasted_argnums=(), devices=None,

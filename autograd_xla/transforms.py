@@ -14,7 +14,7 @@ from .errors import ArgumentError
 from .signatures import signature_of
 
 
-def vmap(fun, in_axes=0, out_axes=0):
+def vmap(fun, in_axes=0, out_axes=0, axis_name=None):
     """`fun` mapped over an axis of its arguments, as jax.vmap: `in_axes` is an int, None (not
     mapped) or a container (tuple, list, dict) matching a prefix of the positional arguments'
     structure, negative axes counting from the end; keyword arguments are mapped over axis 0.
@@ -23,14 +23,16 @@ def vmap(fun, in_axes=0, out_axes=0):
 
     The result compiles like jit_ps (one executable per signature), works inside jit_ps,
     nests, and autograd differentiates it in both directions, as it does the function
-    (`vmap(grad(loss), in_axes=(None, 0, 0))` gives per-example gradients)."""
+    (`vmap(grad(loss), in_axes=(None, 0, 0))` gives per-example gradients). With `axis_name`,
+    the collectives (psum, pmean, all_gather, ppermute, axis_index...) over that name combine
+    the examples, as pmap's combine devices."""
     _check_axes(in_axes, "in_axes")
     _check_axes(out_axes, "out_axes")
     names = _positional_names(fun)
 
     @functools.wraps(fun)
     def vmapped(*args, **kwargs):
-        return batch(fun, args, kwargs, in_axes, out_axes, names)
+        return batch(fun, args, kwargs, in_axes, out_axes, names, axis_name)
 
     return jit_ps(vmapped)
 
