@@ -23,6 +23,7 @@ to a program whose size does not grow with the input.
 import functools
 
 import autograd.differential_operators as ag_differential
+import autograd.builtins as ag_builtins
 import autograd.numpy as anp
 import numpy as np
 from autograd.core import make_jvp, make_vjp
@@ -53,20 +54,25 @@ def leaf_axes(in_axes, args, kwargs, names):
                 labels.append(label + tree.format_path(path))
             return
         kind = type(axis)
-        if kind in (tuple, list) and type(obj) in (tuple, list) and len(axis) == len(obj):
-            for k, (a, o) in enumerate(zip(axis, obj)):
-                walk(a, o, f"{label}[{k}]")
+        # a container being differentiated is an autograd box (a SequenceBox, a DictBox), as
+        # autograd passes a list or dict argument it differentiates, and tree.flatten reads it
+        value = getval(obj)
+        if kind in (tuple, list) and isinstance(value, (tuple, list)) and len(axis) == len(value):
+            for k, a in enumerate(axis):
+                walk(a, obj[k], f"{label}[{k}]")
             return
-        if kind is dict and type(obj) is dict and set(axis) == set(obj):
-            for k in obj:
+        if kind is dict and isinstance(value, dict) and set(axis) == set(value):
+            for k in value:  # in the order tree.flatten visits them
                 walk(axis[k], obj[k], f"{label}[{k!r}]")
             return
         raise ValueError(f"vmap in_axes {axis!r} does not match the structure of {label} "
                          f"({tree.describe(tree.flatten(obj)[1])}): give an int, None, or a container of the "
                          "same kind and length")
 
-    if isinstance(in_axes, list) and len(args) != 1:
-        in_axes = tuple(in_axes)  # a list of axes for the positional arguments, as jax reads one
+    # a list of axes for the positional arguments, as jax reads one (in_axes=[0] for one array
+    # argument too); only a list that cannot be that is the prefix of a single argument's structure
+    if isinstance(in_axes, list) and (len(args) != 1 or len(in_axes) == 1):
+        in_axes = tuple(in_axes)
     if type(in_axes) is tuple:
         if len(in_axes) != len(args):
             raise ValueError(f"vmap in_axes has {len(in_axes)} entries but the function was called with "
@@ -173,7 +179,9 @@ def batch_flat(f, leaves, axes, out_axes, size, labels=None, axis_name=None):
 def _python_loop(f, leaves, axes, out_axes, size):
     results = []
     for i in range(size):
-        example = [x if a is None else anp.take(x, i, axis=a) for x, a in zip(leaves, axes)]
+        # indexing, not anp.take: autograd has no VJP for take, and boxes pass through here
+        # (a jit_ps run as plain autograd, a batch called on boxes outside any trace)
+        example = [x if a is None else x[(slice(None),) * a + (i,)] for x, a in zip(leaves, axes)]
         results.append(f(example))
     if not results:
         raise ValueError("vmap over a mapped axis of size 0 runs no example, so its results' shapes are unknown")
@@ -181,6 +189,8 @@ def _python_loop(f, leaves, axes, out_axes, size):
     stacked = []
     for k, axis in enumerate(out_axes(ranks)):
         column = [r[k] for r in results]
+        if axis is None and not all(np.array_equal(getval(c), getval(column[0])) for c in column[1:]):
+            raise ValueError(f"vmap out_axes is None for result {k}, but it varies across the batch")
         stacked.append(column[0] if axis is None else anp.stack(column, axis=axis))
     return stacked
 
@@ -307,7 +317,10 @@ def _mapped_vjp(argnums, ans, args, kwargs):
 
     def vjp(g):
         g = as_list(g)
-        cts = [g[j] for j in dout]
+        # a result that is the same for every example (out_axes None) reaches the loss once, but
+        # its cotangent goes to every example's VJP and the gradients of the unmapped operands
+        # are summed over the batch: each example gets 1/size of it
+        cts = [g[j] if spec.out_axes[j] is not None else g[j] / spec.size for j in dout]
 
         def example_vjp(leaves):
             return call_vjp(f, leaves[:len(primal)], diff, dout, leaves[len(primal):])
@@ -389,11 +402,19 @@ def jacobian_reverse(fun, x):
 
 def jacobian_forward(fun, x):
     """The same Jacobian as one batched forward pass over x's basis (out_axes -1)."""
+    out_tree = []
+
+    def flat(x):  # the results' leaves as autograd's tuple: make_jvp finds no tangent in a plain
+        leaves, t = tree.flatten(fun(x))  # tuple of boxes ("independent of input": zeros)
+        out_tree.append(t)
+        return ag_builtins.tuple(leaves)
+
     def column(x, t):
-        return make_jvp(fun, x)(t)[1]
+        return tuple(make_jvp(flat, x)(t)[1])
 
     columns = batch(column, (x, _basis(x)), {}, in_axes=(None, 0), out_axes=-1)
-    return tree.unflatten(*_reshaped_columns(columns, np.shape(getval(x))))
+    _, leaves = _reshaped_columns(columns, np.shape(getval(x)))
+    return tree.unflatten(out_tree[-1], leaves)
 
 
 def _reshaped_columns(columns, x_shape):

@@ -103,6 +103,10 @@ class BatchingContext(LoweringContext):
     def _transposed(self):
         return self.parent._transposed
 
+    @property
+    def _depth(self):  # the nesting of the block emitted into: special_kernels picks the innermost builder by it
+        return self.parent._depth
+
     def fresh_name(self, prefix="%"):
         return self.parent.fresh_name(prefix)
 

@@ -8,8 +8,10 @@ import functools
 import numpy as np
 from autograd.util import subvals
 
-from .api import jit_ps
+from . import tracing
+from .api import JittedFunction, jit_ps
 from .batched import batch, jacobian_forward, jacobian_reverse
+from .control_flow.common import closure_convert
 from .errors import ArgumentError
 from .signatures import signature_of
 
@@ -34,7 +36,29 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None):
     def vmapped(*args, **kwargs):
         return batch(fun, args, kwargs, in_axes, out_axes, names, axis_name)
 
-    return jit_ps(vmapped)
+    def closed(converted, ext, args, kwargs):
+        return batch(functools.partial(converted, ext), args, kwargs, in_axes, out_axes, names)
+    closed.__name__ = vmapped.__name__
+    return _Vmapped(vmapped, mapped=fun, closed=JittedFunction(closed, static_argnums=(0,)))
+
+
+class _Vmapped(JittedFunction):
+    """vmap's jitted function. Called outside any trace on a function that closes over
+    autograd boxes (`grad(lambda w: np.sum(vmap(lambda x: f(w, x))(X)))(w)`), it passes the
+    boxes as arguments of a jitted function of its own: a jitted function cannot take a box
+    through its closure (the box would escape its trace, and jit_ps would run plain autograd,
+    a Python loop over the examples), but it differentiates its arguments both ways."""
+
+    def __init__(self, fun, *args, mapped=None, closed=None, **kwargs):
+        super().__init__(fun, *args, **kwargs)  # also as the jitted derivatives of one (autodiff)
+        self._mapped, self._closed = mapped, closed
+
+    def __call__(self, *args, **kwargs):
+        if self._mapped is not None and not tracing.is_tracing():
+            converted, ext = closure_convert(self._mapped)
+            if ext:
+                return self._closed(converted[0], ext, args, kwargs)
+        return super().__call__(*args, **kwargs)
 
 
 def jacrev(fun, argnum=0):
@@ -52,8 +76,20 @@ def jacfwd(fun, argnum=0):
 
 def hessian(fun, argnum=0):
     """The Hessian of scalar `fun` with respect to argument `argnum`: forward mode over reverse
-    mode, the shape of the argument twice (as autograd's `hessian`)."""
-    return jit_ps(_jacobian(jacobian_forward, _jacobian(jacobian_reverse, fun, argnum), argnum))
+    mode, the shape of the argument twice (as autograd's `hessian`). For a tuple of argnums,
+    a tuple of tuples: block [i][j] the second derivative wrt arguments argnum[i] and
+    argnum[j], of their shapes joined (as jax's `hessian`)."""
+    hess = _jacobian(jacobian_forward, _jacobian(jacobian_reverse, fun, argnum), argnum)
+    if isinstance(argnum, int):
+        return jit_ps(hess)
+
+    @functools.wraps(fun)
+    def blocks(*args, **kwargs):
+        # the outer Jacobian is a tuple over its argnums of Jacobians of the tuple of gradients:
+        # h[j][i] = d(grad_i)/d(x_j), of shape x_i + x_j; the Hessian's block [i][j] (as jax's)
+        h = hess(*args, **kwargs)
+        return tuple(tuple(h[j][i] for j in range(len(argnum))) for i in range(len(argnum)))
+    return jit_ps(blocks)
 
 
 def _jacobian(method, fun, argnum):
