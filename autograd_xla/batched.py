@@ -310,7 +310,7 @@ def _mapped_vjp(argnums, ans, args, kwargs):
     ans = as_list(ans)
     primal = ops + ext_leaves
     axes = list(spec.in_axes) + [None] * len(ext_leaves)
-    diff = [j for j in range(len(primal)) if is_float(primal[j])]
+    diff = _differentiated(argnums, primal, n, ext_trees)
     dout = [j for j in range(len(ans)) if is_float(ans[j])]
     if not diff or not dout:
         return lambda g: select_grads(args, argnums, 1, {})
@@ -336,6 +336,15 @@ def _mapped_vjp(argnums, ans, args, kwargs):
         return select_grads(args, argnums, 1, out)
 
     return vjp
+
+
+def _differentiated(argnums, primal, n, ext_trees):
+    """The float leaves among those autograd asks about (argnums count from 1: the spec is
+    argument 0): operands, then the leaves of closure items. Only those: a primitive inside
+    may have no VJP for the others (gammainc's first argument)."""
+    wanted = {a - 1 for a in argnums}
+    owners = list(range(n)) + [n + m for m, td in enumerate(ext_trees) for _ in range(tree.num_leaves(td))]
+    return [j for j, owner in enumerate(owners) if owner in wanted and is_float(primal[j])]
 
 
 def _mapped_jvp(argnums, gs, ans, args, kwargs):

@@ -76,6 +76,13 @@ LEADING_BATCH_TARGETS = ("lapack_", "Qr", "ProductOfElementaryHouseholderReflect
 _warned_ops = set()
 
 
+def _warn_per_example(what):
+    if what not in _warned_ops:
+        _warned_ops.add(what)
+        warnings.warn(f"vmap: {what} has no batching rule, so it runs once per example in a loop inside the "
+                      "compiled program (correct, but slower than a batched op)", FallbackWarning, stacklevel=3)
+
+
 class BatchingContext(LoweringContext):
     """The ctx of translation rules lowered for a batch of `size` examples; emits through
     `parent` (the context around the vmap: a LoweringContext, or another BatchingContext)."""
@@ -185,10 +192,7 @@ class BatchingContext(LoweringContext):
 
     def _per_example(self, name, operands, results, attrs, regions):
         """The op once per example, in a loop inside the program."""
-        if name not in _warned_ops:
-            _warned_ops.add(name)
-            warnings.warn(f"vmap: '{name}' has no batching rule, so it runs once per example in a loop inside the "
-                          "compiled program (correct, but slower than a batched op)", FallbackWarning, stacklevel=2)
+        _warn_per_example(f"'{name}'")
 
         def one(b, *example):
             return b.op(name, example, results, attrs, regions)
@@ -408,6 +412,8 @@ class BatchingContext(LoweringContext):
         if not self._any(operands):
             return self.parent.custom_call(target, operands, results, backend_config, api_version, layouts, extra)
         if not target.startswith(LEADING_BATCH_TARGETS):
+            _warn_per_example(f"custom call '{target}'")
+
             def one(b, *example):
                 return b.custom_call(target, example, results, backend_config, api_version, layouts, extra)
             return self.map_examples(one, operands, results)
