@@ -1,6 +1,7 @@
 """Which of autograd's differentiable primitives compile under jit_ps, and how.
 
-    python -m autograd_xla.coverage [--only FAMILY] [--no-run] [--progress | --quiet] [NAME_SUBSTRING ...]
+    python -m autograd_xla.coverage [--only FAMILY] [--no-run] [--no-batching] [--progress | --quiet]
+                                    [NAME_SUBSTRING ...]
 
 (`--help` says what each option does; `--only stats` reports one family, see FAMILIES.)
 
@@ -17,6 +18,14 @@ runs, rules added by anyone included. For each primitive it says:
   example call from `EXAMPLES` (elementwise ufuncs get a generic one); a primitive
   without an example says so rather than guess. `n/a` means autograd defines no VJP/JVP
   for the example's array arguments.
+* batching: whether `vmap` of the example call over a batch of 3 examples (its float and
+  complex array arguments perturbed per example; the others fixed, as in the columns
+  before) compiles under `jit_ps(..., fallback="error")`, and whether its value and the
+  VJP (the gradient of a weighted sum of its float results with respect to the batched
+  arguments) agree with a Python loop over the examples in plain autograd: `ok`; `loop`
+  when they agree but some builder op has no batching rule and ran once per example in a
+  loop inside the program (the exceptions list names the ops); `differs`; `FAIL`; `n/a`
+  without float arguments to batch. `--no-batching` leaves it out ("-").
 
 The totals count each column's values by the same words the column shows. Every failure
 is listed at the end with its reason. Checking all ~200 primitives takes minutes: progress
@@ -25,6 +34,7 @@ goes to stderr.
 import argparse
 import importlib
 import pkgutil
+import re
 import sys
 import time
 import traceback
@@ -33,13 +43,17 @@ import warnings
 import numpy as onp
 import autograd.core
 import autograd.numpy as anp
-from autograd.builtins import SequenceBox
+import autograd.builtins as ag_builtins
+from autograd import grad
+from autograd.builtins import DictBox, SequenceBox
 from autograd.core import make_jvp, make_vjp, primitive_jvps, primitive_vjps
 from autograd.extend import vspace
 from autograd.numpy import numpy_vjps
+from autograd.tracer import getval
 
-from . import registry
+from . import batching as builder_batching, registry
 from .api import jit_ps
+from .transforms import vmap
 
 _MODULES = ["autograd.numpy", "autograd.numpy.linalg", "autograd.numpy.fft", "autograd.scipy.special",
             "autograd.scipy.stats", "autograd.scipy.linalg", "autograd.scipy.signal", "autograd.scipy.integrate",
@@ -397,10 +411,10 @@ def example_for(info):
 class Row:
     """The report line of one primitive."""
 
-    __slots__ = ("name", "rule", "fwd", "vjp", "jvp", "errors", "aliases", "seconds")
+    __slots__ = ("name", "rule", "fwd", "vjp", "jvp", "batching", "errors", "aliases", "seconds")
 
     def __init__(self, name):
-        self.name, self.rule, self.fwd, self.vjp, self.jvp = name, "-", "-", "-", "-"
+        self.name, self.rule, self.fwd, self.vjp, self.jvp, self.batching = name, "-", "-", "-", "-", "-"
         self.errors, self.aliases, self.seconds = [], [], 0.0
 
     def as_dict(self):
@@ -469,9 +483,10 @@ def _reason(e):
     return f"{type(e).__name__}: {first[:200]}"
 
 
-def check_primitive(info, run=True, example=None):
+def check_primitive(info, run=True, example=None, batching=True):
     """The report Row of one primitive (a PrimitiveInfo, or an autograd primitive wrapper),
-    driven by `example` if given, else by the table's example for it."""
+    driven by `example` if given, else by the table's example for it; `batching=False`
+    leaves the batching column out ("-")."""
     if not isinstance(info, PrimitiveInfo):
         info = PrimitiveInfo(info.fun, [info], primitive_name(info.fun), info in primitive_vjps,
                              info in primitive_jvps)
@@ -484,6 +499,8 @@ def check_primitive(info, run=True, example=None):
     example = example or example_for(info)
     if example is None:
         row.fwd = row.vjp = row.jvp = "no example"
+        if batching:
+            row.batching = "no example"
         return row
     t0 = time.perf_counter()
     wrapper = info.wrapper
@@ -509,7 +526,7 @@ def check_primitive(info, run=True, example=None):
             expected = apply(*inputs)
         except Exception as e:  # the example itself is wrong: say so
             row.fwd = record("example", e)
-            row.vjp = row.jvp = "-"
+            row.vjp = row.jvp = row.batching = "-"
             return row
         try:
             got = jit_ps(apply, fallback="error")(*inputs)
@@ -544,6 +561,8 @@ def check_primitive(info, run=True, example=None):
             "jvp", info.has_jvp, inputs, lambda k, ins: one_jvp(k, ins, _like(ins[k], 70 + k, 0.5)),
             lambda ks: jit_ps(lambda ins, vs: tuple(one_jvp(k, ins, v) for k, v in zip(ks, vs)), fallback="error")(
                 tuple(inputs), tuple(_like(inputs[k], 70 + k, 0.5) for k in ks)), record)
+    if batching:
+        row.batching = _batching_status(apply, inputs, info.has_vjp, record, row)
     row.seconds = time.perf_counter() - t0
     return row
 
@@ -576,17 +595,157 @@ def _derivative_status(kind, defined, inputs, plain_one, jitted_all, record):
     return "differs"
 
 
+# ----- the batching column -------------------------------------------------------------------
+#: How many examples the batching column maps over
+BATCH = 3
+
+_NO_RULE = re.compile(r"vmap: '([^']+)' has no batching rule")
+
+
+def _perturbed(x, k):
+    """Example k of a batch built from the float/complex array x (k = 0 is x itself): each
+    element scaled by its own factor within 5% * k of 1 (complex factors for complex x, so
+    that a phase changes too), symmetric matrices kept symmetric and probability vectors
+    summing to 1, so that the examples' domains (positive definite, simplex) hold."""
+    if isinstance(x, (tuple, list)):
+        return type(x)(_perturbed(v, k) for v in x)
+    if k == 0:
+        return x
+    rng = onp.random.RandomState(1000 + k)
+    u = rng.uniform(-1, 1, x.shape)
+    if x.dtype.kind == "c":
+        u = u + 1j * rng.uniform(-1, 1, x.shape)
+    if x.ndim >= 2 and x.shape[-1] == x.shape[-2] and onp.allclose(x, onp.swapaxes(x, -1, -2)):
+        u = (u + onp.swapaxes(u, -1, -2)) / 2
+    out = x * (1 + 0.05 * k * u)
+    if x.ndim >= 1 and x.dtype.kind == "f" and (x >= 0).all() and onp.allclose(x.sum(-1), 1):
+        out = out / out.sum(-1, keepdims=True)
+    return out.astype(x.dtype)
+
+
+def _stacked(xs):
+    """The batch of examples xs (a list of one argument's examples), batch axis first."""
+    if isinstance(xs[0], (tuple, list)):
+        return type(xs[0])(_stacked([x[i] for x in xs]) for i in range(len(xs[0])))
+    return onp.stack(xs)
+
+
+def _example_of(b, k):
+    """Example k of the batched argument b (an array, a tuple/list of them, or their boxes)."""
+    if isinstance(b, (tuple, list, SequenceBox)):
+        items = [_example_of(b[i], k) for i in range(len(b))]
+        kind = list if isinstance(b, list) or isinstance(getval(b), list) else tuple
+        return ag_builtins.list(items) if kind is list else ag_builtins.tuple(items)
+    return b[k]
+
+
+def _stack_results(outs):
+    """The examples' results of a plain loop, stacked as vmap stacks them (structure kept)."""
+    first = outs[0]
+    if isinstance(first, dict):
+        return {key: _stack_results([o[key] for o in outs]) for key in first}
+    if isinstance(first, (tuple, list)):
+        return [_stack_results([o[i] for o in outs]) for i in range(len(first))]
+    return onp.stack([onp.asarray(o) for o in outs])
+
+
+def _float_leaves(x):
+    """The float and complex array leaves of a result (boxed by autograd or not), in order."""
+    if isinstance(x, (tuple, list, SequenceBox)):
+        return [leaf for i in range(len(x)) for leaf in _float_leaves(x[i])]
+    if isinstance(x, (dict, DictBox)):
+        return [leaf for key in sorted(getval(x)) for leaf in _float_leaves(x[key])]
+    value = getval(x)
+    dtype = value.dtype if hasattr(value, "dtype") else onp.asarray(value).dtype  # traced values have one
+    return [x] if onp.dtype(dtype).kind in "fc" else []
+
+
+def _loss(weights, leaves):
+    """A weighted sum (real part) of the result's float leaves: the scalar the VJP check
+    differentiates (weights, not ones, so that a gradient cannot hide behind a sum)."""
+    total = 0.0
+    for w, leaf in zip(weights, leaves):
+        total = total + anp.real(anp.sum(w * leaf))
+    return total
+
+
+def _batching_status(apply, inputs, has_vjp, record, row):
+    """The batching column: `vmap(apply)` over a batch of BATCH perturbed copies of the
+    example's float arguments (the others fixed, as in the other columns) compiled with
+    fallback="error", its value and the gradient of a weighted sum of its float results
+    with respect to the batched arguments compared with a Python loop over the examples in
+    plain autograd. "loop" when that agrees but some builder op had no batching rule."""
+    if not inputs:
+        return "n/a"
+    batched = [_stacked([_perturbed(x, k) for k in range(BATCH)]) for x in inputs]
+
+    def loop(*bx):
+        return [apply(*[_example_of(b, k) for b in bx]) for k in range(BATCH)]
+
+    try:
+        expected = _stack_results(loop(*batched))
+    except Exception as e:
+        return record("batching (plain autograd on the batch)", e)
+    weights = [_like(leaf, 90 + i) for i, leaf in enumerate(_float_leaves(expected))]
+
+    def loop_loss(*bx):
+        return sum(_loss([w[k] for w in weights], _float_leaves(out)) for k, out in enumerate(loop(*bx)))
+
+    def vmap_loss(*bx):
+        return _loss(weights, _float_leaves(vmap(apply)(*bx)))
+
+    ks, grads = [], []
+    if has_vjp and weights:
+        for k in range(len(batched)):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # "Output seems independent of input": zeros are right
+                    grads.append(grad(loop_loss, k)(*batched))
+                ks.append(k)
+            except Exception as e:  # an argument autograd cannot differentiate: see _derivative_status
+                if isinstance(e, (NotImplementedError, KeyError, TypeError)):
+                    continue
+                return record("batching vjp (plain autograd on the batch)", e)
+
+    builder_batching._warned_ops.clear()  # it warns once per op and process: once per primitive here
+    looped = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            got = jit_ps(lambda *bx: vmap(apply)(*bx), fallback="error")(*batched)
+            bad = _close(got, expected, "batching")
+            if bad is None and ks:
+                got_grads = jit_ps(lambda *bx: tuple(grad(vmap_loss, k)(*bx) for k in ks), fallback="error")(
+                    *batched)
+                bad = _close(list(got_grads), grads, "batching vjp")
+        except Exception as e:
+            return record("batching", e)
+        finally:
+            for w in caught:
+                m = _NO_RULE.search(str(w.message))
+                if m and m.group(1) not in looped:
+                    looped.append(m.group(1))
+    if bad is not None:
+        record("batching", AssertionError(bad))
+        return "differs"
+    if looped:
+        row.errors.append(f"batching: loop: no batching rule for {', '.join(looped)} (runs once per example)")
+        return "loop"
+    return "ok"
+
+
 # ----- the report ----------------------------------------------------------------------------
-def report(select=(), run=True, progress=None, only=()):
+def report(select=(), run=True, progress=None, only=(), batching=True):
     """The Rows of the primitives whose name contains one of `select`, or that one of `only`
     selects (families or name substrings: see `selects`); all when both are empty.
-    `progress(row, done, total)` is called after each."""
+    `progress(row, done, total)` is called after each; `batching=False` leaves the batching
+    column out."""
     infos = [i for i in discover() if not (select or only) or any(s in i.name for s in select)
              or any(selects(o, i.name) for o in only)]
     rows = []
     for info in infos:
         try:
-            row = check_primitive(info, run=run)
+            row = check_primitive(info, run=run, batching=batching)
         except Exception as e:  # a bug in this tool must not hide the other primitives
             row = Row(info.name)
             row.errors.append(f"coverage tool: {_reason(e)}\n{traceback.format_exc(limit=3)}")
@@ -602,6 +761,7 @@ COLUMN_VALUES = {
     "fwd": ("ok", "differs", "FAIL", "no example"),
     "vjp": ("ok", "differs", "FAIL", "n/a", "no VJP", "no example"),
     "jvp": ("ok", "differs", "FAIL", "n/a", "no JVP", "no example"),
+    "batching": ("ok", "loop", "differs", "FAIL", "n/a", "no example"),
 }
 
 
@@ -618,10 +778,11 @@ def totals(rows):
 
 def format_report(rows):
     width = max([len(r.name) for r in rows] + [9])
-    lines = [f"{'primitive':<{width}}  {'rule':<13} {'fwd':<10} {'vjp':<10} {'jvp':<10}", "-" * (width + 47)]
+    lines = [f"{'primitive':<{width}}  {'rule':<13} {'fwd':<10} {'vjp':<10} {'jvp':<10} {'batching':<10}",
+             "-" * (width + 58)]
     for r in rows:
         alias = f"  (also {', '.join(r.aliases)})" if r.aliases else ""
-        lines.append(f"{r.name:<{width}}  {r.rule:<13} {r.fwd:<10} {r.vjp:<10} {r.jvp:<10}{alias}")
+        lines.append(f"{r.name:<{width}}  {r.rule:<13} {r.fwd:<10} {r.vjp:<10} {r.jvp:<10} {r.batching:<10}{alias}")
     lines.append("")
     lines.append("Totals:")
     t = totals(rows)
@@ -651,14 +812,19 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         prog="python -m autograd_xla.coverage",
         description="Which of autograd's differentiable primitives compile under jit_ps (fallback='error'), "
-                    "and whether their values, VJPs and JVPs agree with plain autograd. The report goes to "
-                    "stdout, progress to stderr.")
+                    "and whether their values, VJPs and JVPs agree with plain autograd; the batching column "
+                    "says whether vmap over a batch of examples does (value and VJP; 'loop': some builder "
+                    "op has no batching rule and runs once per example). The report goes to stdout, "
+                    "progress to stderr.")
     parser.add_argument("names", nargs="*", metavar="NAME_SUBSTRING",
                         help="report only the primitives whose name contains one of these")
     parser.add_argument("--only", action="append", default=[], metavar="FAMILY",
                         help=f"report only this family ({', '.join(FAMILIES)}) or the names containing this "
                              "text; may be repeated")
     parser.add_argument("--no-run", action="store_true", help="only say which rule each primitive has (fast)")
+    parser.add_argument("--no-batching", action="store_true",
+                        help="leave out the batching column (vmap over a batch of %d examples: two more "
+                             "compilations per primitive)" % BATCH)
     shown = parser.add_mutually_exclusive_group()
     shown.add_argument("--progress", action="store_true", help="a progress line per primitive, with its result")
     shown.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -672,12 +838,14 @@ def main(argv=None):
     def progress(row, done, total):
         if args.progress:
             print(f"  [{done}/{total}] {row.name}: {row.rule} fwd={row.fwd} vjp={row.vjp} jvp={row.jvp} "
+                  f"batching={row.batching} "
                   f"({row.seconds:.1f}s)", file=sys.stderr, flush=True)
         elif done % PROGRESS_EVERY == 0 or done == total:
             print(f"coverage: {done}/{total} primitives checked, {time.perf_counter() - t0:.0f} s elapsed",
                   file=sys.stderr, flush=True)
 
-    rows = report(args.names, run=not args.no_run, progress=None if args.quiet else progress, only=args.only)
+    rows = report(args.names, run=not args.no_run, progress=None if args.quiet else progress, only=args.only,
+                  batching=not args.no_batching)
     print(format_report(rows))
     return 0
 

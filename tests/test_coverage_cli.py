@@ -14,11 +14,11 @@ def run(*args):
 
 
 def rows_and_totals(text):
-    """{name: (rule, fwd, vjp, jvp)} of the table (read by the header's column positions), and
+    """{name: (rule, fwd, vjp, jvp, batching)} of the table (read by the header's column positions), and
     {column: {value: count}} of the totals."""
     table, _, rest = text.partition("\nTotals:\n")
     header, _, *lines = table.splitlines()
-    starts = [0] + [header.index(f" {c} ") + 1 for c in ("rule", "fwd", "vjp", "jvp")] + [None]
+    starts = [0] + [header.index(f" {c} ") + 1 for c in ("rule", "fwd", "vjp", "jvp", "batching")] + [None]
     rows = {}
     for line in filter(str.strip, lines):
         name, *cells = (line[a:b].strip() for a, b in zip(starts, starts[1:]))
@@ -35,14 +35,15 @@ def test_help():
     out, _ = run("--help")
     assert out.startswith("usage: python -m autograd_xla.coverage")
     assert "--only FAMILY" in out and "--no-run" in out and "stats" in out
+    assert "--no-batching" in out and "batching" in out.split("options:")[0]
 
 
 def test_only_a_family_runs_it_with_progress_and_consistent_totals():
     out, err = run("--only", "signal")
     rows, totals = rows_and_totals(out)
-    assert rows == {"autograd.scipy.signal.convolve": ("lower", "ok", "ok", "no JVP")}
+    assert rows == {"autograd.scipy.signal.convolve": ("lower", "ok", "ok", "no JVP", "ok")}
     assert totals["rule"] == {"lower": 1, "trace": 0, "none, traces": 0, "none": 0}
-    assert totals["fwd"]["ok"] == totals["vjp"]["ok"] == totals["jvp"]["no JVP"] == 1
+    assert totals["fwd"]["ok"] == totals["vjp"]["ok"] == totals["jvp"]["no JVP"] == totals["batching"]["ok"] == 1
     assert "coverage: 1/1 primitives checked" in err
 
 
@@ -52,9 +53,26 @@ def test_only_without_running_names_every_rule_with_the_totals_words():
     assert err == ""
     assert rows and all(coverage.family(n) in ("stats", "builtins") for n in rows)
     assert len([n for n in rows if n.startswith("scipy.stats.")]) == 27
-    for column, i in (("rule", 0), ("fwd", 1)):
+    for column, i in (("rule", 0), ("fwd", 1), ("batching", 4)):
         values = [r[i] for r in rows.values()]
         assert {v: values.count(v) for v in set(values)} == {k: v for k, v in totals[column].items() if v}
+
+
+def test_batching_column_vmaps_value_and_vjp():
+    out, _ = run("numpy.tanh", "numpy.dot", "--quiet")
+    rows, totals = rows_and_totals(out)
+    assert rows == {"numpy.dot": ("lower", "ok", "ok", "ok", "ok"), "numpy.tanh": ("lower", "ok", "ok", "ok", "ok")}
+    assert totals["batching"] == {"ok": 2, "loop": 0, "differs": 0, "FAIL": 0, "n/a": 0, "no example": 0}
+    out, _ = run("numpy.tanh", "--quiet", "--no-batching")
+    assert rows_and_totals(out)[0] == {"numpy.tanh": ("lower", "ok", "ok", "ok", "-")}
+
+
+def test_batching_column_says_loop_for_an_op_without_a_batching_rule(monkeypatch):
+    from autograd_xla import batching
+    monkeypatch.setattr(batching, "ELEMENTWISE", batching.ELEMENTWISE - {"stablehlo.tanh"})
+    [row] = coverage.report(["numpy.tanh"])
+    assert (row.fwd, row.batching) == ("ok", "loop")
+    assert row.errors == ["batching: loop: no batching rule for stablehlo.tanh (runs once per example)"]
 
 
 def test_families_and_selectors():
