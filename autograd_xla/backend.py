@@ -9,6 +9,7 @@ surfaces it relies on are checked once, at client creation, with a clear error.
 Clients are created on demand per platform, so an accelerator client can sit beside
 the CPU one without the tracer or lowering knowing.
 """
+import contextlib
 import functools
 import hashlib
 import importlib
@@ -16,6 +17,7 @@ import importlib.util
 import logging
 import os
 import re
+import sys
 import threading
 import time
 import warnings
@@ -396,7 +398,27 @@ def gather(array, aval):
     wait for them (reading a buffer's pointer does not)."""
     array.block_until_ready()
     convert = _converter(Aval((1,) + tuple(aval.shape[1:]), aval.dtype))
-    return np.concatenate([convert(shard) for shard in array._arrays], axis=0)
+    with _jax_unimportable():
+        shards = array._arrays
+    return np.concatenate([convert(shard) for shard in shards], axis=0)
+
+
+@contextlib.contextmanager
+def _jax_unimportable():
+    """jaxlib looks for jax's sharding classes when it makes per-device arrays (`_arrays`):
+    it imports jax where jax is installed (0.5 s, and jax in a process that never asked for
+    it), or fails to find it once per shard (25 µs each, measured). For that moment jax is
+    marked absent (a None entry in sys.modules fails an import at once) and jaxlib uses its
+    own classes, as it does without jax."""
+    if "jax" in sys.modules:
+        yield
+        return
+    sys.modules["jax"] = None
+    try:
+        yield
+    finally:
+        if "jax" in sys.modules and sys.modules["jax"] is None:
+            del sys.modules["jax"]
 
 
 class ShardedArray:

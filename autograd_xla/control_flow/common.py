@@ -188,7 +188,8 @@ class _Closure:
         self._has = {}    # id(obj) -> whether a box is reachable from it
         self._alive = []  # keeps visited objects alive, so their ids stay unique
         self._budget = _WALK_BUDGET
-        self._visit(fn)
+        if trace_stack.top >= 0:  # else nothing is being differentiated: no box can be live (~200 µs saved)
+            self._visit(fn)
 
     def _visit(self, obj):
         key = id(obj)
