@@ -24,7 +24,7 @@ The modules stand on floors; each imports only its own floor and those below
     @lowers function in one of them)
  5. tracing, lowering, partial_eval: the interpreters of a graph; batching: lowering for
     a batch of examples (vmap), op by op; backend: the runtime; persistent_cache: compiled
-    executables kept on disk (opt-in)
+    executables kept on disk (opt-in); distributed: several processes as one job (initialize)
  6. control_flow/: while_loop, fori_loop, scan, cond, switch and their derivatives
  7. compositions/: trace rules (odeint, fixed_point, scipy.stats, nan*) and the patches of
     autograd's globals that look at data
@@ -36,13 +36,15 @@ The modules stand on floors; each imports only its own floor and those below
     compile objects, eval_shape), transforms (vmap, jacfwd, jacrev, hessian)
 10. this package, coverage (the primitive report)
 """
+from . import distributed
 from .api import JittedFunction, eval_shape, jit_ps
 from .backend import DeviceArray, ShardedArray, default_platform, devices, set_cpu_device_count, set_default_platform
 from .collectives import all_gather, axis_index, axis_size, pmax, pmean, pmin, ppermute, psum
 from .control_flow import cond, fori_loop, scan, switch, while_loop
 from .core import Graph
 from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, UnsupportedDtypeError,  # noqa: E501
-                     ImpureFunctionError, JitError, PlatformUnavailableError, ProgramTooLargeError, TracerLeakError, UnsupportedPrimitiveError)
+                     ImpureFunctionError, JitError, PlatformUnavailableError, ProcessLostError, ProgramTooLargeError, TracerLeakError,
+                     UnsupportedPrimitiveError)
 from .parallel import iterated_map_reduce, pmap
 from .persistent_cache import set_cache_dir
 from .registry import register_batching_rule, register_trace_rule, register_translation_rule
@@ -57,4 +59,5 @@ __all__ = ["jit_ps", "JittedFunction", "register_translation_rule", "register_tr
            "set_default_platform", "while_loop", "fori_loop", "cond", "switch", "scan", "eval_shape",
            "set_cache_dir", "vmap", "jacfwd", "jacrev", "hessian",
            "register_batching_rule", "pmap", "iterated_map_reduce", "psum", "pmean", "pmax", "pmin", "all_gather",
-           "ppermute", "axis_index", "axis_size", "ShardedArray", "set_cpu_device_count"]
+           "ppermute", "axis_index", "axis_size", "ShardedArray", "set_cpu_device_count", "distributed",
+           "ProcessLostError"]

@@ -31,7 +31,7 @@ from jaxlib import xla_client as xc  # noqa: E402
 
 from . import hlo, persistent_cache  # noqa: E402
 from .core import Aval  # noqa: E402
-from .errors import CompileError, PlatformUnavailableError  # noqa: E402
+from .errors import CompileError, PlatformUnavailableError, ProcessLostError  # noqa: E402
 
 JAXLIB_API_VERSION = 467  # xla_client._version of the jaxlib we are pinned to
 
@@ -74,8 +74,11 @@ class Backend:
         self.platform = platform
         self.client = client
         self.kernels = platform == "cpu"  # vendor linear-algebra kernels registered (LAPACK, cuSOLVER)
-        self.devices = client.devices()
-        self.default_device = self.devices[0]
+        self.devices = client.devices()  # with several processes: all of them, this process's and the others'
+        self.process_index = client.process_index()
+        local = client.local_devices()
+        self.local_devices = self.devices if len(local) == len(self.devices) else local
+        self.default_device = self.local_devices[0]
         self._shardings = {}
         self._programs = weakref.WeakValueDictionary()
         self._programs_lock = threading.Lock()
@@ -321,7 +324,13 @@ MAX_IN_FLIGHT = 16
 class ReplicatedExecutable:
     """A program run once per device of `devices`, each with its own shard of the mapped
     arguments (a leading axis of one entry per device; in the program, a leading axis of 1)
-    and a whole copy of the broadcast ones; every result has the leading device axis."""
+    and a whole copy of the broadcast ones; every result has the leading device axis.
+
+    With several processes (distributed.initialize) `devices` are global and a process holds
+    only its own: it passes the shards of its local devices (the leading axis is their count)
+    and gets back theirs. XLA assembles a global array from a process's local shards alone
+    (shared/notes/parallel-and-cache.md (c)), so both cases are the same code over
+    `local_devices`, which in one process are all of `devices`."""
 
     def __init__(self, backend, program, devices, in_avals, mapped, out_avals, consts):
         self.backend, self.program, self.exe = backend, program, program.exe
@@ -331,6 +340,14 @@ class ReplicatedExecutable:
         self.in_avals = [Aval(s, d) for s, d in in_avals]  # per device
         self.mapped = list(mapped)
         self.out_avals = [Aval((n,) + tuple(s[1:]), d) for s, d in out_avals]  # all devices
+        local = [d for d in self.devices if d.process_index == backend.process_index]
+        # (this process, how many) when the program reaches other processes' devices, else None
+        self.processes = None
+        self.local_devices, self.local_avals = self.devices, self.out_avals
+        if len(local) < n:
+            self.processes = (backend.process_index, len({d.process_index for d in self.devices}))
+            self.local_devices = local
+            self.local_avals = [Aval((len(local),) + a.shape[1:], a.dtype) for a in self.out_avals]
         self._shardings = {}
         self.handlers = [xc.array_result_handler(a, self.tiled(a.ndim), True, _skip_checks=True)
                          for a in self.out_avals]
@@ -354,17 +371,17 @@ class ReplicatedExecutable:
     def put_replicated(self, array):
         array = np.asarray(array)
         # one distinct object per device: the same one twice makes the put raise (pitfall 4)
-        copies = [array.view() for _ in self.devices]
-        return xc.batched_device_put(Aval(array.shape, array.dtype), self.replicated(), copies, self.devices,
+        copies = [array.view() for _ in self.local_devices]
+        return xc.batched_device_put(Aval(array.shape, array.dtype), self.replicated(), copies, self.local_devices,
                                      enable_x64=True, host_buffer_semantics=_HOST_SEMANTICS)
 
     def put_sharded(self, stacked, aval):
-        """`stacked` (leading axis: one entry per device) as one array over the devices."""
-        n = len(self.devices)
+        """`stacked` (leading axis: one entry per local device) as one array over the devices."""
         stacked = np.ascontiguousarray(stacked, dtype=aval.dtype)
-        shards = [stacked[i:i + 1] for i in range(n)]
-        return xc.batched_device_put(Aval((n,) + aval.shape[1:], aval.dtype), self.tiled(aval.ndim), shards,
-                                     self.devices, enable_x64=True, host_buffer_semantics=_HOST_SEMANTICS)
+        shards = [stacked[i:i + 1] for i in range(len(self.local_devices))]
+        return xc.batched_device_put(Aval((len(self.devices),) + aval.shape[1:], aval.dtype), self.tiled(aval.ndim),
+                                     shards, self.local_devices, enable_x64=True,
+                                     host_buffer_semantics=_HOST_SEMANTICS)
 
     def __call__(self, leaves, keep_on_device=False):
         """`leaves`: per parameter, the stacked shards (mapped) or the whole value (broadcast),
@@ -381,19 +398,21 @@ class ReplicatedExecutable:
         buffers.extend(self.consts)
         try:
             outs = self.exe.execute_sharded(buffers).consume_with_handlers(self.handlers)
+            if keep_on_device:
+                self._in_flight += 1
+                if self._in_flight >= MAX_IN_FLIGHT and outs:
+                    outs[0].block_until_ready()
+                    self._in_flight = 0
+                return [ShardedArray(o, a, self) for o, a in zip(outs, self.local_avals)]
+            # a collective's failure (a peer process gone) surfaces here, while waiting for the results
+            return [gather(o, a) for o, a in zip(outs, self.local_avals)]
         except xc.XlaRuntimeError as e:
-            raise _runtime_error(e) from None
-        if keep_on_device:
-            self._in_flight += 1
-            if self._in_flight >= MAX_IN_FLIGHT and outs:
-                outs[0].block_until_ready()
-                self._in_flight = 0
-            return [ShardedArray(o, a, self) for o, a in zip(outs, self.out_avals)]
-        return [gather(o, a) for o, a in zip(outs, self.out_avals)]
+            raise _runtime_error(e, self.processes) from None
 
 
 def gather(array, aval):
-    """A multi-device array (leading axis: one entry per device) as one numpy array. Each
+    """A multi-device array (leading axis: one entry per device; this process's devices
+    only, with several processes) as one numpy array. Each
     device runs on a thread of its own, so execute_sharded returns before the results exist:
     wait for them (reading a buffer's pointer does not)."""
     array.block_until_ready()
@@ -472,10 +491,25 @@ class TransferStats:
         self.host_to_device = self.device_to_host = 0
 
 
-def _runtime_error(e):
+#: What XLA's CPU collectives say when a peer process has gone: gloo's TCP transport saw its
+#: connection close (measured: "Gloo all-reduce failed: ... Connection closed by peer"), or the
+#: coordination service reported a task's loss.
+_PEER_LOST = ("Gloo", "Connection closed", "Connection reset", "Broken pipe", "UNAVAILABLE", "heartbeat")
+
+
+def _runtime_error(e, processes=None):
+    """The Python exception for XLA's runtime error `e`; `processes`: (this process's index,
+    their count) when the program spans several processes."""
     text = str(e)
     if "RESOURCE_EXHAUSTED" in text or "Out of memory" in text or "out of memory" in text:
         return MemoryError(f"XLA ran out of memory executing a jitted function: {text}")
+    if processes is not None and any(marker in text for marker in _PEER_LOST):
+        return ProcessLostError(
+            f"a collective across processes failed in process {processes[0]} (of {processes[1]}): another process "
+            "of the distributed job has stopped or lost its connection (it died or exited, before or during this "
+            "call). The job is fail-stop: the coordination service terminates the surviving processes once its "
+            f"heartbeat timeout passes (distributed.initialize's heartbeat_timeout); restart the whole job. XLA said: "
+            f"{text}")
     return RuntimeError(f"XLA failed executing a jitted function: {text}")
 
 
@@ -621,12 +655,13 @@ def _make_cpu():
     (shared/notes/jaxlib-runtime.md section 10). It has `cpu_device_count()` devices; a
     single-device call costs the same with several (6.6 µs either way, measured)."""
     _check_jaxlib()
-    client = xc.make_cpu_client(asynchronous=False, num_devices=cpu_device_count())
+    client = xc.make_cpu_client(asynchronous=False, num_devices=cpu_device_count(), **_cpu_client_options)
     _register_lapack()
     return Backend("cpu", client)
 
 
 _cpu_devices = None  # set_cpu_device_count's choice
+_cpu_client_options = {}  # set_cpu_client_options's: the distributed runtime of several processes
 
 
 def cpu_device_count():
@@ -657,6 +692,22 @@ def set_cpu_device_count(n):
                                f"set_cpu_device_count({n}) before the first jitted call, or set "
                                f"AUTOGRAD_XLA_CPU_DEVICES={n} before the program starts")
         _cpu_devices = int(n)
+
+
+def set_cpu_client_options(device_count=None, **options):
+    """Create the CPU client with these further options of jaxlib's make_cpu_client
+    (distributed.initialize passes `distributed_client`, `node_id`, `num_nodes` and
+    `collectives`), and `device_count` devices in this process; before it starts (a client's
+    processes and devices are fixed when it is made)."""
+    global _cpu_client_options
+    with _backends_lock:
+        if "cpu" in _backends:
+            raise RuntimeError("the CPU client has already started (the first jitted call, transfer or devices() "
+                               "starts it): call autograd_xla.distributed.initialize before anything else runs "
+                               "on the CPU")
+        if device_count is not None:
+            set_cpu_device_count(device_count)
+        _cpu_client_options = dict(options)
 
 
 def _unavailable_error(platform, reason, installed=False):

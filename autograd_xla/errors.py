@@ -171,6 +171,11 @@ class ArgumentError(JitError, TypeError):
     """An argument of a jitted function cannot be passed to XLA."""
 
 
+class ProcessLostError(JitError, RuntimeError):
+    """A collective across processes failed because another process of the distributed job
+    stopped (distributed.initialize); the job is fail-stop."""
+
+
 class _PrimitiveStack(threading.local):
     """Names of the autograd primitives whose raw numpy code is running on traced values."""
 
