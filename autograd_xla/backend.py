@@ -440,20 +440,35 @@ def _jax_unimportable():
             del sys.modules["jax"]
 
 
-class ShardedArray:
+class _OnDevice:
+    """What DeviceArray and ShardedArray share: an abstract value, read from the host."""
+
+    __slots__ = ()
+    __array_priority__ = 20.0
+
+    shape = property(lambda self: self.aval.shape)
+    dtype = property(lambda self: self.aval.dtype)
+    ndim = property(lambda self: len(self.aval.shape))
+    size = property(lambda self: self.aval.size)
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of unsized object")
+        return self.shape[0]
+
+    def __getitem__(self, idx):
+        return np.asarray(self)[idx]
+
+
+class ShardedArray(_OnDevice):
     """A result of a pmapped function kept on its devices (keep_on_device=True): one shard
     per device along the leading axis. Passed back into a pmapped function of the same
     devices it costs no transfer; `np.asarray` gathers it to the host."""
 
     __slots__ = ("array", "aval", "executable")
-    __array_priority__ = 20.0
 
     def __init__(self, array, aval, executable):
         self.array, self.aval, self.executable = array, aval, executable
-
-    shape = property(lambda self: self.aval.shape)
-    dtype = property(lambda self: self.aval.dtype)
-    ndim = property(lambda self: len(self.aval.shape))
 
     def buffer_for(self, executable, aval, mapped):
         """This array as an argument of `executable`: itself when it has the layout wanted (its
@@ -473,12 +488,6 @@ class ShardedArray:
     def __array__(self, dtype=None, copy=None):
         out = gather(self.array, self.aval)
         return out if dtype is None else out.astype(dtype)
-
-    def __len__(self):
-        return self.shape[0]
-
-    def __getitem__(self, idx):
-        return np.asarray(self)[idx]
 
     def __repr__(self):
         return f"ShardedArray({np.asarray(self)!r}, devices={len(self.executable.devices)})"
@@ -537,7 +546,7 @@ def _converter(aval, platform="cpu"):
     return view
 
 
-class DeviceArray:
+class DeviceArray(_OnDevice):
     """An array that stays on its device: what `jit_ps(f, keep_on_device=True)` returns.
 
     Passing it back into a jitted function on the same platform costs no transfer (a training
@@ -547,15 +556,9 @@ class DeviceArray:
     """
 
     __slots__ = ("buffer", "aval", "backend", "__weakref__")
-    __array_priority__ = 20.0
 
     def __init__(self, buffer, aval, backend):
         self.buffer, self.aval, self.backend = buffer, aval, backend
-
-    shape = property(lambda self: self.aval.shape)
-    dtype = property(lambda self: self.aval.dtype)
-    ndim = property(lambda self: len(self.aval.shape))
-    size = property(lambda self: self.aval.size)
 
     @property
     def platform(self):
@@ -573,14 +576,6 @@ class DeviceArray:
     def block_until_ready(self):
         self.buffer.block_until_ready()
         return self
-
-    def __len__(self):
-        if not self.shape:
-            raise TypeError("len() of unsized object")
-        return self.shape[0]
-
-    def __getitem__(self, idx):
-        return np.asarray(self)[idx]
 
     def __setitem__(self, idx, value):
         raise TypeError("a DeviceArray is immutable (its buffer lives on the device; jax arrays are the same): "

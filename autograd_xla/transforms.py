@@ -37,7 +37,7 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None):
         return batch(fun, args, kwargs, in_axes, out_axes, names, axis_name)
 
     def closed(converted, ext, args, kwargs):
-        return batch(functools.partial(converted, ext), args, kwargs, in_axes, out_axes, names)
+        return batch(functools.partial(converted, ext), args, kwargs, in_axes, out_axes, names, axis_name)
     closed.__name__ = vmapped.__name__
     return _Vmapped(vmapped, mapped=fun, closed=JittedFunction(closed, static_argnums=(0,)))
 
