@@ -25,10 +25,10 @@ collective is not detected: the others wait for it.
 import atexit
 import threading
 
-from jaxlib import _jax
-from jaxlib import xla_client as xc
+from . import backend  # first: it quiets jaxlib's INFO log lines, which must precede jaxlib's import
 
-from . import backend
+from jaxlib import _jax  # noqa: E402
+from jaxlib import xla_client as xc  # noqa: E402
 
 _LOOPBACK = ("127.", "localhost", "[::1]", "::1")
 
