@@ -352,6 +352,7 @@ class ReplicatedExecutable:
         self.handlers = [xc.array_result_handler(a, self.tiled(a.ndim), True, _skip_checks=True)
                          for a in self.out_avals]
         self.consts = [self.put_replicated(c) for c in consts]
+        self._converters = [_converter(Aval((1,) + a.shape[1:], a.dtype)) for a in self.local_avals]  # a shard's
         self._in_flight = 0
 
     def tiled(self, ndim):
@@ -368,32 +369,37 @@ class ReplicatedExecutable:
             s = self._shardings["replicated"] = xc.GSPMDSharding(self.device_list, xc.HloSharding.replicate())
         return s
 
-    def put_replicated(self, array):
+    def put_replicated(self, array, in_place=False):
         array = np.asarray(array)
         # one distinct object per device: the same one twice makes the put raise (pitfall 4)
         copies = [array.view() for _ in self.local_devices]
         return xc.batched_device_put(Aval(array.shape, array.dtype), self.replicated(), copies, self.local_devices,
-                                     enable_x64=True, host_buffer_semantics=_HOST_SEMANTICS)
+                                     enable_x64=True, host_buffer_semantics=_semantics(copies, in_place))
 
-    def put_sharded(self, stacked, aval):
+    def put_sharded(self, stacked, aval, in_place=False):
         """`stacked` (leading axis: one entry per local device) as one array over the devices."""
         stacked = np.ascontiguousarray(stacked, dtype=aval.dtype)
         shards = [stacked[i:i + 1] for i in range(len(self.local_devices))]
         return xc.batched_device_put(Aval((len(self.devices),) + aval.shape[1:], aval.dtype), self.tiled(aval.ndim),
                                      shards, self.local_devices, enable_x64=True,
-                                     host_buffer_semantics=_HOST_SEMANTICS)
+                                     host_buffer_semantics=_semantics(shards, in_place))
 
-    def __call__(self, leaves, keep_on_device=False):
+    def __call__(self, leaves, keep_on_device=False, first_only=()):
         """`leaves`: per parameter, the stacked shards (mapped) or the whole value (broadcast),
-        as numpy arrays or ShardedArrays of this executable's devices."""
+        as numpy arrays or ShardedArrays of this executable's devices. `first_only`: indices
+        of results equal on every device, of which the first device's is enough (it comes
+        back as a view of that device's buffer, leading axis 1, no copy)."""
         buffers = []
+        # results are waited for before returning to numpy, so large aligned inputs may be read
+        # in place meanwhile (their pages are not copied and faulted in anew on every call)
+        in_place = not keep_on_device
         for x, aval, mapped in zip(leaves, self.in_avals, self.mapped):
             if type(x) is ShardedArray:
                 x = x.buffer_for(self, aval, mapped)
             elif mapped:
-                x = self.put_sharded(x, aval)
+                x = self.put_sharded(x, aval, in_place)
             else:
-                x = self.put_replicated(np.asarray(x, dtype=aval.dtype))
+                x = self.put_replicated(np.asarray(x, dtype=aval.dtype), in_place)
             buffers.append(x)
         buffers.extend(self.consts)
         try:
@@ -405,20 +411,34 @@ class ReplicatedExecutable:
                     self._in_flight = 0
                 return [ShardedArray(o, a, self) for o, a in zip(outs, self.local_avals)]
             # a collective's failure (a peer process gone) surfaces here, while waiting for the results
-            return [gather(o, a) for o, a in zip(outs, self.local_avals)]
+            for o in outs:
+                o.block_until_ready()
+            return [gather(o, a, convert, k in first_only)
+                    for k, (o, a, convert) in enumerate(zip(outs, self.local_avals, self._converters))]
         except xc.XlaRuntimeError as e:
             raise _runtime_error(e, self.processes) from None
 
 
-def gather(array, aval):
-    """A multi-device array (leading axis: one entry per device; this process's devices
-    only, with several processes) as one numpy array. Each
-    device runs on a thread of its own, so execute_sharded returns before the results exist:
-    wait for them (reading a buffer's pointer does not)."""
+def _semantics(shards, in_place):
+    """Read the shards in place when allowed and each is large, C-contiguous and 64-byte
+    aligned (the rule of Executable's in-place arguments); else copy them during the put."""
+    if in_place and all(x.nbytes >= IN_PLACE_MIN_BYTES and x.flags.c_contiguous and not x.ctypes.data % 64
+                        for x in shards):
+        return _IN_PLACE
+    return _HOST_SEMANTICS
+
+
+def gather(array, aval, convert=None, first_only=False):
+    """A multi-device array (leading axis: one entry per device) as one numpy array (`first_only`:
+    the first device's shard alone, a view of its buffer). Each device runs on a thread of its
+    own, so execute_sharded returns before the results exist: wait for them (reading a
+    buffer's pointer does not)."""
     array.block_until_ready()
-    convert = _converter(Aval((1,) + tuple(aval.shape[1:]), aval.dtype))
+    convert = convert or _converter(Aval((1,) + tuple(aval.shape[1:]), aval.dtype))
     with _jax_unimportable():
         shards = array._arrays
+    if first_only:
+        return convert(shards[0])
     return np.concatenate([convert(shard) for shard in shards], axis=0)
 
 

@@ -140,7 +140,7 @@ class PmappedFunction:
         result_axes = out_axes(ranks)  # each call: a differentiated call's spec learns them here
         args = [x if a == 0 and type(x) is ShardedArray else np.moveaxis(np.asarray(x), a, 0) if a is not None else x
                 for x, a in zip(values, axes)]
-        outs = executable(args, self.keep_on_device)
+        outs = executable(args, self.keep_on_device, {k for k, a in enumerate(result_axes) if a is None})
         results = []
         for o, a in zip(outs, result_axes):
             if a is None:
@@ -235,12 +235,26 @@ def iterated_map_reduce(map_fn, update_fn, init, shards, num_iters, reduce="sum"
     """
     if reduce not in _REDUCERS:
         raise ArgumentError(f"iterated_map_reduce's reduce must be one of {sorted(_REDUCERS)}, got {reduce!r}")
-    combine = _REDUCERS[reduce]
+    key = (map_fn, update_fn, int(num_iters), reduce, tuple(devices) if devices is not None else None, backend)
+    with _IMR_LOCK:
+        mapped = _IMR_CACHE.pop(key, None)
+    if mapped is None:
+        mapped = _imr_program(map_fn, update_fn, int(num_iters), _REDUCERS[reduce], devices, backend)
+    with _IMR_LOCK:  # most recent last; a call with the same functions compiles nothing
+        _IMR_CACHE[key] = mapped
+        while len(_IMR_CACHE) > RECENT_PROGRAMS:
+            _IMR_CACHE.pop(next(iter(_IMR_CACHE)))
+    return mapped(init, shards)
 
+
+_IMR_CACHE = {}  # (map_fn, update_fn, num_iters, reduce, devices, backend) -> its pmapped loop
+_IMR_LOCK = threading.Lock()
+
+
+def _imr_program(map_fn, update_fn, num_iters, combine, devices, backend):
     def per_device(state, shard):
         def step(i, state):
             return update_fn(state, combine(map_fn(state, shard), _IMR_AXIS))
         return fori_loop(0, num_iters, step, state)
 
-    mapped = pmap(per_device, _IMR_AXIS, in_axes=(None, 0), out_axes=None, devices=devices, backend=backend)
-    return mapped(init, shards)
+    return pmap(per_device, _IMR_AXIS, in_axes=(None, 0), out_axes=None, devices=devices, backend=backend)
