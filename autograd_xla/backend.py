@@ -30,6 +30,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # jaxlib's INFO lines; must 
 from jaxlib import xla_client as xc  # noqa: E402
 
 from . import hlo, persistent_cache  # noqa: E402
+from .lowering import shard_shape  # noqa: E402
 from .core import Aval  # noqa: E402
 from .errors import CompileError, PlatformUnavailableError, ProcessLostError  # noqa: E402
 
@@ -337,9 +338,9 @@ class ReplicatedExecutable:
         self.devices = list(devices)
         n = len(self.devices)
         self.device_list = xc.DeviceList(tuple(self.devices))
-        self.in_avals = [Aval(s, d) for s, d in in_avals]  # per device
+        self.in_avals = [Aval(s, d) for s, d in in_avals]  # of one device's value
         self.mapped = list(mapped)
-        self.out_avals = [Aval((n,) + tuple(s[1:]), d) for s, d in out_avals]  # all devices
+        self.out_avals = [Aval((n,) + tuple(s), d) for s, d in out_avals]  # stacked over all devices
         local = [d for d in self.devices if d.process_index == backend.process_index]
         # (this process, how many) when the program reaches other processes' devices, else None
         self.processes = None
@@ -349,10 +350,10 @@ class ReplicatedExecutable:
             self.local_devices = local
             self.local_avals = [Aval((len(local),) + a.shape[1:], a.dtype) for a in self.out_avals]
         self._shardings = {}
-        self.handlers = [xc.array_result_handler(a, self.tiled(a.ndim), True, _skip_checks=True)
-                         for a in self.out_avals]
+        self.handlers = [xc.array_result_handler(self.end_to_end(a), self.tiled(max(a.ndim - 1, 1)), True,
+                                                 _skip_checks=True) for a in self.out_avals]
         self.consts = [self.put_replicated(c) for c in consts]
-        self._converters = [_converter(Aval((1,) + a.shape[1:], a.dtype)) for a in self.local_avals]  # a shard's
+        self._converters = [_converter(Aval(shard_shape(a.shape[1:]), a.dtype)) for a in self.local_avals]
         self._in_flight = 0
 
     def tiled(self, ndim):
@@ -376,12 +377,20 @@ class ReplicatedExecutable:
         return xc.batched_device_put(Aval(array.shape, array.dtype), self.replicated(), copies, self.local_devices,
                                      enable_x64=True, host_buffer_semantics=_semantics(copies, in_place))
 
+    def end_to_end(self, stacked):
+        """The aval of the array over all devices holding, end to end along axis 0, the shards
+        of `stacked` (one entry per device along its leading axis)."""
+        shard = shard_shape(stacked.shape[1:])
+        return Aval((len(self.devices) * shard[0],) + shard[1:], stacked.dtype)
+
     def put_sharded(self, stacked, aval, in_place=False):
-        """`stacked` (leading axis: one entry per local device) as one array over the devices."""
+        """`stacked` (leading axis: one entry per local device; `aval`: one entry's) as one array
+        over the devices."""
         stacked = np.ascontiguousarray(stacked, dtype=aval.dtype)
-        shards = [stacked[i:i + 1] for i in range(len(self.local_devices))]
-        return xc.batched_device_put(Aval((len(self.devices),) + aval.shape[1:], aval.dtype), self.tiled(aval.ndim),
-                                     shards, self.local_devices, enable_x64=True,
+        shard = shard_shape(aval.shape)
+        shards = [stacked[i].reshape(shard) for i in range(len(self.local_devices))]
+        whole = self.end_to_end(Aval((len(self.devices),) + aval.shape, aval.dtype))
+        return xc.batched_device_put(whole, self.tiled(len(shard)), shards, self.local_devices, enable_x64=True,
                                      host_buffer_semantics=_semantics(shards, in_place))
 
     def __call__(self, leaves, keep_on_device=False, first_only=()):
@@ -429,17 +438,17 @@ def _semantics(shards, in_place):
 
 
 def gather(array, aval, convert=None, first_only=False):
-    """A multi-device array (leading axis: one entry per device) as one numpy array (`first_only`:
-    the first device's shard alone, a view of its buffer). Each device runs on a thread of its
-    own, so execute_sharded returns before the results exist: wait for them (reading a
-    buffer's pointer does not)."""
+    """A multi-device array as the numpy array `aval` (a leading axis of one entry per local
+    device; `first_only`: the first device's entry alone, a view of its buffer). Each device
+    runs on a thread of its own, so execute_sharded returns before the results exist: wait
+    for them (reading a buffer's pointer does not)."""
     array.block_until_ready()
-    convert = convert or _converter(Aval((1,) + tuple(aval.shape[1:]), aval.dtype))
+    convert = convert or _converter(Aval(shard_shape(aval.shape[1:]), aval.dtype))
     with _jax_unimportable():
         shards = array._arrays
     if first_only:
-        return convert(shards[0])
-    return np.concatenate([convert(shard) for shard in shards], axis=0)
+        return convert(shards[0]).reshape((1,) + tuple(aval.shape[1:]))
+    return np.concatenate([convert(shard) for shard in shards], axis=0).reshape(aval.shape)
 
 
 @contextlib.contextmanager
@@ -495,7 +504,7 @@ class ShardedArray(_OnDevice):
         sharding is checked here: a mismatched one crashes the process, pitfall b), else a
         new transfer from the host."""
         same = (mapped and executable.devices == self.executable.devices
-                and self.aval.shape[1:] == aval.shape[1:] and self.aval.dtype == aval.dtype)
+                and self.aval.shape[1:] == aval.shape and self.aval.dtype == aval.dtype)
         if same:
             return self.array
         host = np.asarray(self)

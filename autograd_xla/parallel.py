@@ -171,8 +171,11 @@ class PmappedFunction:
             executable = self._by_text.pop(lowered.text, None)
         if executable is None:
             program, _ = backend.compile(lowered.text, backend_mod.replica_options(devices), devices)
-            executable = backend_mod.ReplicatedExecutable(backend, program, devices, lowered.in_avals, mapped,
-                                                         lowered.out_avals, lowered.consts)
+            # one device's values, as the graph has them (the program's shards are at least 1-d)
+            ins = [(v.aval.shape, dtype) for v, (_, dtype) in zip(graph.invars, lowered.in_avals)]
+            outs = [(a.shape, dtype) for a, (_, dtype) in zip(graph.out_avals, lowered.out_avals)]
+            executable = backend_mod.ReplicatedExecutable(backend, program, devices, ins, mapped, outs,
+                                                         lowered.consts)
         with self._lock:
             self._by_text[lowered.text] = executable  # most recent last
             while len(self._by_text) > RECENT_PROGRAMS:
