@@ -268,12 +268,16 @@ class MappedSpec(Opaque):
     as arguments after the leaves), the axes, the results' axes once known, and `run(f,
     leaves, axes, out_axes, size, labels) -> result leaves`, the mapping (batch_flat for vmap)."""
 
-    __slots__ = ("fun", "n_ops", "in_axes", "resolve", "out_axes", "size", "labels", "run", "what")
+    __slots__ = ("fun", "n_ops", "in_axes", "resolve", "out_axes", "size", "labels", "run", "what", "reduce")
 
-    def __init__(self, fun, n_ops, in_axes, resolve, size, labels, run=None, what="vmap"):
+    def __init__(self, fun, n_ops, in_axes, resolve, size, labels, run=None, what="vmap", reduce=None):
         self.fun, self.n_ops, self.in_axes, self.resolve = fun, n_ops, in_axes, resolve
         self.size, self.labels, self.out_axes = size, labels, None
         self.run, self.what = run or batch_flat, what
+        # how the VJP sums an unmapped operand's gradients over the members, inside the mapped
+        # call (pmap: a psum over the devices, so that every process gets the whole sum);
+        # None: they come back stacked and are summed after it (vmap's batch is one program)
+        self.reduce = reduce
 
     def __repr__(self):
         return f"{self.what}(size={self.size})"
@@ -322,13 +326,19 @@ def _mapped_vjp(argnums, ans, args, kwargs):
         # are summed over the batch: each example gets 1/size of it
         cts = [g[j] if spec.out_axes[j] is not None else g[j] / spec.size for j in dout]
 
-        def example_vjp(leaves):
-            return call_vjp(f, leaves[:len(primal)], diff, dout, leaves[len(primal):])
+        summed_inside = spec.reduce is not None
 
-        grad_axes = [0 if axes[j] is None else axes[j] for j in diff]
+        def example_vjp(leaves):
+            grads = call_vjp(f, leaves[:len(primal)], diff, dout, leaves[len(primal):])
+            if summed_inside:
+                grads = [spec.reduce(gr) if axes[j] is None else gr for gr, j in zip(grads, diff)]
+            return grads
+
+        grad_axes = [axes[j] if axes[j] is not None else None if summed_inside else 0 for j in diff]
         grads = spec.run(example_vjp, primal + cts, axes + [spec.out_axes[j] for j in dout],
-                           lambda ranks: grad_axes, spec.size)
-        by_leaf = {j: anp.sum(gr, axis=0) if axes[j] is None else gr for j, gr in zip(diff, grads)}
+                         lambda ranks: grad_axes, spec.size)
+        by_leaf = {j: anp.sum(gr, axis=0) if axes[j] is None and not summed_inside else gr
+                   for j, gr in zip(diff, grads)}
         out = {j: by_leaf[j] for j in range(n) if j in by_leaf}
         ext_grads = item_grads(ext_trees, offsets, ext_leaves, {j: by_leaf[n + j] for j in range(len(ext_leaves))
                                                                 if n + j in by_leaf})

@@ -31,6 +31,18 @@ from .errors import ArgumentError, JitError
 from .lowering import lower_replicated
 
 
+class _PrivateAxis:
+    """The axis name of a pmap given none."""
+
+    __slots__ = ("owner",)
+
+    def __init__(self, owner):
+        self.owner = owner
+
+    def __repr__(self):
+        return f"<the devices of {self.owner!r}>"
+
+
 #: Executables kept by program text per pmapped function, for calls traced again (derivatives).
 RECENT_PROGRAMS = 8
 
@@ -42,6 +54,9 @@ class PmappedFunction:
                  backend):
         functools.update_wrapper(self, fun)
         self._fun, self.axis_name, self.in_axes, self.out_axes = fun, axis_name, in_axes, out_axes
+        # the devices' axis in the program: the user's name, or one of our own that no user code
+        # can name (a derivative sums the gradients of broadcast arguments over it)
+        self._axis = axis_name if axis_name is not None else _PrivateAxis(self)
         nums = static_broadcasted_argnums
         self._static = tuple(sorted({int(i) for i in ((nums,) if isinstance(nums, int) else nums)}))
         self._devices, self.keep_on_device, self.backend = devices, keep_on_device, backend
@@ -96,7 +111,8 @@ class PmappedFunction:
         if ext or any(isbox(x) for x in leaves):
             # keyless: the spec's run serves its derivatives too, whose functions differ from call to call
             spec = MappedSpec(converted[0], len(leaves), axes, resolve, n, labels,
-                              run=functools.partial(self._run, devices, None), what="pmap")
+                              run=functools.partial(self._run, devices, None), what="pmap",
+                              reduce=functools.partial(psum, axis_name=self._axis))
             outs = unpack(mapped_call(spec, *leaves, *ext))
         else:
             outs = run(flat, leaves, axes, resolve, n, labels)
@@ -121,7 +137,8 @@ class PmappedFunction:
         if any(isbox(x) for x in leaves):  # a derivative's pmap, differentiated again
             converted, ext = closure_convert(f)
             spec = MappedSpec(converted[0], len(leaves), axes, out_axes, size, labels,
-                              run=functools.partial(self._run, devices, None), what="pmap")
+                              run=functools.partial(self._run, devices, None), what="pmap",
+                              reduce=functools.partial(psum, axis_name=self._axis))
             return unpack(mapped_call(spec, *leaves, *ext))
         values = [getval(x) for x in leaves]
         avals = []
@@ -156,7 +173,7 @@ class PmappedFunction:
         text is reused: a derivative's, traced again on each call)."""
         backend = backend_mod.get_backend(self.backend)
         n = len(devices)
-        with tracing.binding_axis(self.axis_name, n):
+        with tracing.binding_axis(self._axis, n):
             graph, _ = tracing.trace_function(lambda *shard: f(list(shard)), avals, labels)
         if len(graph.invars) != len(avals) or graph.guards:
             raise JitError(f"{self!r}: a pmapped function cannot draw numpy random numbers or depend on a condition "
@@ -164,7 +181,7 @@ class PmappedFunction:
         ranks = [a.ndim for a in graph.out_avals]
         out_axes(ranks)  # checks them against the results
         mapped = [a is not None for a in axes]
-        named = {self.axis_name: n} if self.axis_name is not None else {}
+        named = {self._axis: n}
         lowered = lower_replicated(graph, mapped, named, n, name=f"pmap_{getattr(self._fun, '__name__', 'fn')}",
                                    platform=backend.platform)
         with self._lock:

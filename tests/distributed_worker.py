@@ -78,12 +78,13 @@ def collectives(rank, out):
     want = w - 0.1 * grad(loss)(w, X.reshape(-1, X.shape[-1]), y.reshape(-1))
     out["grad_step_shape"] = list(np.shape(new_w))
     out["grad_step_err"] = float(np.max(np.abs(new_w - want)))
-    # autograd through the pmap call: a broadcast argument's gradient is this process's part, the
-    # sum over its own devices (each device's psum cotangent is the number of devices)
+    # autograd through the pmap call: a broadcast argument's gradient is summed over every device
+    # of the job, in the program; psum's VJP sums the cotangents of every process's results, so
+    # each process gets the gradient of the job's loss (the sum of all processes' losses), as in jax
     total = grad(lambda w: anp.sum(ax.pmap(lambda w, X, y: ax.psum(loss(w, X, y), "i"), "i",
                                            in_axes=(None, 0, 0))(w, X[mine], y[mine])))(w)
-    part = n_global * sum(grad(loss)(w, X[d], y[d]) for d in range(mine.start, mine.stop))
-    out["grad_of_pmap_err"] = float(np.max(np.abs(total - part)))
+    whole = n_global * sum(grad(loss)(w, X[d], y[d]) for d in range(n_global))
+    out["grad_of_pmap_err"] = float(np.max(np.abs(total - whole)))
 
 
 def killed_peer(rank, out, victim, during=False):
