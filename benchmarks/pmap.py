@@ -277,6 +277,8 @@ def breakdown(args, ax, inputs, jax, jp, onp, timing):
     params, x, y = inputs
     (entry,) = ax._cache.values()
     exe = entry[0]
+    if not isinstance(exe, backend.ReplicatedExecutable):
+        return None  # one device runs on jit_ps's single-device path: nothing multi-device to split
     leaves = list(params) + [x, y]
     # the program's parameters: params (broadcast) then x, y (mapped), then hoisted constants
     avals, mapped = exe.in_avals, exe.mapped

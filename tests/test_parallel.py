@@ -90,6 +90,17 @@ def test_out_axes_and_fewer_shards_than_devices():
     assert_close(total, xs.sum(0))
 
 
+def test_one_shard_runs_on_the_single_device_path():
+    xs = RNG.randn(1, 3)
+    f = ax.pmap(lambda x: (ax.psum(x, "i"), ax.all_gather(x, "i"), ax.axis_index("i"), np.sum(x)), "i",
+                out_axes=(0, 0, 0, None))
+    total, gathered, index, whole = f(xs)
+    assert_close(total, xs)
+    assert_close(gathered, xs[:, None])
+    assert_close(index, onp.zeros(1, onp.int32))
+    assert_close(whole, xs.sum())
+
+
 def test_too_many_shards_is_a_clear_error():
     with pytest.raises(ValueError, match=f"size {N + 1}, but only {N} device"):
         ax.pmap(lambda x: x)(onp.ones((N + 1, 2)))
