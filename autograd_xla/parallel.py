@@ -21,7 +21,7 @@ from autograd.tracer import getval, isbox
 
 from . import backend as backend_mod
 from . import tracing, tree
-from .backend import ShardedArray
+from .backend import DeviceArray, ShardedArray
 from .batched import MappedSpec, batch_size, leaf_axes, mapped_call, out_leaf_axes
 from .collectives import pmax, pmean, pmin, psum
 from .control_flow import fori_loop
@@ -41,6 +41,12 @@ class _PrivateAxis:
 
     def __repr__(self):
         return f"<the devices of {self.owner!r}>"
+
+
+def _leaf_type(x):
+    """Shape and dtype of an argument leaf, read without moving a ShardedArray to the host."""
+    v = getval(x)
+    return np.shape(v), (v.dtype if isinstance(v, (np.ndarray, ShardedArray, DeviceArray)) else np.result_type(v))
 
 
 #: Executables kept by program text per pmapped function, for calls traced again (derivatives).
@@ -95,8 +101,7 @@ class PmappedFunction:
             return out_leaves
 
         # the results' structure, as the trace found it (a compiled signature is not traced again)
-        signature = (in_tree, static, tuple((np.shape(getval(x)), np.result_type(getval(x))) for x in leaves),
-                     tuple(axes))
+        signature = (in_tree, static, tuple(map(_leaf_type, leaves)), tuple(axes))
 
         def results_tree():
             if out_tree:
