@@ -734,18 +734,11 @@ def parse_args(argv=None):
     p.add_argument("--json", metavar="PATH", help="also save the children's raw results")
     p.add_argument("--child", choices=SECTIONS, help=argparse.SUPPRESS)
     p.add_argument("--child-devices", type=int, help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-    args.sections = SECTIONS if not args.only else [s.strip() for s in args.only.split(",") if s.strip()]
-    bad = [s for s in args.sections if s not in SECTIONS]
-    if bad:
-        p.error(f"unknown section(s) {', '.join(bad)}; known: {', '.join(SECTIONS)}")
+    import timing
+    args = timing.sections_and_sampling(p, p.parse_args(argv), SECTIONS)
     args.device_counts = [int(d) for d in args.devices.split(",") if d.strip()]
-    if args.repeat is None:
-        args.repeat = 7 if args.quick else 21
     if args.imr_repeat is None:
         args.imr_repeat = 5 if args.quick else 11
-    if args.target_ms is None:
-        args.target_ms = 15.0 if args.quick else 40.0
     return args
 
 

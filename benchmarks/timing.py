@@ -89,3 +89,19 @@ def format_seconds(s):
     if s >= 1e-3:
         return f"{s * 1e3:.3g} ms"
     return f"{s * 1e6:.3g} µs"
+
+
+def sections_and_sampling(parser, args, known):
+    """The sections `--only` names (all of `known` without it; a parser error for unknown
+    ones), and the sampling defaults of a quick or a full run (--repeat, --target-ms)."""
+    sections = list(known) if not args.only else [s.strip() for s in args.only.split(",") if s.strip()]
+    bad = [s for s in sections if s not in known]
+    if bad:
+        parser.error(f"unknown section(s) {', '.join(bad)}; known: {', '.join(known)}")
+    args.sections = sections
+    if args.repeat is None:
+        args.repeat = 7 if args.quick else 21
+    if args.target_ms is None:
+        args.target_ms = 15.0 if args.quick else 40.0
+    return args
+

@@ -549,17 +549,9 @@ def parse_args(argv=None):
     p.add_argument("--no-jax", action="store_true")
     p.add_argument("--backend", default="cpu")
     p.add_argument("--hlo-dir", metavar="DIR", help="also write the diagnosed programs' optimised HLO here")
-    args = p.parse_args(argv)
-    args.sections = SECTIONS if not args.only else [s.strip() for s in args.only.split(",") if s.strip()]
-    bad = [s for s in args.sections if s not in SECTIONS]
-    if bad:
-        p.error(f"unknown section(s) {', '.join(bad)}; known: {', '.join(SECTIONS)}")
+    args = timing.sections_and_sampling(p, p.parse_args(argv), SECTIONS)
     args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     args.hlo_sizes = [int(s) for s in args.hlo_sizes.split(",") if s.strip()]
-    if args.repeat is None:
-        args.repeat = 7 if args.quick else 21
-    if args.target_ms is None:
-        args.target_ms = 15.0 if args.quick else 40.0
     if args.first_calls is None:
         args.first_calls = 1 if args.quick else 3
     args.diagnose_section = not args.no_diagnose
