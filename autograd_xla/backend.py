@@ -372,6 +372,9 @@ class ReplicatedExecutable:
 
     def put_replicated(self, array, in_place=False):
         array = np.asarray(array)
+        if in_place and len(self.local_devices) > 1 and array.nbytes >= IN_PLACE_MIN_BYTES:
+            # every device reads one aligned host copy in place, instead of each getting a copy
+            array = _aligned(array)
         # one distinct object per device: the same one twice makes the put raise (pitfall 4)
         copies = [array.view() for _ in self.local_devices]
         return xc.batched_device_put(Aval(array.shape, array.dtype), self.replicated(), copies, self.local_devices,
@@ -426,6 +429,18 @@ class ReplicatedExecutable:
                     for k, (o, a, convert) in enumerate(zip(outs, self.local_avals, self._converters))]
         except xc.XlaRuntimeError as e:
             raise _runtime_error(e, self.processes) from None
+
+
+def _aligned(array):
+    """`array` if it is C-contiguous and 64-byte aligned, else such a copy of it (numpy aligns
+    its data to 16 bytes only)."""
+    if array.flags.c_contiguous and not array.ctypes.data % 64:
+        return array
+    raw = np.empty(array.nbytes + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    out = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+    out[...] = array
+    return out
 
 
 def _semantics(shards, in_place):
