@@ -323,9 +323,11 @@ MAX_IN_FLIGHT = 16
 
 
 class ReplicatedExecutable:
-    """A program run once per device of `devices`, each with its own shard of the mapped
-    arguments (a leading axis of one entry per device; in the program, a leading axis of 1)
-    and a whole copy of the broadcast ones; every result has the leading device axis.
+    """A program run once per device of `devices`, each with its own entry of the mapped
+    arguments (which callers pass and get back stacked: a leading axis of one entry per
+    device) and a whole copy of the broadcast ones. `in_avals` / `out_avals` are one device's
+    values; in the program each keeps its shape (lowering.shard_shape) and the devices'
+    shards lie end to end along axis 0 of the array over all of them (`end_to_end`).
 
     With several processes (distributed.initialize) `devices` are global and a process holds
     only its own: it passes the shards of its local devices (the leading axis is their count)
