@@ -818,10 +818,21 @@ class JittedFunction:
         return info
 
     def clear_cache(self):
+        """Forget every signature's trace and executable (and those of the derivatives); the
+        executables are freed unless another function uses them."""
         with self._lock:
+            programs = self._programs()
             self._cache.clear()
             self._simple.clear()
             self._derivatives.clear()
+        if programs:
+            self._backend().forget(programs)
+
+    def _programs(self):
+        found = [e.executable.program for e in self._cache.values() if getattr(e, "executable", None) is not None]
+        for d in self._derivatives.values():
+            found += d._programs()
+        return found
 
 
 def _busiest_lines(graph):

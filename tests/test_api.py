@@ -4,7 +4,7 @@ import numpy as onp
 import pytest
 
 import autograd.numpy as np
-from autograd import grad
+from autograd import grad, value_and_grad
 from autograd_xla import ArgumentError, jit_ps
 from helpers import assert_close
 
@@ -193,10 +193,13 @@ def test_empty_and_zero_d_inputs():
     assert out[0].shape == (0, 3) and out[1] == 0.0 and out[2].dtype == onp.float32
 
 
-def test_executables_are_freed_with_the_jitted_function():
+def test_executables_are_freed_with_the_jitted_function(monkeypatch):
+    """Once it is not among the RECENT_PROGRAMS the backend keeps (none here)."""
     import gc
     import weakref
 
+    from autograd_xla import backend
+    monkeypatch.setattr(backend, "RECENT_PROGRAMS", 0)
     f = jit_ps(lambda x: np.sin(x) * 3.25 + 0.125)   # a program no other test compiles
     x = rs.randn(7, 3)
     f(x)
@@ -204,6 +207,30 @@ def test_executables_are_freed_with_the_jitted_function():
     program = weakref.ref(next(iter(f._cache.values())).executable.program)
     assert program() is not None
     del f
+    gc.collect()
+    assert program() is None
+
+
+def test_a_fresh_function_finds_the_executable_of_the_same_program(monkeypatch):
+    """A library's fit() building `value_and_grad(nll)` anew each time traces again, but its
+    program is one the backend still holds: XLA is not asked twice. The bound is kept."""
+    import gc
+    import weakref
+
+    from autograd_xla import backend
+    monkeypatch.setattr(backend, "RECENT_PROGRAMS", 2)
+    x = rs.randn(5)
+
+    def fit(scale):
+        f = jit_ps(value_and_grad(lambda w: np.sum(np.tanh(w * scale) ** 2)))
+        f(x)
+        return f.stats.compiles, weakref.ref(next(iter(f._cache.values())).executable.program)
+
+    first, program = fit(1.375)
+    again, _ = fit(1.375)
+    assert (first, again) == (1, 0) and program() is not None
+    fit(2.5)
+    fit(3.5)   # two newer programs: the first is no longer held
     gc.collect()
     assert program() is None
 

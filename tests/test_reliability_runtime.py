@@ -13,7 +13,7 @@ import pytest
 
 import autograd.numpy as np
 from autograd import grad
-from autograd_xla import jit_ps
+from autograd_xla import backend, jit_ps
 from autograd_xla.api import RETRACE_WARN_AFTER
 from helpers import assert_close
 
@@ -34,7 +34,8 @@ def test_cache_size_is_configurable_and_least_recently_used_is_evicted():
     assert f.cache_info()["traces"] == traces   # the hot signature was never evicted
 
 
-def test_evicted_and_cleared_executables_are_freed():
+def test_evicted_and_cleared_executables_are_freed(monkeypatch):
+    monkeypatch.setattr(backend, "RECENT_PROGRAMS", 0)  # none kept beyond their functions' caches
     f = jit_ps(lambda x: np.cos(x) * 1.75 - 0.5, cache_size=1)   # programs no other test compiles
     f(onp.ones(3))
     program = weakref.ref(next(iter(f._cache.values())).executable.program)
@@ -47,7 +48,19 @@ def test_evicted_and_cleared_executables_are_freed():
     assert program() is None
 
 
-def test_jitted_gradient_and_its_derivatives_are_freed_with_the_function():
+def test_cleared_executables_are_freed_although_recent(monkeypatch):
+    monkeypatch.setattr(backend, "RECENT_PROGRAMS", 64)
+    f = jit_ps(lambda x: np.cos(x) * 2.875 - 0.5)
+    f(onp.ones(3))
+    program = weakref.ref(next(iter(f._cache.values())).executable.program)
+    f.clear_cache()
+    gc.collect()
+    assert program() is None
+
+
+def test_jitted_gradient_and_its_derivatives_are_freed_with_the_function(monkeypatch):
+    monkeypatch.setattr(backend, "RECENT_PROGRAMS", 0)
+
     def make():
         f = jit_ps(lambda x: np.sum(np.sin(x) * 2.625))
         g = grad(f)
