@@ -155,6 +155,12 @@ class Backend:
         while len(self._recent) > RECENT_PROGRAMS:
             self._recent.popitem(last=False)
 
+    def release_recent(self):
+        """Stop holding every program kept only as one of the recent ones (to free memory;
+        programs a jitted function's cache holds stay)."""
+        with self._programs_lock:
+            self._recent.clear()
+
     def forget(self, programs):
         """Stop holding `programs` (a jitted function's cache was cleared: what only it used is
         freed now, not when RECENT_PROGRAMS later ones have pushed it out)."""

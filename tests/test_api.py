@@ -200,6 +200,7 @@ def test_executables_are_freed_with_the_jitted_function(monkeypatch):
 
     from autograd_xla import backend
     monkeypatch.setattr(backend, "RECENT_PROGRAMS", 0)
+    backend.get_backend("cpu").release_recent()
     f = jit_ps(lambda x: np.sin(x) * 3.25 + 0.125)   # a program no other test compiles
     x = rs.randn(7, 3)
     f(x)

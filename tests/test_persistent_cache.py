@@ -52,6 +52,7 @@ def entries(directory):
 def cache_dir(tmp_path, monkeypatch):
     # no program kept in memory past its function: a fresh function must go to the disk cache
     monkeypatch.setattr(backend, "RECENT_PROGRAMS", 0)
+    backend.get_backend("cpu").release_recent()
     monkeypatch.setenv("AUTOGRAD_XLA_CACHE_KEY_FILE", str(tmp_path / "secret" / "cache.key"))
     directory = tmp_path / "cache"
     assert autograd_xla.set_cache_dir(directory, min_compile_seconds=0)

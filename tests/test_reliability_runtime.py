@@ -36,6 +36,7 @@ def test_cache_size_is_configurable_and_least_recently_used_is_evicted():
 
 def test_evicted_and_cleared_executables_are_freed(monkeypatch):
     monkeypatch.setattr(backend, "RECENT_PROGRAMS", 0)  # none kept beyond their functions' caches
+    backend.get_backend("cpu").release_recent()
     f = jit_ps(lambda x: np.cos(x) * 1.75 - 0.5, cache_size=1)   # programs no other test compiles
     f(onp.ones(3))
     program = weakref.ref(next(iter(f._cache.values())).executable.program)
@@ -60,6 +61,7 @@ def test_cleared_executables_are_freed_although_recent(monkeypatch):
 
 def test_jitted_gradient_and_its_derivatives_are_freed_with_the_function(monkeypatch):
     monkeypatch.setattr(backend, "RECENT_PROGRAMS", 0)
+    backend.get_backend("cpu").release_recent()
 
     def make():
         f = jit_ps(lambda x: np.sum(np.sin(x) * 2.625))

@@ -10,7 +10,7 @@ import pytest
 
 import autograd.numpy as np
 from autograd import elementwise_grad, grad, hessian, jacobian, value_and_grad
-from autograd_xla import ArgumentError, ConcretizationError, jit_ps
+from autograd_xla import ArgumentError, ConcretizationError, backend, jit_ps
 from autograd_xla.api import RETRACE_WARN_AFTER
 from helpers import assert_close
 
@@ -88,7 +88,15 @@ def test_static_argnames_and_donate_argnums_see_through_grad():
 
 
 # ----- 2. introspection traces, never compiles -------------------------------------------------
-def test_graph_traces_without_compiling_and_the_call_reuses_the_trace():
+@pytest.fixture
+def no_recent_programs(monkeypatch):
+    """Programs freed with their functions: a test counting compiles must not find one an
+    earlier test compiled and the backend still holds (backend.RECENT_PROGRAMS)."""
+    monkeypatch.setattr(backend, "RECENT_PROGRAMS", 0)
+    backend.get_backend("cpu").release_recent()
+
+
+def test_graph_traces_without_compiling_and_the_call_reuses_the_trace(no_recent_programs):
     jf = jit_ps(grad(loss))
     graph = jf.graph(P, X, 2.0)
     info = jf.cache_info()
@@ -142,7 +150,7 @@ def _log(caplog):
     return out
 
 
-def test_explain_logs_each_trace_and_compile_with_its_reason(caplog):
+def test_explain_logs_each_trace_and_compile_with_its_reason(caplog, no_recent_programs):
     caplog.set_level(logging.WARNING, logger="autograd_xla")
     jf = jit_ps(loss, explain=True)
     jf(P, X, 2.0)
