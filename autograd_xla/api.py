@@ -887,8 +887,10 @@ def jit_ps(fun=None, *, static_argnums=(), static_argnames=(), fallback="python"
     if fun is None:
         return functools.partial(jit_ps, **options)
     if isinstance(fun, JittedFunction) and not (static_argnums or static_argnames or keep_on_device or donate_argnums
-                                                  or x64 is not None or backend is not None or explain is not None):
-        return fun
+                                                  or x64 is not None or backend is not None or explain is not None
+                                                  or fallback != fun.fallback or cache_size != fun.cache_size
+                                                  or tuple(max_program) != fun.max_program):
+        return fun  # already jitted with these options (vmap's result, jit_ps of a jit_ps)
     return JittedFunction(fun, **options)
 
 

@@ -115,3 +115,13 @@ def test_jacobian_of_a_closure_over_a_differentiated_value():
         return np.sum(jacobian(lambda x: np.tanh(w * x))(x) ** 2)
 
     assert_close(ax.jit_ps(grad(loss), fallback="error")(w0), grad(loss)(w0))
+
+
+def test_jit_ps_options_apply_to_a_vmapped_function():
+    """jit_ps(vmap(f), fallback="error") raises what would otherwise fall back to plain autograd."""
+    f = ax.vmap(lambda x: onp.random.randn(2) + x)  # draws random numbers: runs plainly
+    with pytest.warns(FallbackWarning):
+        f(onp.ones((3, 2)))
+    with pytest.raises(Exception, match="random"):
+        ax.jit_ps(ax.vmap(lambda x: onp.random.randn(2) + x), fallback="error")(onp.ones((3, 2)))
+
