@@ -76,6 +76,11 @@ LEADING_BATCH_TARGETS = ("lapack_", "Qr", "ProductOfElementaryHouseholderReflect
 _warned_ops = set()
 
 
+def reset_warnings():
+    """Warn again about ops run per example (the warning comes once per op and process)."""
+    _warned_ops.clear()
+
+
 def _warn_per_example(what):
     if what not in _warned_ops:
         _warned_ops.add(what)

@@ -707,7 +707,7 @@ def _batching_status(apply, inputs, has_vjp, record, row):
                     continue
                 return record("batching vjp (plain autograd on the batch)", e)
 
-    builder_batching._warned_ops.clear()  # it warns once per op and process: once per primitive here
+    builder_batching.reset_warnings()  # it warns once per op and process: once per primitive here
     looped = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

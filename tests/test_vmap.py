@@ -42,14 +42,14 @@ def spd(n):
 @pytest.fixture(autouse=True)
 def _fresh_warnings():
     """batching warns once per op name and process: forget them, so each test sees its own."""
-    batching._warned_ops.clear()
+    batching.reset_warnings()
     yield
 
 
 @contextlib.contextmanager
 def compiled(fallback=False):
     """Inside: no FallbackWarning at all (fallback=False), or at least one per-example one."""
-    batching._warned_ops.clear()
+    batching.reset_warnings()
     with warnings.catch_warnings(record=True) as caught:
         if fallback:
             warnings.simplefilter("always")
