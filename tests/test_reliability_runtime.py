@@ -43,16 +43,8 @@ def test_evicted_and_cleared_executables_are_freed(monkeypatch):
     f(onp.ones(4))                                               # evicts the first signature
     gc.collect()
     assert program() is None
-    program = weakref.ref(next(iter(f._cache.values())).executable.program)
-    f.clear_cache()
-    gc.collect()
-    assert program() is None
-
-
-def test_cleared_executables_are_freed_although_recent(monkeypatch):
-    monkeypatch.setattr(backend, "RECENT_PROGRAMS", 64)
-    f = jit_ps(lambda x: np.cos(x) * 2.875 - 0.5)
-    f(onp.ones(3))
+    monkeypatch.setattr(backend, "RECENT_PROGRAMS", 64)  # cleared: freed although among the recent ones
+    f(onp.ones(5))
     program = weakref.ref(next(iter(f._cache.values())).executable.program)
     f.clear_cache()
     gc.collect()
