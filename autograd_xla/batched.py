@@ -49,9 +49,10 @@ def leaf_axes(in_axes, args, kwargs, names):
 
     def walk(axis, obj, label):
         if axis is None or isinstance(axis, (int, np.integer)) and not isinstance(axis, bool):
-            for path, leaf in zip(tree.leaf_paths(tree.flatten(obj)[1]), tree.flatten(obj)[0]):
-                axes.append(_normalized(axis, leaf, label + tree.format_path(path)))
+            leaves, treedef = tree.flatten(obj)
+            for path, leaf in zip(tree.leaf_paths(treedef), leaves):
                 labels.append(label + tree.format_path(path))
+                axes.append(_normalized(axis, leaf, labels[-1]))
             return
         kind = type(axis)
         # a container being differentiated is an autograd box (a SequenceBox, a DictBox), as

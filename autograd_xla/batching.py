@@ -36,7 +36,7 @@ import warnings
 import numpy as np
 
 from . import hlo
-from .context import REDUCTIONS, LoweringContext, gathered_layout
+from .context import REDUCTIONS, LoweringContext, collective_reduction, gathered_layout
 from .errors import FallbackWarning
 
 
@@ -333,13 +333,7 @@ class BatchingContext(LoweringContext):
         else:
             out = p.dot_general(x, y.phys, (lc, [c + 1 for c in rc]), (lb, [b + 1 for b in rb]), dtype)
             axis = x.ndim - len(lc)  # after the dot's batch dimensions and x's free ones
-        return self.wrap(self._to_front(out, axis))
-
-    def _to_front(self, v, axis):
-        if axis == 0:
-            return v
-        perm = [axis] + [d for d in range(v.ndim) if d != axis]
-        return self.parent.transpose(v, perm)
+        return self.wrap(to_front(p, out, axis))
 
     def reduce(self, operands, inits, dims, body):
         operands, inits = list(operands), list(inits)
@@ -505,9 +499,7 @@ class BatchingContext(LoweringContext):
         parent's (a pmap's devices, an outer vmap's examples), applied to the whole batch."""
         n, p = self.size, self.parent
         if axis_name != self.axis_name or axis_name is None:
-            if kind == "axis_index":
-                return p.collective(kind, x, axis_name, **params)
-            if not self.batched(x):
+            if kind == "axis_index" or not self.batched(x):
                 return p.collective(kind, x, axis_name, **params)
             if kind == "all_gather":  # gathered behind the batch axis
                 params = dict(params, axis=params["axis"] + 1)
@@ -515,17 +507,10 @@ class BatchingContext(LoweringContext):
         if kind == "axis_index":
             return self.wrap(p.iota((n,), np.int32, 0))
         if kind in REDUCTIONS:
-            if not self.batched(x):
-                return p.binary("multiply", x, p.full(x.shape, n, x.dtype)) if kind == "psum" and x.dtype != np.bool_ \
-                    else x
-            op = REDUCTIONS[kind]
-            if x.dtype == np.bool_:
-                op = {"add": "or", "maximum": "or", "minimum": "and"}[op]
-            init = {"add": 0, "or": False, "and": True, "maximum": -np.inf, "minimum": np.inf}[op]
-            if op in ("maximum", "minimum") and x.dtype.kind in "iu":
-                info = np.iinfo(x.dtype)
-                init = info.min if op == "maximum" else info.max
-            return p.reduce_with(x.phys, [0], op, init)
+            op, identity = collective_reduction(kind, x.dtype)
+            if not self.batched(x):  # the same value in every example
+                return p.binary("multiply", x, p.full(x.shape, n, x.dtype)) if op == "add" else x
+            return p.reduce_with(x.phys, [0], op, identity)
         if kind == "all_gather":
             return gathered_layout(p, self.physical(x), params["axis"], params["tiled"])
         if kind == "ppermute":

@@ -62,8 +62,7 @@ def _apply(prim, raw, x, axis_name, **params):
 
 
 def _each_leaf(prim, raw, x, axis_name, **params):
-    leaves, treedef = tree.flatten(x)
-    return tree.unflatten(treedef, [_apply(prim, raw, leaf, axis_name, **params) for leaf in leaves])
+    return _mapped(lambda leaf: _apply(prim, raw, leaf, axis_name, **params), x)
 
 
 def axis_size(axis_name):
@@ -82,7 +81,7 @@ def psum(x, axis_name):
 def pmean(x, axis_name):
     """The mean over `axis_name` of x."""
     n = axis_size(axis_name)
-    return tree.unflatten(*_mapped(lambda leaf: leaf / n, psum(x, axis_name)))
+    return _mapped(lambda leaf: leaf / n, psum(x, axis_name))
 
 
 def pmax(x, axis_name):
@@ -102,7 +101,7 @@ def all_gather(x, axis_name, axis=0, tiled=False):
             raise ValueError(f"all_gather axis {axis} is out of range for a value of rank {np.ndim(getval(leaf))}"
                              + (" (tiled)" if tiled else ""))
         return _apply(_all_gather, _all_gather_raw, leaf, axis_name, axis=int(axis) % ndim, tiled=bool(tiled))
-    return tree.unflatten(*_mapped(one, x))
+    return _mapped(one, x)
 
 
 def ppermute(x, axis_name, perm):
@@ -123,8 +122,9 @@ def axis_index(axis_name):
 
 
 def _mapped(fn, x):
+    """`fn` applied to every leaf of `x`, in its structure."""
     leaves, treedef = tree.flatten(x)
-    return treedef, [fn(leaf) for leaf in leaves]
+    return tree.unflatten(treedef, [fn(leaf) for leaf in leaves])
 
 
 # ----- derivatives (written with the public functions: a cotangent may be a constant) -------

@@ -120,10 +120,7 @@ class LoweringContext(hlo.Builder):
             return self._alone(kind, x, params)
         groups = [list(range(size))]
         if kind in REDUCTIONS:
-            op = REDUCTIONS[kind]
-            if x.dtype == np.bool_:
-                op = {"add": "or", "maximum": "or", "minimum": "and"}[op]
-            return self.all_reduce(x, groups, op)
+            return self.all_reduce(x, groups, collective_reduction(kind, x.dtype)[0])
         if kind == "all_gather":
             gathered = self.all_gather(self.reshape(x, (1,) + x.shape), 0, groups)
             return gathered_layout(self, gathered, params["axis"], params["tiled"])
@@ -228,8 +225,39 @@ class LoweringContext(hlo.Builder):
         return self.constant(np.asarray(value, dtype=dtype))
 
 
-#: The reducing collectives and the StableHLO op combining two devices' values.
-REDUCTIONS = {"psum": "add", "pmax": "maximum", "pmin": "minimum"}
+#: The collectives that combine every member's value elementwise (collective_reduction).
+REDUCTIONS = frozenset({"psum", "pmax", "pmin"})
+
+
+def collective_reduction(kind, dtype):
+    """(StableHLO op combining two members' values, its identity) of a reducing collective on
+    values of `dtype`; booleans sum and maximise with `or`, minimise with `and`."""
+    boolean = np.dtype(dtype) == np.bool_
+    if kind == "psum":
+        return ("or", False) if boolean else ("add", 0)
+    if kind == "pmax":
+        return ("or", False) if boolean else ("maximum", lowest(dtype))
+    return ("and", True) if boolean else ("minimum", highest(dtype))
+
+
+def lowest(dtype):
+    """The identity of a maximum over `dtype`."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return -np.inf
+    if dtype.kind == "b":
+        return False
+    return np.iinfo(dtype).min
+
+
+def highest(dtype):
+    """The identity of a minimum over `dtype`."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        return np.inf
+    if dtype.kind == "b":
+        return True
+    return np.iinfo(dtype).max
 
 
 def gathered_layout(ctx, gathered, axis, tiled):

@@ -140,13 +140,19 @@ def lower(graph, name="jit_fn", platform="cpu", x64=True, pack=True, donate=(), 
                 inputs[i] = hlo.Value(piece.name, a.shape, a.dtype, a.weak_type)
                 start += a.size
         outs = lower_subgraph(ctx, graph, inputs, [])
-        lifted = list(module.lifted.values())
         donors = {k: "{jax.buffer_donor = true}" for k, s in enumerate(sources) if type(s) is int and s in donate}
-        text = hlo.module_text(_identifier(name), params + [v for _, v in lifted], ctx.lines, outs, arg_attrs=donors,
-                               locations=module.locations)
-        consts = [a.astype(hlo.canonical_dtype(a.dtype), copy=False) for a, _ in lifted]
-        in_avals = [(p.shape, hlo.canonical_dtype(p.dtype)) for p in params]
-        out_avals = [(o.shape, hlo.canonical_dtype(o.dtype)) for o in outs]
+        return _assemble(name, ctx, params, outs, sources, arg_attrs=donors)
+
+
+def _assemble(name, ctx, params, outs, sources=None, **module_options):
+    """The Lowered module of a finished main function: its parameters, then the constants
+    lifted into parameters, in the dtypes the executable really has (x64 off narrows them)."""
+    lifted = list(ctx.module.lifted.values())
+    text = hlo.module_text(_identifier(name), params + [v for _, v in lifted], ctx.lines, outs,
+                           locations=ctx.module.locations, **module_options)
+    consts = [a.astype(hlo.canonical_dtype(a.dtype), copy=False) for a, _ in lifted]
+    in_avals = [(p.shape, hlo.canonical_dtype(p.dtype)) for p in params]
+    out_avals = [(o.shape, hlo.canonical_dtype(o.dtype)) for o in outs]
     return Lowered(text, consts, in_avals, out_avals, sources)
 
 
@@ -172,13 +178,7 @@ def lower_replicated(graph, mapped, axes, replicas, name="pmap_fn", platform="cp
             params.append(param)
             inputs.append(ctx.reshape(param, a.shape).with_weak_type(a.weak_type))
         outs = [ctx.reshape(o, shard_shape(o.shape)) for o in lower_subgraph(ctx, graph, inputs, [])]
-        lifted = list(module.lifted.values())
-        text = hlo.module_text(_identifier(name), params + [v for _, v in lifted], ctx.lines, outs, replicas=replicas,
-                               locations=module.locations)
-        consts = [a.astype(hlo.canonical_dtype(a.dtype), copy=False) for a, _ in lifted]
-        in_avals = [(p.shape, hlo.canonical_dtype(p.dtype)) for p in params]
-        out_avals = [(o.shape, hlo.canonical_dtype(o.dtype)) for o in outs]
-    return Lowered(text, consts, in_avals, out_avals)
+        return _assemble(name, ctx, params, outs, replicas=replicas)
 
 
 def shard_shape(shape):

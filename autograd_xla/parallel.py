@@ -49,10 +49,6 @@ def _leaf_type(x):
     return np.shape(v), (v.dtype if isinstance(v, (np.ndarray, ShardedArray, DeviceArray)) else np.result_type(v))
 
 
-#: Executables kept by program text per pmapped function, for calls traced again (derivatives).
-RECENT_PROGRAMS = 8
-
-
 class PmappedFunction:
     """A function mapped over devices; made by `pmap`, whose docstring describes it."""
 
@@ -67,7 +63,6 @@ class PmappedFunction:
         self._static = tuple(sorted({int(i) for i in ((nums,) if isinstance(nums, int) else nums)}))
         self._devices, self.keep_on_device, self.backend = devices, keep_on_device, backend
         self._cache = {}
-        self._by_text = {}  # program text -> executable, the RECENT_PROGRAMS last compiled
         self._out_trees = {}
         self._lock = threading.Lock()
 
@@ -174,8 +169,8 @@ class PmappedFunction:
         return results
 
     def _compile(self, f, avals, axes, out_axes, devices, labels):
-        """Trace and lower f; the executable of its program (one already compiled for the same
-        text is reused: a derivative's, traced again on each call)."""
+        """Trace and lower f; the executable of its program (a derivative's, traced again on each
+        call, finds its program among those the backend keeps: backend.RECENT_PROGRAMS)."""
         backend = backend_mod.get_backend(self.backend)
         n = len(devices)
         with tracing.binding_axis(self._axis, n):
@@ -189,24 +184,18 @@ class PmappedFunction:
         named = {self._axis: n}
         lowered = lower_replicated(graph, mapped, named, n, name=f"pmap_{getattr(self._fun, '__name__', 'fn')}",
                                    platform=backend.platform)
-        with self._lock:
-            executable = self._by_text.pop(lowered.text, None)
-        if executable is None and devices == [backend.default_device] and not self.keep_on_device:
+        if devices == [backend.default_device] and not self.keep_on_device:
             program, _ = backend.compile(lowered.text)
             executable = _OneDevice(backend_mod.Executable(backend, program, lowered.in_avals, lowered.out_avals,
                                                            lowered.consts, lowered.text), mapped,
                                     [a.shape for a in graph.out_avals])
-        elif executable is None:
+        else:
             program, _ = backend.compile(lowered.text, backend_mod.replica_options(devices), devices)
             # one device's values, as the graph has them (the program's shards are at least 1-d)
             ins = [(v.aval.shape, dtype) for v, (_, dtype) in zip(graph.invars, lowered.in_avals)]
             outs = [(a.shape, dtype) for a, (_, dtype) in zip(graph.out_avals, lowered.out_avals)]
             executable = backend_mod.ReplicatedExecutable(backend, program, devices, ins, mapped, outs,
                                                          lowered.consts)
-        with self._lock:
-            self._by_text[lowered.text] = executable  # most recent last
-            while len(self._by_text) > RECENT_PROGRAMS:
-                self._by_text.pop(next(iter(self._by_text)))
         return executable, ranks
 
 
@@ -291,7 +280,7 @@ def iterated_map_reduce(map_fn, update_fn, init, shards, num_iters, reduce="sum"
         mapped = _imr_program(map_fn, update_fn, int(num_iters), _REDUCERS[reduce], devices, backend)
     with _IMR_LOCK:  # most recent last; a call with the same functions compiles nothing
         _IMR_CACHE[key] = mapped
-        while len(_IMR_CACHE) > RECENT_PROGRAMS:
+        while len(_IMR_CACHE) > backend_mod.RECENT_PROGRAMS:
             _IMR_CACHE.pop(next(iter(_IMR_CACHE)))
     return mapped(init, shards)
 

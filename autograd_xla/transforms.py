@@ -6,6 +6,7 @@ inlined when called inside another traced function); batched.py holds what they 
 import functools
 
 import numpy as np
+from autograd.tracer import trace_stack
 from autograd.util import subvals
 
 from . import tracing
@@ -54,7 +55,9 @@ class _Vmapped(JittedFunction):
         self._mapped, self._closed = mapped, closed
 
     def __call__(self, *args, **kwargs):
-        if self._mapped is not None and not tracing.is_tracing():
+        # boxes exist only while autograd differentiates (trace_stack.top >= 0): the common call
+        # goes straight to jit_ps's path
+        if self._mapped is not None and trace_stack.top >= 0 and not tracing.is_tracing():
             converted, ext = closure_convert(self._mapped)
             if ext:
                 return self._closed(converted[0], ext, args, kwargs)

@@ -713,10 +713,8 @@ def environment(args):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="fewer, shorter samples")
-    p.add_argument("--only", metavar="SECTION[,SECTION]", help="sections to run: " + ", ".join(SECTIONS))
+    import timing
+    p = timing.section_parser(__doc__, SECTIONS, "fewer, shorter samples")
     p.add_argument("--devices", default="1,2,4", help="device counts of the MLP section (default 1,2,4)")
     p.add_argument("--imr-devices", type=int, default=4, help="devices of the iterated_map_reduce section (default 4)")
     p.add_argument("--batch", type=int, default=64, help="examples per device (default 64)")
@@ -734,7 +732,6 @@ def parse_args(argv=None):
     p.add_argument("--json", metavar="PATH", help="also save the children's raw results")
     p.add_argument("--child", choices=SECTIONS, help=argparse.SUPPRESS)
     p.add_argument("--child-devices", type=int, help=argparse.SUPPRESS)
-    import timing
     args = timing.sections_and_sampling(p, p.parse_args(argv), SECTIONS)
     args.device_counts = [int(d) for d in args.devices.split(",") if d.strip()]
     if args.imr_repeat is None:

@@ -7,6 +7,7 @@ long enough (`target` seconds) for the clock to be accurate; the per-call time o
 sample is batch time / calls. Reported: median over samples and the interquartile range.
 The garbage collector is collected before and disabled during each sample, as timeit does.
 """
+import argparse
 import gc
 import statistics
 import time
@@ -89,6 +90,16 @@ def format_seconds(s):
     if s >= 1e-3:
         return f"{s * 1e3:.3g} ms"
     return f"{s * 1e6:.3g} µs"
+
+
+def section_parser(doc, sections, quick_help):
+    """An argument parser (described by the first paragraph of `doc`) with the options every
+    sectioned benchmark has: --quick and --only."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument("--only", metavar="SECTION[,SECTION]", help="sections to run: " + ", ".join(sections))
+    return parser
 
 
 def sections_and_sampling(parser, args, known):

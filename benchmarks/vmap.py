@@ -17,7 +17,6 @@ Prints markdown, everything measured in one process, contenders interleaved (tim
 Then a diagnosis (optimised-HLO op counts, the compiled programs' parameters, arrays moved per
 call) and the acceptance checks. See benchmarks/README.md, section "vmap.py".
 """
-import argparse
 import gc
 import os
 import re
@@ -528,10 +527,7 @@ def acceptance(pe, hs, args, lines):
 # ----- main -------------------------------------------------------------------------------------
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="fewer, shorter samples; one first call each")
-    p.add_argument("--only", metavar="SECTION[,SECTION]", help="sections to run: " + ", ".join(SECTIONS))
+    p = timing.section_parser(__doc__, SECTIONS, "fewer, shorter samples; one first call each")
     p.add_argument("--sizes", default="100,500,1000", help="Hessian sizes n (default 100,500,1000)")
     p.add_argument("--hlo-sizes", default="20,500", help="n for the StableHLO size table (default 20,500; '' none)")
     p.add_argument("--max-plain-n", type=int, help="skip plain autograd.hessian above this n")

@@ -9,7 +9,7 @@ import functools
 
 import numpy as np
 
-from ..context import normalize_axes, normalize_axis, result_type
+from ..context import highest, lowest, normalize_axes, normalize_axis, result_type
 from ..registry import lowers, ufunc_method_rule
 from .elementwise import complex_order, isnan, minmax
 
@@ -125,22 +125,6 @@ def _std(ctx, a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, where=
     return _keep(ctx, ctx.astype(ctx.unary("sqrt", var), rdt), shape, axes, keepdims)
 
 
-def _lowest(dtype):
-    if dtype.kind == "f":
-        return -np.inf
-    if dtype.kind == "b":
-        return False
-    return np.iinfo(dtype).min
-
-
-def _highest(dtype):
-    if dtype.kind == "f":
-        return np.inf
-    if dtype.kind == "b":
-        return True
-    return np.iinfo(dtype).max
-
-
 def _extremum(name, identity_of):
     def rule(ctx, a, axis=None, out=None, keepdims=False, initial=np._NoValue, where=np._NoValue):
         _check(where, out)
@@ -166,8 +150,8 @@ def _extremum(name, identity_of):
     return rule
 
 
-lowers(np.max, np.amax)(_extremum("maximum", _lowest))
-lowers(np.min, np.amin)(_extremum("minimum", _highest))
+lowers(np.max, np.amax)(_extremum("maximum", lowest))
+lowers(np.min, np.amin)(_extremum("minimum", highest))
 
 
 def _boolean(op, identity):
@@ -185,8 +169,8 @@ lowers(np.all)(_boolean("and", True))
 
 @lowers(np.ptp)
 def _ptp(ctx, a, axis=None, out=None, keepdims=False):
-    hi = _extremum("maximum", _lowest)(ctx, a, axis, keepdims=keepdims)
-    lo = _extremum("minimum", _highest)(ctx, a, axis, keepdims=keepdims)
+    hi = _extremum("maximum", lowest)(ctx, a, axis, keepdims=keepdims)
+    lo = _extremum("minimum", highest)(ctx, a, axis, keepdims=keepdims)
     return ctx.binary("subtract", hi, lo)
 
 
@@ -215,10 +199,10 @@ def _arg_extremum(better):
             raise ValueError("attempt to get argmax/argmin of an empty sequence")
         idx = ctx.iota(v.shape, np.int64, ax)
         if v.dtype.kind == "c":
-            extreme = _lowest(np.dtype(np.float64)) if better == "GT" else _highest(np.dtype(np.float64))
+            extreme = lowest(np.dtype(np.float64)) if better == "GT" else highest(np.dtype(np.float64))
             init_v = ctx.scalar(complex(extreme, extreme), v.dtype)
         else:
-            init_v = ctx.scalar(_lowest(v.dtype) if better == "GT" else _highest(v.dtype), v.dtype)
+            init_v = ctx.scalar(lowest(v.dtype) if better == "GT" else highest(v.dtype), v.dtype)
         init_i = ctx.scalar(np.iinfo(np.int64).max, np.int64)
 
         def beats(b, x, y):
@@ -319,7 +303,7 @@ def _ufunc_reduce(ufunc):
         _check(np._NoValue if where is True else where, out)
         v = _ufunc_method_input(ctx, ufunc, a, dtype)
         axes = reduction_axes(axis, v.ndim)
-        init = identity if identity is not None else (_lowest(v.dtype) if op == "maximum" else _highest(v.dtype))
+        init = identity if identity is not None else (lowest(v.dtype) if op == "maximum" else highest(v.dtype))
         red = ctx.reduce_with(v, axes, op, init)
         if initial is not np._NoValue:
             red = ctx.binary(op, red, ctx.full(red.shape, initial, red.dtype))
@@ -335,7 +319,7 @@ def _ufunc_accumulate(ufunc):
 
     def rule(ctx, a, axis=0, dtype=None, out=None):
         v = _ufunc_method_input(ctx, ufunc, a, dtype)
-        init = identity if identity is not None else (_lowest(v.dtype) if op == "maximum" else _highest(v.dtype))
+        init = identity if identity is not None else (lowest(v.dtype) if op == "maximum" else highest(v.dtype))
         return cumulative(ctx, v, normalize_axis(axis, v.ndim), op, init)
     return rule
 
