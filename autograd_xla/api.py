@@ -50,6 +50,9 @@ RETRACE_WARN_AFTER = 8
 #: gradient, 10,000 calls, compiles in 130 s; autograd's hmm_em example, ~50,000, ran out of
 #: 22 GiB), and the usual cause is a Python loop unrolled at trace time.
 LARGE_PROGRAM_WARN_AFTER = 10000
+#: ... or more bytes of StableHLO than this (10,000 typical calls make about 2 MiB; a rule that
+#: inlines loops, like the special functions', emits 10-50 kB per call, so few calls reach it).
+LARGE_PROGRAM_WARN_BYTES = 4 << 20
 #: A float argument whose value a trace needs (`x[x > 0]`, `if t > 0.5`) is traced as a static
 #: value, unless it has had more than this many values: then it is a parameter, not data.
 STATIC_FLOAT_VALUES = 4
@@ -531,8 +534,9 @@ class JittedFunction:
         graph = entry.graph
         donate = [k for k, i in enumerate(entry.dynamic) if i in entry.donated]
         lowered = lowering.lower(graph, getattr(self._fun, "__name__", "jit_fn"), backend.platform, self._x64(backend),
-                                 pack=not self.keep_on_device, donate=donate)
+                                 pack=not self.keep_on_device, donate=donate, recycle=not self.keep_on_device)
         self._check_size(graph, lowered)
+        self._warn_if_large(graph, len(lowered.text))
         # what was donated: packed arguments are not (their buffer is one made for the call anyway)
         entry.donated = frozenset(entry.dynamic[k] for k in lowered.sources if type(k) is int and k in donate)
         entry.lowered, entry.stage = lowered, LOWERED
@@ -551,7 +555,7 @@ class JittedFunction:
             x64 = self._x64(backend)
             raise aot.explain_compile_error(self, e, entry.graph, lowered, backend, x64) from None
         entry.executable = backend_mod.Executable(backend, exe, lowered.in_avals, lowered.out_avals, lowered.consts,
-                                                  lowered.text, self.stats, lowered.sources)
+                                                  lowered.text, self.stats, lowered.sources, lowered.recycled)
         entry.stage = COMPILED
         seconds = time.perf_counter() - t0
         self.stats.compiles += compiled
@@ -599,16 +603,19 @@ class JittedFunction:
         self._warn_if_large(graph)
         return graph, out_tree, draws
 
-    def _warn_if_large(self, graph):
-        """Say so before XLA spends minutes on a huge program, and which lines made it huge."""
+    def _warn_if_large(self, graph, size=0):
+        """Say so before XLA spends minutes on a huge program, and which lines made it huge:
+        by its primitive calls once traced, by its StableHLO (`size` bytes) once lowered."""
         n = len(graph.eqns)
-        if n <= LARGE_PROGRAM_WARN_AFTER or n > self.max_program[0] or "large_program" in self._warned:
+        if ((n <= LARGE_PROGRAM_WARN_AFTER and size <= LARGE_PROGRAM_WARN_BYTES) or n > self.max_program[0]
+                or "large_program" in self._warned):
             return
         self._warned.add("large_program")
-        _warn(f"{self!r} traced to a program of {n:,} primitive calls ({_busiest_lines(graph)}). XLA's compile "
-              "time and memory grow with program size: minutes and gigabytes at this scale. A Python loop over "
-              "traced values is unrolled at trace time; written with autograd_xla.scan or fori_loop its body is "
-              "compiled once.")
+        text = f" and {size / 2**20:.1f} MiB of StableHLO" if size > LARGE_PROGRAM_WARN_BYTES else ""
+        _warn(f"{self!r} traced to a program of {n:,} primitive calls{text} ({_busiest_lines(graph)}). XLA's "
+              "compile time and memory grow with program size: minutes and gigabytes at this scale. A Python loop "
+              "over traced values is unrolled at trace time; written with autograd_xla.scan or fori_loop its body "
+              "is compiled once.")
 
     def _check_size(self, graph, lowered):
         """Programs beyond `max_program` are not given to XLA (its compile could take the machine)."""

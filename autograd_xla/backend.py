@@ -16,6 +16,7 @@ import hashlib
 import importlib
 import importlib.util
 import logging
+import math
 import os
 import re
 import sys
@@ -31,7 +32,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # jaxlib's INFO lines; must 
 from jaxlib import xla_client as xc  # noqa: E402
 
 from . import hlo, persistent_cache  # noqa: E402
-from .lowering import shard_shape  # noqa: E402
+from .lowering import RECYCLE_MIN_BYTES, shard_shape  # noqa: E402
 from .core import Aval  # noqa: E402
 from .errors import CompileError, PlatformUnavailableError, ProcessLostError  # noqa: E402
 
@@ -48,6 +49,11 @@ _IN_PLACE = xc.HostBufferSemantics.ZERO_COPY
 IN_PLACE_MIN_BYTES = 1 << 16
 #: Compiled programs a backend keeps alive after the last jitted function using them is gone.
 RECENT_PROGRAMS = 64
+#: Bytes of dead results and of staging copies a backend keeps for reuse (lowering.RECYCLE_MIN_BYTES):
+#: a loop `y = f(x)` needs one buffer per large result (the previous y dies as the new one is
+#: bound), so two per type are kept, within this bound over all types.
+RECYCLE_MAX_BYTES = 1 << 30
+RECYCLE_PER_TYPE = 2
 #: StableHLO text from this size on is expected to take XLA long to compile (10,000 primitive
 #: calls, where jit_ps warns, make about 2 MiB; their compile was measured at minutes).
 LONG_COMPILE_BYTES = 8 << 20
@@ -71,6 +77,21 @@ class _ArrayInterface:
     __slots__ = ("__array_interface__", "buffer")
 
 
+class _Recycling(_ArrayInterface):
+    """The holder of a large result: once numpy lets go of the result (and of every view of
+    it, which all keep this object), its buffer goes back to the backend for a later result
+    of the same type (Backend.take). Only results an Executable made get one: a buffer seen
+    through a DeviceArray as well must never be written again."""
+
+    __slots__ = ("backend", "aval")
+
+    def __del__(self):
+        try:
+            self.backend.give(self.buffer, self.aval)
+        except Exception:  # interpreter shutdown: the backend may be gone already
+            pass
+
+
 class Backend:
     """One platform's client and devices, plus its compiled-program cache."""
 
@@ -87,6 +108,11 @@ class Backend:
         self._programs = weakref.WeakValueDictionary()
         self._recent = collections.OrderedDict()  # the RECENT_PROGRAMS last used, held strongly
         self._programs_lock = threading.Lock()
+        # dead large results and staging copies, per (shape, dtype) and kind; reentrant: a
+        # result's holder gives its buffer back from __del__, which may run inside take()
+        self._spare = {}
+        self._spare_bytes = 0
+        self._spare_lock = threading.RLock()
 
     def sharding(self, device=None):
         device = device or self.default_device
@@ -103,6 +129,55 @@ class Backend:
         aval = aval or Aval(array.shape, array.dtype)
         return xc.batched_device_put(aval, self.sharding(device), [array], [device], enable_x64=True,
                                      host_buffer_semantics=_HOST_SEMANTICS)
+
+    # ----- reused memory (lowering.RECYCLE_MIN_BYTES) ---------------------------------------
+    def take(self, aval):
+        """A device buffer of type `aval` for a recycled result to be written into: a dead
+        earlier result's, or a new one (its memory is faulted in once, by a fill)."""
+        buffer = self._pop(("result", aval.shape, aval.dtype))
+        if buffer is not None and not buffer.is_deleted():
+            return buffer
+        program, _ = self.compile(_fill_text(aval))
+        zero = self.put(np.zeros((), aval.dtype))
+        handler = xc.array_result_handler(aval, self.sharding(), True, _skip_checks=True)
+        return program.exe.execute_sharded([zero]).consume_with_handlers([handler])[0]
+
+    def give(self, buffer, aval):
+        """Keep the buffer of a result no one sees any more, for `take` (within RECYCLE_*)."""
+        self._push(("result", aval.shape, aval.dtype), buffer, aval)
+
+    def staging(self, aval):
+        """A 64-byte aligned numpy array of type `aval` to copy a misaligned argument into, so
+        that XLA reads it in place (`unstage` it after the call): one reused, its pages already
+        faulted in, where PJRT would copy into fresh memory on every call."""
+        array = self._pop(("staging", aval.shape, aval.dtype))
+        return array if array is not None else _aligned_empty(aval.shape, aval.dtype)
+
+    def unstage(self, array, aval):
+        self._push(("staging", aval.shape, aval.dtype), array, aval)
+
+    def _pop(self, key):
+        with self._spare_lock:
+            kept = self._spare.get(key)
+            if not kept:
+                return None
+            thing, nbytes = kept.pop()
+            self._spare_bytes -= nbytes
+            return thing
+
+    def _push(self, key, thing, aval):
+        nbytes = aval.size * aval.dtype.itemsize
+        with self._spare_lock:
+            kept = self._spare.setdefault(key, [])
+            if len(kept) < RECYCLE_PER_TYPE and self._spare_bytes + nbytes <= RECYCLE_MAX_BYTES:
+                kept.append((thing, nbytes))
+                self._spare_bytes += nbytes
+
+    def release_spare(self):
+        """Free the kept dead results and staging copies (RECYCLE_MAX_BYTES of memory at most)."""
+        with self._spare_lock:
+            self._spare.clear()
+            self._spare_bytes = 0
 
     # ----- compilation ----------------------------------------------------------------------
     def compile(self, text, options=None, devices=None, expect_long=False, stats=None):
@@ -156,10 +231,11 @@ class Backend:
             self._recent.popitem(last=False)
 
     def release_recent(self):
-        """Stop holding every program kept only as one of the recent ones (to free memory;
-        programs a jitted function's cache holds stay)."""
+        """Stop holding every program kept only as one of the recent ones, and the spare
+        buffers (to free memory; programs a jitted function's cache holds stay)."""
         with self._programs_lock:
             self._recent.clear()
+        self.release_spare()
 
     def forget(self, programs):
         """Stop holding `programs` (a jitted function's cache was cleared: what only it used is
@@ -234,6 +310,14 @@ def _store(disk, disk_key, exe):
         log.warning("autograd_xla could not store the compiled program in %s: %s", disk.directory, e)
 
 
+def _fill_text(aval):
+    """A program returning an array of type `aval` filled with its one argument."""
+    scalar, whole = hlo.tensor_type((), aval.dtype), hlo.tensor_type(aval.shape, aval.dtype)
+    return (f"module @fill {{\n  func.func public @main(%z: {scalar}) -> {whole} {{\n"
+            f"    %b = stablehlo.broadcast_in_dim %z, dims = [] : ({scalar}) -> {whole}\n"
+            f"    return %b : {whole}\n  }}\n}}\n")
+
+
 def _module_name(text):
     found = re.match(r"\s*module @([\w.$-]+)", text)
     return found.group(1) if found else "a program"
@@ -262,30 +346,32 @@ class Executable:
     """One compiled signature, with everything the call path needs prepared up front."""
 
     __slots__ = ("backend", "program", "exe", "in_avals", "consts", "handlers", "out_avals", "_put_args",
-                 "_converters", "text", "stats", "_in_place", "sources")
+                 "_converters", "text", "stats", "_in_place", "sources", "recycled")
 
-    def __init__(self, backend, program, in_avals, out_avals, consts, text, stats=None, sources=None):
+    def __init__(self, backend, program, in_avals, out_avals, consts, text, stats=None, sources=None, recycled=()):
         self.backend, self.program, self.exe, self.text = backend, program, program.exe, text
         self.in_avals = [Aval(s, d) for s, d in in_avals]
         # what each parameter is made of: an argument index, or a list of them packed together
         self.sources = list(range(len(in_avals))) if sources is None else sources
         self.out_avals = [Aval(s, d) for s, d in out_avals]
         self.consts = [backend.put(c) for c in consts]
+        self.recycled = list(recycled)  # results written into buffers passed last (lowering.Lowered)
         sharding = backend.sharding()
         self.handlers = [xc.array_result_handler(a, sharding, True, _skip_checks=True) for a in self.out_avals]
         self._put_args = (sharding, [backend.default_device])
-        # arguments large enough to be worth reading in place (only on the synchronous CPU client)
-        self._in_place = [backend.platform == "cpu" and a.size * a.dtype.itemsize >= IN_PLACE_MIN_BYTES
-                          for a in self.in_avals]
-        self._converters = [_converter(a, backend.platform) for a in self.out_avals]
+        # arguments read in place when aligned (only on the synchronous CPU client), the largest
+        # copied into reused aligned memory when not (_placement)
+        self._in_place = [_placement(a, backend.platform) for a in self.in_avals]
+        self._converters = [_converter(a, backend.platform, backend if k in self.recycled else None)
+                            for k, a in enumerate(self.out_avals)]
         self.stats = stats if stats is not None else TransferStats()
 
     def __call__(self, leaves, keep_on_device=False):
         sharding, devices = self._put_args
         put = xc.batched_device_put
-        buffers = []
+        buffers, staged = [], []
         moved = 0
-        for aval, source, big in zip(self.in_avals, self.sources, self._in_place):
+        for aval, source, placement in zip(self.in_avals, self.sources, self._in_place):
             if type(source) is list:  # small arguments, sent as one buffer
                 x = np.concatenate([np.ravel(leaves[i]) for i in source], dtype=aval.dtype)
                 buffers.append(put(aval, sharding, [x], devices, enable_x64=True, host_buffer_semantics=_HOST_SEMANTICS))
@@ -299,8 +385,13 @@ class Executable:
             semantics = _HOST_SEMANTICS
             if t is not np.ndarray or x.dtype != aval.dtype:
                 x = np.asarray(x, dtype=aval.dtype)
-            elif big and x.flags.c_contiguous and not x.ctypes.data % 64:
+            elif placement and x.flags.c_contiguous and not x.ctypes.data % 64:
                 semantics = _IN_PLACE
+            elif placement == PUT_STAGED:
+                copy = self.backend.staging(aval)
+                np.copyto(copy, x)
+                staged.append((copy, aval))
+                x, semantics = copy, _IN_PLACE
             buffers.append(put(aval, sharding, [x], devices, enable_x64=True, host_buffer_semantics=semantics))
             moved += 1
         stats = self.stats
@@ -308,9 +399,14 @@ class Executable:
         if self.consts:
             buffers.extend(self.consts)
         try:
+            for k in self.recycled:
+                buffers.append(self.backend.take(self.out_avals[k]))
             outs = self.exe.execute_sharded(buffers).consume_with_handlers(self.handlers)
         except xc.XlaRuntimeError as e:
             raise _runtime_error(e) from None
+        finally:
+            for copy, aval in staged:  # read by now: the CPU client is synchronous
+                self.backend.unstage(copy, aval)
         if keep_on_device:
             return [DeviceArray(o, a, self.backend) for o, a in zip(outs, self.out_avals)]
         stats.device_to_host += len(outs)
@@ -471,11 +567,18 @@ def _aligned(array):
     its data to 16 bytes only)."""
     if array.flags.c_contiguous and not array.ctypes.data % 64:
         return array
-    raw = np.empty(array.nbytes + 64, np.uint8)
-    start = -raw.ctypes.data % 64
-    out = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+    out = _aligned_empty(array.shape, array.dtype)
     out[...] = array
     return out
+
+
+def _aligned_empty(shape, dtype):
+    """An uninitialised C-contiguous numpy array whose data is 64-byte aligned."""
+    dtype = np.dtype(dtype)
+    nbytes = math.prod(shape) * dtype.itemsize
+    raw = np.empty(nbytes + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
 def _semantics(shards, in_place):
@@ -601,9 +704,23 @@ def _runtime_error(e, processes=None):
     return RuntimeError(f"XLA failed executing a jitted function: {text}")
 
 
-def _converter(aval, platform="cpu"):
+PUT_COPY, PUT_IN_PLACE, PUT_STAGED = 0, 1, 2
+
+
+def _placement(aval, platform):
+    """How an argument of type `aval` is put: copied (PUT_COPY), read in place when it is
+    aligned (PUT_IN_PLACE), or else copied into a reused aligned array read in place (PUT_STAGED:
+    from lowering.RECYCLE_MIN_BYTES on, where PJRT's own copy would fault in fresh pages)."""
+    if platform != "cpu":
+        return PUT_COPY
+    nbytes = aval.size * aval.dtype.itemsize
+    return PUT_STAGED if nbytes >= RECYCLE_MIN_BYTES else PUT_IN_PLACE if nbytes >= IN_PLACE_MIN_BYTES else PUT_COPY
+
+
+def _converter(aval, platform="cpu", recycle_into=None):
     """Device buffer -> numpy array (0-d results become numpy scalars). On CPU the array views
-    the result buffer in place (and keeps it alive); other platforms copy to the host."""
+    the result buffer in place (and keeps it alive); other platforms copy to the host.
+    `recycle_into`: a Backend the buffer goes back to once the array is gone (_Recycling)."""
     shape, dtype = aval.shape, aval.dtype
     scalar = shape == ()
     if aval.size == 0:
@@ -616,7 +733,11 @@ def _converter(aval, platform="cpu"):
     descr = dtype.str
 
     def view(buf):
-        holder = _ArrayInterface()
+        if recycle_into is None:
+            holder = _ArrayInterface()
+        else:
+            holder = _Recycling()
+            holder.backend, holder.aval = recycle_into, aval
         holder.buffer = buf
         holder.__array_interface__ = {"shape": shape, "typestr": descr, "data": (buf.unsafe_buffer_pointer(), False),
                                       "version": 3}

@@ -4,6 +4,7 @@ The interpreter: each equation's primitive is looked up in the registry and its
 translation rule emits the equation into a `context.LoweringContext` (the rules, and the
 numpy semantics they share, live below this module: rules/ and context.py).
 """
+import math
 
 from . import hlo, registry
 from .context import LoweringContext, ModuleState
@@ -83,17 +84,26 @@ def prune(graph):
 #: slices apart, so a parameter list of biases and small weights (typical autograd code)
 #: costs one host-to-device transfer (~6 µs each) instead of one per array.
 PACK_MAX_BYTES = 1 << 12
+#: On CPU, a result this large is written into a buffer the caller passes in (a parameter
+#: aliased to it, `recycled`), a dead earlier result of the same type (backend.Backend.take):
+#: glibc serves allocations above 32 MiB, its largest mmap threshold, with fresh pages, which
+#: XLA then faults in one by one as it writes (10000x10000 float32: 97,657 minor faults, half
+#: of a 90 ms call; numpy's own arrays avoid most of them by advising huge pages).
+RECYCLE_MIN_BYTES = 32 << 20
 
 
 class Lowered:
     """A module's text plus what executing it needs besides the user's arguments.
 
     `in_avals` are the module's parameters; `sources[k]` says what parameter k is made of:
-    an argument index, or a list of them packed end to end (see PACK_MAX_BYTES)."""
+    an argument index, or a list of them packed end to end (see PACK_MAX_BYTES).
+    `recycled` lists the results written into buffers passed as the last parameters, one each
+    (after those holding `consts`; see RECYCLE_MIN_BYTES)."""
 
-    def __init__(self, text, consts, in_avals, out_avals, sources=None):
+    def __init__(self, text, consts, in_avals, out_avals, sources=None, recycled=()):
         self.text, self.consts, self.in_avals, self.out_avals = text, consts, in_avals, out_avals
         self.sources = list(range(len(in_avals))) if sources is None else sources
+        self.recycled = list(recycled)
 
 
 def _packs(avals, platform, pack):
@@ -109,14 +119,16 @@ def _packs(avals, platform, pack):
     return [(dtype, members) for dtype, members in groups.items() if len(members) > 1]
 
 
-def lower(graph, name="jit_fn", platform="cpu", x64=True, pack=True, donate=(), locations=True):
+def lower(graph, name="jit_fn", platform="cpu", x64=True, pack=True, donate=(), locations=True, recycle=False):
     """Emit `graph` as a module. With x64=False every 64-bit value is computed in 32 bits;
     `Lowered.in_avals` / `out_avals` then give the dtypes the executable really takes and
     returns. `pack` allows sending small arguments together (PACK_MAX_BYTES). `donate`: indices
     of graph inputs whose buffers XLA may reuse for outputs (`jax.buffer_donor`, which XLA's
     StableHLO import turns into input-output aliasing); packed ones are not marked.
     `locations`: each op carries its equation's primitive and user's line, which XLA keeps as
-    the op's metadata (op_name, source_file, source_line) and names in its own error messages."""
+    the op's metadata (op_name, source_file, source_line) and names in its own error messages.
+    `recycle`: large results on the CPU are written into buffers passed in (RECYCLE_MIN_BYTES);
+    not with `donate`, whose donors XLA may alias to the same results."""
     with hlo.narrow_64_bit(not x64):
         module = ModuleState(platform, hlo.Locations() if locations else None)
         ctx = LoweringContext(module)
@@ -141,19 +153,28 @@ def lower(graph, name="jit_fn", platform="cpu", x64=True, pack=True, donate=(), 
                 start += a.size
         outs = lower_subgraph(ctx, graph, inputs, [])
         donors = {k: "{jax.buffer_donor = true}" for k, s in enumerate(sources) if type(s) is int and s in donate}
-        return _assemble(name, ctx, params, outs, sources, arg_attrs=donors)
+        recycle = recycle and platform == "cpu" and not donate
+        return _assemble(name, ctx, params, outs, sources, recycle, arg_attrs=donors)
 
 
-def _assemble(name, ctx, params, outs, sources=None, **module_options):
+def _assemble(name, ctx, params, outs, sources=None, recycle=False, arg_attrs=None, **module_options):
     """The Lowered module of a finished main function: its parameters, then the constants
-    lifted into parameters, in the dtypes the executable really has (x64 off narrows them)."""
+    lifted into parameters, then (`recycle`) one buffer per large result, aliased to it; all
+    in the dtypes the executable really has (x64 off narrows them)."""
     lifted = list(ctx.module.lifted.values())
-    text = hlo.module_text(_identifier(name), params + [v for _, v in lifted], ctx.lines, outs,
-                           locations=ctx.module.locations, **module_options)
+    entry = params + [v for _, v in lifted]
+    attrs = dict(arg_attrs or {})
+    recycled = [k for k, o in enumerate(outs)
+                if recycle and math.prod(o.shape) * hlo.canonical_dtype(o.dtype).itemsize >= RECYCLE_MIN_BYTES]
+    for k in recycled:
+        attrs[len(entry)] = f"{{tf.aliasing_output = {k} : i32}}"
+        entry.append(hlo.Value(f"%out{k}", outs[k].shape, outs[k].dtype))
+    text = hlo.module_text(_identifier(name), entry, ctx.lines, outs, locations=ctx.module.locations,
+                           arg_attrs=attrs, **module_options)
     consts = [a.astype(hlo.canonical_dtype(a.dtype), copy=False) for a, _ in lifted]
     in_avals = [(p.shape, hlo.canonical_dtype(p.dtype)) for p in params]
     out_avals = [(o.shape, hlo.canonical_dtype(o.dtype)) for o in outs]
-    return Lowered(text, consts, in_avals, out_avals, sources)
+    return Lowered(text, consts, in_avals, out_avals, sources, recycled)
 
 
 def _identifier(name):

@@ -5,7 +5,7 @@ import pytest
 
 import autograd.numpy as np
 from autograd import grad, value_and_grad
-from autograd_xla import ArgumentError, jit_ps
+from autograd_xla import ArgumentError, backend, jit_ps, lowering
 from helpers import assert_close
 
 rs = onp.random.RandomState(0)
@@ -250,6 +250,90 @@ def test_large_inputs_at_any_alignment(offset):
         assert_close(f(X, w), expected)
     X[0, 0] += 1.0                   # the caller may modify arguments between calls
     assert_close(f(X, w), onp.tanh(X @ w) + X.sum(0)[:3].sum())
+
+
+# ----- large results and arguments reuse their memory (lowering.RECYCLE_MIN_BYTES) -------------
+BIG = (2048, 2048)  # float64: 32 MiB, the smallest recycled size
+
+
+def poly(x):
+    return x + x * x + x * x * x
+
+
+def test_large_results_reuse_dead_results_buffers():
+    """A result as large as RECYCLE_MIN_BYTES is written into a dead earlier result's memory;
+    results still alive, and views of dead ones, are never written again."""
+    assert onp.prod(BIG) * 8 >= lowering.RECYCLE_MIN_BYTES
+    f = jit_ps(poly)
+    x = rs.rand(*BIG)
+    assert "tf.aliasing_output = 0" in f.stablehlo(x)
+    first = f(x)
+    address = first.ctypes.data
+    del first
+    second = f(x + 1.0)
+    assert second.ctypes.data == address               # the dead result's buffer, reused
+    assert_close(second, poly(x + 1.0))
+    view = second[5:, :7]                               # a view keeps the whole buffer from reuse
+    del second
+    kept = [f(x + k) for k in range(3)]                 # every result alive: fresh memory each
+    assert len({k.ctypes.data for k in kept} | {view.base.ctypes.data if view.base is not None else 0}) == 4
+    for k, y in enumerate(kept):
+        assert_close(y, poly(x + k))
+    assert_close(view, poly(x + 1.0)[5:, :7])
+
+
+def test_device_arrays_are_not_recycled():
+    """A DeviceArray's buffer seen through numpy (np.asarray) is never given away when the
+    numpy view dies: only results an executable handed to numpy as they are can be."""
+    on_device = jit_ps(poly, keep_on_device=True)
+    f = jit_ps(poly)
+    x = rs.rand(*BIG)
+    d = on_device(x)
+    assert "tf.aliasing_output" not in on_device.stablehlo(x)
+    view = onp.asarray(d)
+    del view
+    for k in range(3):
+        f(x + k)
+    assert_close(onp.asarray(d), poly(x))
+
+
+def test_misaligned_large_arguments_are_staged_and_stay_current():
+    """A misaligned argument of RECYCLE_MIN_BYTES is copied into reused aligned memory: the
+    answer follows the caller's changes to it between calls, and in a gradient as well."""
+    X = aligned_big(offset=16)
+    f = jit_ps(lambda X: np.sum(np.tanh(X), axis=0))
+    g = jit_ps(grad(lambda X: np.sum(np.sin(X) * X)))
+    for k in range(3):
+        X[k, :] += 1.0
+        assert_close(f(X), onp.sum(onp.tanh(X), axis=0))
+        assert_close(g(X), onp.cos(X) * X + onp.sin(X))
+    assert_close(f(X.T), onp.sum(onp.tanh(X.T), axis=0))   # not contiguous: staged too
+
+
+def aligned_big(dtype=onp.float64, offset=0):
+    """A BIG array whose data starts `offset` bytes past a 64-byte boundary."""
+    n, itemsize = int(onp.prod(BIG)), onp.dtype(dtype).itemsize
+    raw = onp.empty(n * itemsize + 128, onp.uint8)
+    start = -raw.ctypes.data % 64 + offset
+    out = raw[start:start + n * itemsize].view(dtype).reshape(BIG)
+    out[:] = rs.rand(*BIG)
+    return out
+
+
+def test_spare_memory_is_bounded_and_released(monkeypatch):
+    cpu = backend.get_backend("cpu")
+    cpu.release_spare()
+    unit = int(onp.prod(BIG)) * 8
+    monkeypatch.setattr(backend, "RECYCLE_MAX_BYTES", 3 * unit)
+    x, x32 = aligned_big(), aligned_big(onp.float32)
+    results = [jit_ps(poly)(x) for _ in range(4)]
+    del results                                 # four dead results: two kept (RECYCLE_PER_TYPE)
+    assert [len(v) for v in cpu._spare.values()] == [2] and cpu._spare_bytes == 2 * unit
+    results = [jit_ps(lambda x: x * 2.0)(onp.concatenate([x32, x32])) for _ in range(3)]
+    del results                                 # three more of another type: one kept (the byte bound)
+    assert sorted(len(v) for v in cpu._spare.values() if v) == [1, 2] and cpu._spare_bytes == 3 * unit
+    cpu.release_spare()
+    assert cpu._spare_bytes == 0 and not cpu._spare
 
 
 # ----- what cannot be traced, and the legacy patterns that still work ---------------------------

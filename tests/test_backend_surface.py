@@ -1,6 +1,7 @@
 """What the runtime shows users: cost_analysis's keys, DeviceArray's immutability, and the
 log lines around a compile expected to be long (backend.py)."""
 import logging
+import warnings
 
 import autograd.numpy as np
 import numpy as onp
@@ -62,6 +63,17 @@ def test_a_compile_expected_to_be_long_is_logged_before_and_after(monkeypatch, c
         jit_ps(lambda x: np.sin(x))(onp.ones(3))   # small: nothing logged
         f(onp.ones(3))                             # cached: no compile, nothing logged
     assert not caplog.records
+
+
+def test_a_program_large_in_stablehlo_alone_warns(monkeypatch):
+    """A few primitive calls whose rules emit much (loops inlined by special functions) warn
+    by the size of their StableHLO, once lowered."""
+    monkeypatch.setattr(api, "LARGE_PROGRAM_WARN_BYTES", 5000)
+    with pytest.warns(UserWarning, match=r"traced to a program of 60 primitive calls and [\d.]+ MiB of StableHLO"):
+        jit_ps(_unrolled)(onp.ones(3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        jit_ps(_cos3)(onp.ones(3))                 # small in both: silent
 
 
 def _cos3(x):
