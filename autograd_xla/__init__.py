@@ -38,7 +38,7 @@ The modules stand on floors; each imports only its own floor and those below
 """
 from . import distributed
 from .api import JittedFunction, eval_shape, jit_ps
-from .backend import DeviceArray, ShardedArray, default_platform, devices, set_cpu_device_count, set_default_platform
+from .backend import DeviceArray, default_platform, devices, set_cpu_device_count, set_default_platform
 from .collectives import all_gather, axis_index, axis_size, pmax, pmean, pmin, ppermute, psum
 from .control_flow import cond, fori_loop, scan, switch, while_loop
 from .core import Graph
@@ -48,6 +48,7 @@ from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackW
 from .parallel import iterated_map_reduce, pmap
 from .persistent_cache import set_cache_dir
 from .registry import register_batching_rule, register_trace_rule, register_translation_rule
+from .replicated import ShardedArray
 from .transforms import hessian, jacfwd, jacrev, vmap
 
 __version__ = "0.1.0"

@@ -555,7 +555,8 @@ class JittedFunction:
             x64 = self._x64(backend)
             raise aot.explain_compile_error(self, e, entry.graph, lowered, backend, x64) from None
         entry.executable = backend_mod.Executable(backend, exe, lowered.in_avals, lowered.out_avals, lowered.consts,
-                                                  lowered.text, self.stats, lowered.sources, lowered.recycled)
+                                                  lowered.text, self.stats, lowered.sources, lowered.recycled,
+                                                  lowered.views)
         entry.stage = COMPILED
         seconds = time.perf_counter() - t0
         self.stats.compiles += compiled

@@ -1,6 +1,7 @@
 """The XLA backend: jaxlib clients, devices, compilation, transfers and execution.
 
-This is the only module that touches jaxlib's runtime. It uses the fast path measured
+With replicated.py (programs over several devices) the only module that touches jaxlib's
+runtime. It uses the fast path measured
 in shared/notes/jaxlib-runtime.md: `batched_device_put` in, `execute_sharded` +
 `consume_with_handlers`, and numpy arrays out that are views of the result buffers
 (no copy, writable, kept alive by the array). It never imports jax; the private jaxlib
@@ -10,7 +11,6 @@ Clients are created on demand per platform, so an accelerator client can sit bes
 the CPU one without the tracer or lowering knowing.
 """
 import collections
-import contextlib
 import functools
 import hashlib
 import importlib
@@ -19,7 +19,6 @@ import logging
 import math
 import os
 import re
-import sys
 import threading
 import time
 import warnings
@@ -32,14 +31,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # jaxlib's INFO lines; must 
 from jaxlib import xla_client as xc  # noqa: E402
 
 from . import hlo, persistent_cache  # noqa: E402
-from .lowering import RECYCLE_MIN_BYTES, shard_shape  # noqa: E402
+from .lowering import LARGE_ARRAY_BYTES  # noqa: E402
 from .core import Aval  # noqa: E402
 from .errors import CompileError, PlatformUnavailableError, ProcessLostError  # noqa: E402
 
 JAXLIB_API_VERSION = 467  # xla_client._version of the jaxlib we are pinned to
 
-_HOST_SEMANTICS = xc.HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL
-_IN_PLACE = xc.HostBufferSemantics.ZERO_COPY
+COPY_SEMANTICS = xc.HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL
+READ_IN_PLACE = xc.HostBufferSemantics.ZERO_COPY
 #: Large, 64-byte aligned, C-contiguous arguments of a synchronous CPU execution are read in
 #: place instead of copied (4 MB: ~15 µs instead of ~450 µs): the executable runs to
 #: completion before the call returns and never returns a parameter's buffer (XLA copies
@@ -49,7 +48,7 @@ _IN_PLACE = xc.HostBufferSemantics.ZERO_COPY
 IN_PLACE_MIN_BYTES = 1 << 16
 #: Compiled programs a backend keeps alive after the last jitted function using them is gone.
 RECENT_PROGRAMS = 64
-#: Bytes of dead results and of staging copies a backend keeps for reuse (lowering.RECYCLE_MIN_BYTES):
+#: Bytes of dead results and of staging copies a backend keeps for reuse (lowering.LARGE_ARRAY_BYTES):
 #: a loop `y = f(x)` needs one buffer per large result (the previous y dies as the new one is
 #: bound), so two per type are kept, within this bound over all types.
 RECYCLE_MAX_BYTES = 1 << 30
@@ -128,9 +127,9 @@ class Backend:
         device = device or self.default_device
         aval = aval or Aval(array.shape, array.dtype)
         return xc.batched_device_put(aval, self.sharding(device), [array], [device], enable_x64=True,
-                                     host_buffer_semantics=_HOST_SEMANTICS)
+                                     host_buffer_semantics=COPY_SEMANTICS)
 
-    # ----- reused memory (lowering.RECYCLE_MIN_BYTES) ---------------------------------------
+    # ----- reused memory (lowering.LARGE_ARRAY_BYTES) ---------------------------------------
     def take(self, aval):
         """A device buffer of type `aval` for a recycled result to be written into: a dead
         earlier result's, or a new one (its memory is faulted in once, by a fill)."""
@@ -346,52 +345,56 @@ class Executable:
     """One compiled signature, with everything the call path needs prepared up front."""
 
     __slots__ = ("backend", "program", "exe", "in_avals", "consts", "handlers", "out_avals", "_put_args",
-                 "_converters", "text", "stats", "_in_place", "sources", "recycled")
+                 "_converters", "text", "stats", "_placements", "sources", "recycled", "views")
 
-    def __init__(self, backend, program, in_avals, out_avals, consts, text, stats=None, sources=None, recycled=()):
+    def __init__(self, backend, program, in_avals, out_avals, consts, text, stats=None, sources=None, recycled=(),
+                 views=()):
         self.backend, self.program, self.exe, self.text = backend, program, program.exe, text
         self.in_avals = [Aval(s, d) for s, d in in_avals]
         # what each parameter is made of: an argument index, or a list of them packed together
         self.sources = list(range(len(in_avals))) if sources is None else sources
         self.out_avals = [Aval(s, d) for s, d in out_avals]
         self.consts = [backend.put(c) for c in consts]
-        self.recycled = list(recycled)  # results written into buffers passed last (lowering.Lowered)
+        # parameters that are views, results written into buffers passed in (lowering.Lowered)
+        self.recycled, self.views = list(recycled), list(views)
         sharding = backend.sharding()
         self.handlers = [xc.array_result_handler(a, sharding, True, _skip_checks=True) for a in self.out_avals]
         self._put_args = (sharding, [backend.default_device])
-        # arguments read in place when aligned (only on the synchronous CPU client), the largest
-        # copied into reused aligned memory when not (_placement)
-        self._in_place = [_placement(a, backend.platform) for a in self.in_avals]
-        self._converters = [_converter(a, backend.platform, backend if k in self.recycled else None)
+        self._placements = [PUT_VIEW if k in self.views else _placement(a, backend.platform)
+                            for k, a in enumerate(self.in_avals)]
+        self._converters = [converter(a, backend.platform, backend if k in self.recycled else None)
                             for k, a in enumerate(self.out_avals)]
         self.stats = stats if stats is not None else TransferStats()
 
     def __call__(self, leaves, keep_on_device=False):
         sharding, devices = self._put_args
         put = xc.batched_device_put
-        buffers, staged = [], []
+        buffers, staged, offsets = [], [], []
         moved = 0
-        for aval, source, placement in zip(self.in_avals, self.sources, self._in_place):
+        for aval, source, placement in zip(self.in_avals, self.sources, self._placements):
             if type(source) is list:  # small arguments, sent as one buffer
                 x = np.concatenate([np.ravel(leaves[i]) for i in source], dtype=aval.dtype)
-                buffers.append(put(aval, sharding, [x], devices, enable_x64=True, host_buffer_semantics=_HOST_SEMANTICS))
+                buffers.append(put(aval, sharding, [x], devices, enable_x64=True, host_buffer_semantics=COPY_SEMANTICS))
                 moved += len(source)
                 continue
             x = leaves[source]
             t = type(x)
-            if t is DeviceArray and x.backend is self.backend and x.dtype == aval.dtype:
+            if t is DeviceArray and x.backend is self.backend and x.dtype == aval.dtype and placement != PUT_VIEW:
                 buffers.append(x.buffer)
                 continue
-            semantics = _HOST_SEMANTICS
+            semantics = COPY_SEMANTICS
             if t is not np.ndarray or x.dtype != aval.dtype:
                 x = np.asarray(x, dtype=aval.dtype)
+            if placement == PUT_VIEW:
+                view, offset = _view(x, aval)
+                if view is None:  # it cannot be read where it is: copied, to offset 0
+                    view, offset = self._stage(x, aval, staged), 0
+                x, semantics = view, READ_IN_PLACE
+                offsets.append(offset)
             elif placement and x.flags.c_contiguous and not x.ctypes.data % 64:
-                semantics = _IN_PLACE
+                semantics = READ_IN_PLACE
             elif placement == PUT_STAGED:
-                copy = self.backend.staging(aval)
-                np.copyto(copy, x)
-                staged.append((copy, aval))
-                x, semantics = copy, _IN_PLACE
+                x, semantics = self._stage(x, aval, staged), READ_IN_PLACE
             buffers.append(put(aval, sharding, [x], devices, enable_x64=True, host_buffer_semantics=semantics))
             moved += 1
         stats = self.stats
@@ -399,11 +402,13 @@ class Executable:
         if self.consts:
             buffers.extend(self.consts)
         try:
+            if offsets:
+                buffers.append(self.backend.put(np.array(offsets, np.int32)))
             for k in self.recycled:
                 buffers.append(self.backend.take(self.out_avals[k]))
             outs = self.exe.execute_sharded(buffers).consume_with_handlers(self.handlers)
         except xc.XlaRuntimeError as e:
-            raise _runtime_error(e) from None
+            raise runtime_error(e) from None
         finally:
             for copy, aval in staged:  # read by now: the CPU client is synchronous
                 self.backend.unstage(copy, aval)
@@ -411,6 +416,13 @@ class Executable:
             return [DeviceArray(o, a, self.backend) for o, a in zip(outs, self.out_avals)]
         stats.device_to_host += len(outs)
         return [convert(o) for convert, o in zip(self._converters, outs)]
+
+    def _stage(self, x, aval, staged):
+        """`x` copied into reused aligned memory of type `aval` (a view's is `x` and its pad)."""
+        copy = self.backend.staging(aval)
+        np.copyto(copy[:x.size].reshape(np.shape(x)), x)
+        staged.append((copy, aval))
+        return copy
 
     def memory_analysis(self):
         """Bytes of XLA's buffer assignment for this executable (arguments, outputs, temporaries,
@@ -436,133 +448,7 @@ class Executable:
         return out
 
 
-def replica_options(devices):
-    """Compile options of a program run once per device of `devices` (replica mode)."""
-    options = xc.CompileOptions()
-    options.num_replicas, options.num_partitions = len(devices), 1
-    ids = np.array([d.id for d in devices], dtype=np.int32).reshape(len(devices), 1)
-    options.device_assignment = xc.DeviceAssignment.create(ids)
-    return options
-
-
-#: Multi-device executions a caller may leave running before one is waited for: PJRT's CPU
-#: client deadlocks beyond ~32 outstanding executions with collectives (it aborts the process
-#: after 40 s; shared/notes/parallel-and-cache.md, pitfall 1).
-MAX_IN_FLIGHT = 16
-
-
-class ReplicatedExecutable:
-    """A program run once per device of `devices`, each with its own entry of the mapped
-    arguments (which callers pass and get back stacked: a leading axis of one entry per
-    device) and a whole copy of the broadcast ones. `in_avals` / `out_avals` are one device's
-    values; in the program each keeps its shape (lowering.shard_shape) and the devices'
-    shards lie end to end along axis 0 of the array over all of them (`end_to_end`).
-
-    With several processes (distributed.initialize) `devices` are global and a process holds
-    only its own: it passes the shards of its local devices (the leading axis is their count)
-    and gets back theirs. XLA assembles a global array from a process's local shards alone
-    (shared/notes/parallel-and-cache.md (c)), so both cases are the same code over
-    `local_devices`, which in one process are all of `devices`."""
-
-    def __init__(self, backend, program, devices, in_avals, mapped, out_avals, consts):
-        self.backend, self.program, self.exe = backend, program, program.exe
-        self.devices = list(devices)
-        n = len(self.devices)
-        self.device_list = xc.DeviceList(tuple(self.devices))
-        self.in_avals = [Aval(s, d) for s, d in in_avals]  # of one device's value
-        self.mapped = list(mapped)
-        self.out_avals = [Aval((n,) + tuple(s), d) for s, d in out_avals]  # stacked over all devices
-        local = [d for d in self.devices if d.process_index == backend.process_index]
-        # (this process, how many) when the program reaches other processes' devices, else None
-        self.processes = None
-        self.local_devices, self.local_avals = self.devices, self.out_avals
-        if len(local) < n:
-            self.processes = (backend.process_index, len({d.process_index for d in self.devices}))
-            self.local_devices = local
-            self.local_avals = [Aval((len(local),) + a.shape[1:], a.dtype) for a in self.out_avals]
-        self._shardings = {}
-        self.handlers = [xc.array_result_handler(self.end_to_end(a), self.tiled(max(a.ndim - 1, 1)), True,
-                                                 _skip_checks=True) for a in self.out_avals]
-        self.consts = [self.put_replicated(c) for c in consts]
-        self._converters = [_converter(Aval(shard_shape(a.shape[1:]), a.dtype)) for a in self.local_avals]
-        self._in_flight = 0
-
-    def tiled(self, ndim):
-        key = ("tiled", ndim)
-        s = self._shardings.get(key)
-        if s is None:
-            tile = xc.HloSharding.iota_tile((len(self.devices),) + (1,) * (ndim - 1))
-            s = self._shardings[key] = xc.GSPMDSharding(self.device_list, tile)
-        return s
-
-    def replicated(self):
-        s = self._shardings.get("replicated")
-        if s is None:
-            s = self._shardings["replicated"] = xc.GSPMDSharding(self.device_list, xc.HloSharding.replicate())
-        return s
-
-    def put_replicated(self, array, in_place=False):
-        array = np.asarray(array)
-        if in_place and len(self.local_devices) > 1 and array.nbytes >= IN_PLACE_MIN_BYTES:
-            # every device reads one aligned host copy in place, instead of each getting a copy
-            array = _aligned(array)
-        # one distinct object per device: the same one twice makes the put raise (pitfall 4)
-        copies = [array.view() for _ in self.local_devices]
-        return xc.batched_device_put(Aval(array.shape, array.dtype), self.replicated(), copies, self.local_devices,
-                                     enable_x64=True, host_buffer_semantics=_semantics(copies, in_place))
-
-    def end_to_end(self, stacked):
-        """The aval of the array over all devices holding, end to end along axis 0, the shards
-        of `stacked` (one entry per device along its leading axis)."""
-        shard = shard_shape(stacked.shape[1:])
-        return Aval((len(self.devices) * shard[0],) + shard[1:], stacked.dtype)
-
-    def put_sharded(self, stacked, aval, in_place=False):
-        """`stacked` (leading axis: one entry per local device; `aval`: one entry's) as one array
-        over the devices."""
-        stacked = np.ascontiguousarray(stacked, dtype=aval.dtype)
-        shard = shard_shape(aval.shape)
-        shards = [stacked[i].reshape(shard) for i in range(len(self.local_devices))]
-        whole = self.end_to_end(Aval((len(self.devices),) + aval.shape, aval.dtype))
-        return xc.batched_device_put(whole, self.tiled(len(shard)), shards, self.local_devices, enable_x64=True,
-                                     host_buffer_semantics=_semantics(shards, in_place))
-
-    def __call__(self, leaves, keep_on_device=False, first_only=()):
-        """`leaves`: per parameter, the stacked shards (mapped) or the whole value (broadcast),
-        as numpy arrays or ShardedArrays of this executable's devices. `first_only`: indices
-        of results equal on every device, of which the first device's is enough (it comes
-        back as a view of that device's buffer, leading axis 1, no copy)."""
-        buffers = []
-        # results are waited for before returning to numpy, so large aligned inputs may be read
-        # in place meanwhile (their pages are not copied and faulted in anew on every call)
-        in_place = not keep_on_device
-        for x, aval, mapped in zip(leaves, self.in_avals, self.mapped):
-            if type(x) is ShardedArray:
-                x = x.buffer_for(self, aval, mapped)
-            elif mapped:
-                x = self.put_sharded(x, aval, in_place)
-            else:
-                x = self.put_replicated(np.asarray(x, dtype=aval.dtype), in_place)
-            buffers.append(x)
-        buffers.extend(self.consts)
-        try:
-            outs = self.exe.execute_sharded(buffers).consume_with_handlers(self.handlers)
-            if keep_on_device:
-                self._in_flight += 1
-                if self._in_flight >= MAX_IN_FLIGHT and outs:
-                    outs[0].block_until_ready()
-                    self._in_flight = 0
-                return [ShardedArray(o, a, self) for o, a in zip(outs, self.local_avals)]
-            # a collective's failure (a peer process gone) surfaces here, while waiting for the results
-            for o in outs:
-                o.block_until_ready()
-            return [gather(o, a, convert, k in first_only)
-                    for k, (o, a, convert) in enumerate(zip(outs, self.local_avals, self._converters))]
-        except xc.XlaRuntimeError as e:
-            raise _runtime_error(e, self.processes) from None
-
-
-def _aligned(array):
+def aligned(array):
     """`array` if it is C-contiguous and 64-byte aligned, else such a copy of it (numpy aligns
     its data to 16 bytes only)."""
     if array.flags.c_contiguous and not array.ctypes.data % 64:
@@ -581,48 +467,7 @@ def _aligned_empty(shape, dtype):
     return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
-def _semantics(shards, in_place):
-    """Read the shards in place when allowed and each is large, C-contiguous and 64-byte
-    aligned (the rule of Executable's in-place arguments); else copy them during the put."""
-    if in_place and all(x.nbytes >= IN_PLACE_MIN_BYTES and x.flags.c_contiguous and not x.ctypes.data % 64
-                        for x in shards):
-        return _IN_PLACE
-    return _HOST_SEMANTICS
-
-
-def gather(array, aval, convert=None, first_only=False):
-    """A multi-device array as the numpy array `aval` (a leading axis of one entry per local
-    device; `first_only`: the first device's entry alone, a view of its buffer). Each device
-    runs on a thread of its own, so execute_sharded returns before the results exist: wait
-    for them (reading a buffer's pointer does not)."""
-    array.block_until_ready()
-    convert = convert or _converter(Aval(shard_shape(aval.shape[1:]), aval.dtype))
-    with _jax_unimportable():
-        shards = array._arrays
-    if first_only:
-        return convert(shards[0]).reshape((1,) + tuple(aval.shape[1:]))
-    return np.concatenate([convert(shard) for shard in shards], axis=0).reshape(aval.shape)
-
-
-@contextlib.contextmanager
-def _jax_unimportable():
-    """jaxlib looks for jax's sharding classes when it makes per-device arrays (`_arrays`):
-    it imports jax where jax is installed (0.5 s, and jax in a process that never asked for
-    it), or fails to find it once per shard (25 µs each, measured). For that moment jax is
-    marked absent (a None entry in sys.modules fails an import at once) and jaxlib uses its
-    own classes, as it does without jax."""
-    if "jax" in sys.modules:
-        yield
-        return
-    sys.modules["jax"] = None
-    try:
-        yield
-    finally:
-        if "jax" in sys.modules and sys.modules["jax"] is None:
-            del sys.modules["jax"]
-
-
-class _OnDevice:
+class OnDevice:
     """What DeviceArray and ShardedArray share: an abstract value, read from the host."""
 
     __slots__ = ()
@@ -642,39 +487,6 @@ class _OnDevice:
         return np.asarray(self)[idx]
 
 
-class ShardedArray(_OnDevice):
-    """A result of a pmapped function kept on its devices (keep_on_device=True): one shard
-    per device along the leading axis. Passed back into a pmapped function of the same
-    devices it costs no transfer; `np.asarray` gathers it to the host."""
-
-    __slots__ = ("array", "aval", "executable")
-
-    def __init__(self, array, aval, executable):
-        self.array, self.aval, self.executable = array, aval, executable
-
-    def buffer_for(self, executable, aval, mapped):
-        """This array as an argument of `executable`: itself when it has the layout wanted (its
-        sharding is checked here: a mismatched one crashes the process, pitfall b), else a
-        new transfer from the host."""
-        same = (mapped and executable.devices == self.executable.devices
-                and self.aval.shape[1:] == aval.shape and self.aval.dtype == aval.dtype)
-        if same:
-            return self.array
-        host = np.asarray(self)
-        return executable.put_sharded(host, aval) if mapped else executable.put_replicated(host)
-
-    def block_until_ready(self):
-        self.array.block_until_ready()
-        return self
-
-    def __array__(self, dtype=None, copy=None):
-        out = gather(self.array, self.aval)
-        return out if dtype is None else out.astype(dtype)
-
-    def __repr__(self):
-        return f"ShardedArray({np.asarray(self)!r}, devices={len(self.executable.devices)})"
-
-
 class TransferStats:
     __slots__ = ("host_to_device", "device_to_host")
 
@@ -688,7 +500,7 @@ class TransferStats:
 _PEER_LOST = ("Gloo", "Connection closed", "Connection reset", "Broken pipe", "UNAVAILABLE", "heartbeat")
 
 
-def _runtime_error(e, processes=None):
+def runtime_error(e, processes=None):
     """The Python exception for XLA's runtime error `e`; `processes`: (this process's index,
     their count) when the program spans several processes."""
     text = str(e)
@@ -704,20 +516,42 @@ def _runtime_error(e, processes=None):
     return RuntimeError(f"XLA failed executing a jitted function: {text}")
 
 
-PUT_COPY, PUT_IN_PLACE, PUT_STAGED = 0, 1, 2
+PUT_COPY, PUT_IN_PLACE, PUT_STAGED, PUT_VIEW = 0, 1, 2, 3
+#: Bytes of the pages whose mapping a view's reads beyond its array's end must stay within.
+PAGE_BYTES = 4096
+
+
+def _view(x, aval):
+    """(`x`'s data seen from the 64-byte boundary at or below it as a flat array of type `aval`,
+    x's offset from there in elements), or (None, 0) when it cannot be: `x` not C-contiguous,
+    its offset not a whole number of elements, or the elements of `aval` beyond x's end
+    reaching into the next page (which may not be mapped). The bytes around x that XLA then
+    reads are never used (the program slices x out) and never written."""
+    itemsize = x.dtype.itemsize
+    address = x.ctypes.data
+    skip = address % 64
+    start = address - skip
+    end = start + aval.size * itemsize
+    if (not x.flags.c_contiguous or skip % itemsize
+            or (end - 1) // PAGE_BYTES != (address + x.nbytes - 1) // PAGE_BYTES and end > address + x.nbytes):
+        return None, 0
+    holder = _ArrayInterface()
+    holder.buffer = x  # keeps x's memory alive while the view is used
+    holder.__array_interface__ = {"shape": (aval.size,), "typestr": x.dtype.str, "data": (start, True), "version": 3}
+    return np.asarray(holder), skip // itemsize
 
 
 def _placement(aval, platform):
     """How an argument of type `aval` is put: copied (PUT_COPY), read in place when it is
     aligned (PUT_IN_PLACE), or else copied into a reused aligned array read in place (PUT_STAGED:
-    from lowering.RECYCLE_MIN_BYTES on, where PJRT's own copy would fault in fresh pages)."""
+    from lowering.LARGE_ARRAY_BYTES on, where PJRT's own copy would fault in fresh pages)."""
     if platform != "cpu":
         return PUT_COPY
     nbytes = aval.size * aval.dtype.itemsize
-    return PUT_STAGED if nbytes >= RECYCLE_MIN_BYTES else PUT_IN_PLACE if nbytes >= IN_PLACE_MIN_BYTES else PUT_COPY
+    return PUT_STAGED if nbytes >= LARGE_ARRAY_BYTES else PUT_IN_PLACE if nbytes >= IN_PLACE_MIN_BYTES else PUT_COPY
 
 
-def _converter(aval, platform="cpu", recycle_into=None):
+def converter(aval, platform="cpu", recycle_into=None):
     """Device buffer -> numpy array (0-d results become numpy scalars). On CPU the array views
     the result buffer in place (and keeps it alive); other platforms copy to the host.
     `recycle_into`: a Backend the buffer goes back to once the array is gone (_Recycling)."""
@@ -746,7 +580,7 @@ def _converter(aval, platform="cpu", recycle_into=None):
     return view
 
 
-class DeviceArray(_OnDevice):
+class DeviceArray(OnDevice):
     """An array that stays on its device: what `jit_ps(f, keep_on_device=True)` returns.
 
     Passing it back into a jitted function on the same platform costs no transfer (a training
@@ -766,7 +600,7 @@ class DeviceArray(_OnDevice):
 
     def to_numpy(self):
         """A fresh host copy (writable, owned by the caller)."""
-        out = _converter(self.aval, self.backend.platform)(self.buffer)
+        out = converter(self.aval, self.backend.platform)(self.buffer)
         return np.array(out, copy=True) if isinstance(out, np.ndarray) else out
 
     def __array__(self, dtype=None, copy=None):

@@ -78,6 +78,9 @@ class ModuleState:
         self.lifted = {}  # id(array) -> (array, Value)
         self.locations = locations
         self.axes = dict(axes or {})
+        # value name -> ops that use it, for the values lowering watches (its argument views);
+        # a use inside a region is recorded as None
+        self.uses = None
 
     def lift(self, array):
         hit = self.lifted.get(id(array))
@@ -90,7 +93,7 @@ class ModuleState:
 class LoweringContext(hlo.Builder):
     """A builder with numpy semantics: the `ctx` of every translation rule."""
 
-    def __init__(self, module, counter=None, depth=2, transposed=None):
+    def __init__(self, module, counter=None, depth=hlo.MAIN_DEPTH, transposed=None):
         super().__init__(counter, depth, transposed)
         self.module = module
 
@@ -100,6 +103,15 @@ class LoweringContext(hlo.Builder):
     @property
     def platform(self):
         return self.module.platform
+
+    def op(self, name, operands, results, attrs=None, regions=()):
+        uses = self.module.uses
+        if uses:
+            for v in operands:
+                seen = uses.get(v.name)
+                if seen is not None:
+                    seen.add(name if self._depth == hlo.MAIN_DEPTH else None)
+        return super().op(name, operands, results, attrs, regions)
 
     def rule(self, entry):
         """The rule this context lowers a primitive's calls with (a registry.Entry's face):

@@ -250,6 +250,10 @@ def _letters(k):
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
+#: The indentation depth of a main function's ops (a region's are deeper).
+MAIN_DEPTH = 2
+
+
 class Builder:
     """Appends ops to one block. Child builders (regions) share the name counter, so
     names are unique across the whole function and regions may use outer values.
@@ -257,7 +261,7 @@ class Builder:
     `location`: the alias (Locations) of the source location of the ops emitted now, or
     None; set by lowering per equation, and inherited by the regions of an op."""
 
-    def __init__(self, counter=None, depth=2, transposed=None):
+    def __init__(self, counter=None, depth=MAIN_DEPTH, transposed=None):
         self._counter = counter if counter is not None else itertools.count()
         self._depth = depth
         self.lines = []

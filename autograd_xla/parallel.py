@@ -4,7 +4,7 @@ and the paper's `iterated_map_reduce` built on it.
 `pmap(f, axis_name="i")(x)` traces f for one device's shard (as vmap traces one example),
 lowers that graph once as a replica-mode program (`lowering.lower_replicated`: every
 device runs it, `psum(x, "i")` is an all-reduce among them), and runs it with one shard per
-device (`backend.ReplicatedExecutable`). So XLA's own collectives do the communication and
+device (`replicated.ReplicatedExecutable`). So XLA's own collectives do the communication and
 its runtime runs the devices; nothing here schedules anything. The mapped axis's size is
 the number of devices used. With several processes (distributed.initialize) it is the number
 of this process's devices used; the same number of every process's take part, and the
@@ -21,7 +21,7 @@ from autograd.tracer import getval, isbox
 
 from . import backend as backend_mod
 from . import tracing, tree
-from .backend import DeviceArray, ShardedArray
+from .backend import DeviceArray
 from .batched import MappedSpec, batch_size, leaf_axes, mapped_call, out_leaf_axes
 from .collectives import pmax, pmean, pmin, psum
 from .control_flow import fori_loop
@@ -29,6 +29,7 @@ from .control_flow.common import aval_of, closure_convert, unpack
 from .core import Aval
 from .errors import ArgumentError, JitError
 from .lowering import lower_replicated, shard_shape
+from .replicated import ReplicatedExecutable, ShardedArray, replica_options
 
 
 class _PrivateAxis:
@@ -190,11 +191,11 @@ class PmappedFunction:
                                                            lowered.consts, lowered.text), mapped,
                                     [a.shape for a in graph.out_avals])
         else:
-            program, _ = backend.compile(lowered.text, backend_mod.replica_options(devices), devices)
+            program, _ = backend.compile(lowered.text, replica_options(devices), devices)
             # one device's values, as the graph has them (the program's shards are at least 1-d)
             ins = [(v.aval.shape, dtype) for v, (_, dtype) in zip(graph.invars, lowered.in_avals)]
             outs = [(a.shape, dtype) for a, (_, dtype) in zip(graph.out_avals, lowered.out_avals)]
-            executable = backend_mod.ReplicatedExecutable(backend, program, devices, ins, mapped, outs,
+            executable = ReplicatedExecutable(backend, program, devices, ins, mapped, outs,
                                                          lowered.consts)
         return executable, ranks
 

@@ -33,7 +33,7 @@ def jit_ps_stages(wl, x):
     exe = entry.executable
     sharding, devices = exe._put_args
     aval = exe.in_avals[0]
-    semantics = backend._HOST_SEMANTICS
+    semantics = backend.COPY_SEMANTICS
     put = xc.batched_device_put
     buffers = [put(aval, sharding, [x], devices, enable_x64=True, host_buffer_semantics=semantics)]
     outs = exe.exe.execute_sharded(buffers).consume_with_handlers(exe.handlers)

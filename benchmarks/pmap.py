@@ -270,14 +270,14 @@ def breakdown(args, ax, inputs, jax, jp, onp, timing):
     """autograd_xla's pmap call split into its stages, each timed on its own, interleaved: the
     host-to-device puts (ReplicatedExecutable.put_replicated / put_sharded), the execution
     (execute_sharded + consume_with_handlers + waiting for every device), the gather of the
-    results to numpy (backend.gather), the rest being Python (flatten, signature, cache,
+    results to numpy (replicated.gather), the rest being Python (flatten, signature, cache,
     unflatten). And jax.pmap's: with inputs already on the devices and no conversion of the
     results, against the whole numpy-in, numpy-out call. Uses autograd_xla internals."""
-    from autograd_xla import backend
+    from autograd_xla import backend, replicated
     params, x, y = inputs
     (entry,) = ax._cache.values()
     exe = entry[0]
-    if not isinstance(exe, backend.ReplicatedExecutable):
+    if not isinstance(exe, replicated.ReplicatedExecutable):
         return None  # one device runs on jit_ps's single-device path: nothing multi-device to split
     leaves = list(params) + [x, y]
     # the program's parameters: params (broadcast) then x, y (mapped), then hoisted constants
@@ -298,7 +298,7 @@ def breakdown(args, ax, inputs, jax, jp, onp, timing):
     outs = execute()
 
     def gather():
-        return [backend.gather(o, a)[0] for o, a in zip(outs, exe.out_avals)]
+        return [replicated.gather(o, a)[0] for o, a in zip(outs, exe.out_avals)]
 
     def executable():
         return exe(leaves)
@@ -454,7 +454,7 @@ def imr_split(imr, inputs):
             key = "lower"
         elif name == "_compile" and base == "backend.py":
             key = "XLA compile"
-        elif name == "__call__" and base == "backend.py" and "Replicated" in str(callers):
+        elif name == "__call__" and base == "replicated.py":
             key = "execute"
         elif name == "iterated_map_reduce":
             key = "total"
@@ -605,7 +605,7 @@ def report_breakdown(children, args, lines):
               "call; its `ReplicatedExecutable` called on the leaves (what is left of the whole call is Python: "
               "flatten, signature, cache lookup, unflatten); inside that, the host-to-device puts (params "
               "replicated to every device, x and y sharded), `execute_sharded` + waiting for every device, and "
-              "gathering the results to numpy (`backend.gather`, all devices' copies, then `[0]`: out_axes=None). "
+              "gathering the results to numpy (`replicated.gather`, all devices' copies, then `[0]`: out_axes=None). "
               "jax.pmap rows: the whole numpy-in/numpy-out call, the call without converting its results, and with "
               "x, y already on the devices.", ""]
     order = ok[0]["mlp"]["breakdown"]["order"]

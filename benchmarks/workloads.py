@@ -197,6 +197,42 @@ def _jax_convnet_step(jax, jnp):
     return sgd_step
 
 
+def poly(x):
+    return x + x * x + x * x * x
+
+
+def cube(x):
+    return x * x * x
+
+
+def add_one(x):
+    return x + 1.0
+
+
+def _build_poly():
+    return poly
+
+
+def _build_cube():
+    return cube
+
+
+def _build_add_one():
+    return add_one
+
+
+def _jax_poly(jax, jnp):
+    return poly   # the same Python function: jnp arrays have the operators
+
+
+def _jax_cube(jax, jnp):
+    return cube
+
+
+def _jax_add_one(jax, jnp):
+    return add_one
+
+
 def _jax_tiny(jax, jnp):
     return lambda x: x + 1.0
 
@@ -241,6 +277,12 @@ def _convnet_inputs(dtype, rng, batch=128):
     return params, x, y
 
 
+def _big_inputs(shape, fixed_dtype=None):
+    def make(dtype, rng):
+        return (rng.random(shape).astype(fixed_dtype or dtype),)
+    return make
+
+
 def _tiny_inputs(dtype, rng):
     return (onp.array([0.5, -1.0, 2.0], dtype=dtype),)
 
@@ -277,6 +319,16 @@ WORKLOADS = [
              "pooling, a dense softmax layer; grad of cross-entropy, then params - 0.01 * grads. Plain "
              "autograd takes about a second per step on CPU, so it runs only when named with --only",
              _build_convnet_step, _jax_convnet_step, _convnet_inputs, default=False),
+    Workload("poly_big",
+             "x + x*x + x*x*x on a 5000x5000 float32 array (float32 whatever --dtype says): memory speed, one fused "
+             "loop against numpy's five passes",
+             _build_poly, _jax_poly, _big_inputs((5000, 5000), onp.float32)),
+    Workload("cube_big",
+             "x * x * x on a 10000x10000 float32 array (400 MB; float32 whatever --dtype says)",
+             _build_cube, _jax_cube, _big_inputs((10000, 10000), onp.float32)),
+    Workload("add_one_1e6",
+             "x + 1.0 on 1e6 elements of --dtype",
+             _build_add_one, _jax_add_one, _big_inputs((1000000,))),
     Workload("tiny",
              "per-call overhead: lambda x: x + 1.0 on a 3-element array",
              _build_tiny, _jax_tiny, _tiny_inputs, overhead_bound=2.0),

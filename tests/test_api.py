@@ -252,20 +252,30 @@ def test_large_inputs_at_any_alignment(offset):
     assert_close(f(X, w), onp.tanh(X @ w) + X.sum(0)[:3].sum())
 
 
-# ----- large results and arguments reuse their memory (lowering.RECYCLE_MIN_BYTES) -------------
-BIG = (2048, 2048)  # float64: 32 MiB, the smallest recycled size
+# ----- large arrays are read where they are and written into reused memory (LARGE_ARRAY_BYTES) -----
+BIG = (512, 256)  # float64: 1 MiB, the smallest size handled so
 
 
 def poly(x):
     return x + x * x + x * x * x
 
 
+def placed(shape=BIG, dtype=onp.float64, offset=0):
+    """A random array whose data starts `offset` bytes past a 64-byte boundary."""
+    n, itemsize = int(onp.prod(shape)), onp.dtype(dtype).itemsize
+    raw = onp.empty(n * itemsize + 128, onp.uint8)
+    start = -raw.ctypes.data % 64 + offset
+    out = raw[start:start + n * itemsize].view(dtype).reshape(shape)
+    out[:] = rs.rand(*shape)
+    return out
+
+
 def test_large_results_reuse_dead_results_buffers():
-    """A result as large as RECYCLE_MIN_BYTES is written into a dead earlier result's memory;
-    results still alive, and views of dead ones, are never written again."""
-    assert onp.prod(BIG) * 8 >= lowering.RECYCLE_MIN_BYTES
+    """A result of LARGE_ARRAY_BYTES is written into a dead earlier result's memory; results
+    still alive, and views of dead ones, are never written again."""
+    assert onp.prod(BIG) * 8 >= lowering.LARGE_ARRAY_BYTES
     f = jit_ps(poly)
-    x = rs.rand(*BIG)
+    x = placed()
     assert "tf.aliasing_output = 0" in f.stablehlo(x)
     first = f(x)
     address = first.ctypes.data
@@ -287,37 +297,67 @@ def test_device_arrays_are_not_recycled():
     numpy view dies: only results an executable handed to numpy as they are can be."""
     on_device = jit_ps(poly, keep_on_device=True)
     f = jit_ps(poly)
-    x = rs.rand(*BIG)
+    x = placed()
     d = on_device(x)
     assert "tf.aliasing_output" not in on_device.stablehlo(x)
     view = onp.asarray(d)
     del view
     for k in range(3):
         f(x + k)
+        f(d)                                            # a DeviceArray into a view parameter
     assert_close(onp.asarray(d), poly(x))
+    assert_close(f(d), poly(poly(x)))
 
 
-def test_misaligned_large_arguments_are_staged_and_stay_current():
-    """A misaligned argument of RECYCLE_MIN_BYTES is copied into reused aligned memory: the
-    answer follows the caller's changes to it between calls, and in a gradient as well."""
-    X = aligned_big(offset=16)
-    f = jit_ps(lambda X: np.sum(np.tanh(X), axis=0))
-    g = jit_ps(grad(lambda X: np.sum(np.sin(X) * X)))
+@pytest.mark.parametrize("offset", [0, 16, 32, 48])
+def test_large_arguments_read_elementwise_are_views_at_any_alignment(offset):
+    """A large argument only elementwise ops read is read where it is, from the 64-byte
+    boundary below it: exact, and following the caller's changes between calls."""
+    x = placed(offset=offset)
+    f = jit_ps(lambda x: np.tanh(x) * x + 1.0)
+    assert "%view0" in f.stablehlo(x)
+    for k in range(3):
+        x[k, :] += 1.0
+        assert_close(f(x), onp.tanh(x) * x + 1.0)
+    assert_close(f(x.T), onp.tanh(x.T) * x.T + 1.0)    # not contiguous: copied, to offset 0
+    assert_close(f(x[:, ::-1]), onp.tanh(x[:, ::-1]) * x[:, ::-1] + 1.0)
+    g = jit_ps(grad(lambda x: np.sum(np.sin(x) * x)))
+    assert_close(g(x), onp.cos(x) * x + onp.sin(x))
+
+
+def test_a_view_never_reads_into_the_next_page():
+    """An array ending at a mapping's end, where a view's pad would read on into whatever
+    follows (unmapped here), is copied instead; so is one at an offset of no whole element."""
+    import mmap
+    shape = (511, 257)                          # 1,050,616 bytes: it starts 8 bytes past a 64-byte boundary
+    pages = -(-(int(onp.prod(shape)) * 8) // mmap.PAGESIZE)
+    m = mmap.mmap(-1, pages * mmap.PAGESIZE)
+    whole = onp.frombuffer(m, onp.uint8)
+    x = whole[pages * mmap.PAGESIZE - int(onp.prod(shape)) * 8:].view(onp.float64).reshape(shape)
+    x[:] = rs.rand(*shape)
+    assert x.ctypes.data % 64 == 8 and (x.ctypes.data + x.nbytes) % mmap.PAGESIZE == 0
+    aval = backend.Aval((x.size + lowering.view_pad(x.dtype),), x.dtype)
+    assert backend._view(x, aval) == (None, 0)
+    f = jit_ps(lambda x: x * 3.0)
+    assert_close(f(x), x * 3.0)
+    odd = onp.frombuffer(mmap.mmap(-1, 8 * 1000 * 200 + 64), onp.uint8)[4:4 + 8 * 1000 * 200]
+    odd = odd.view(onp.float64).reshape(1000, 200)
+    odd[:] = rs.rand(1000, 200)
+    assert backend._view(odd, backend.Aval((odd.size + 7,), odd.dtype)) == (None, 0)
+    assert_close(f(odd), odd * 3.0)
+    del x, odd, whole
+
+
+def test_large_arguments_read_otherwise_are_staged_and_stay_current():
+    """A misaligned large argument a dot reads is copied into reused aligned memory: the
+    answer follows the caller's changes to it between calls."""
+    X = placed(offset=16)
+    w = rs.randn(BIG[1])
+    f = jit_ps(lambda X, w: np.tanh(X @ w))
+    assert "%view" not in f.stablehlo(X, w)
     for k in range(3):
         X[k, :] += 1.0
-        assert_close(f(X), onp.sum(onp.tanh(X), axis=0))
-        assert_close(g(X), onp.cos(X) * X + onp.sin(X))
-    assert_close(f(X.T), onp.sum(onp.tanh(X.T), axis=0))   # not contiguous: staged too
-
-
-def aligned_big(dtype=onp.float64, offset=0):
-    """A BIG array whose data starts `offset` bytes past a 64-byte boundary."""
-    n, itemsize = int(onp.prod(BIG)), onp.dtype(dtype).itemsize
-    raw = onp.empty(n * itemsize + 128, onp.uint8)
-    start = -raw.ctypes.data % 64 + offset
-    out = raw[start:start + n * itemsize].view(dtype).reshape(BIG)
-    out[:] = rs.rand(*BIG)
-    return out
+        assert_close(f(X, w), onp.tanh(X @ w))
 
 
 def test_spare_memory_is_bounded_and_released(monkeypatch):
@@ -325,7 +365,7 @@ def test_spare_memory_is_bounded_and_released(monkeypatch):
     cpu.release_spare()
     unit = int(onp.prod(BIG)) * 8
     monkeypatch.setattr(backend, "RECYCLE_MAX_BYTES", 3 * unit)
-    x, x32 = aligned_big(), aligned_big(onp.float32)
+    x, x32 = placed(), placed(dtype=onp.float32)
     results = [jit_ps(poly)(x) for _ in range(4)]
     del results                                 # four dead results: two kept (RECYCLE_PER_TYPE)
     assert [len(v) for v in cpu._spare.values()] == [2] and cpu._spare_bytes == 2 * unit
