@@ -17,11 +17,12 @@ import sys
 import threading
 import time
 import warnings
+import weakref
 
 import numpy as np
 from autograd.tracer import box_types, getval
 
-from . import aot, autodiff
+from . import aot, autodiff, dispatch
 from . import backend as backend_mod
 from . import compositions, impurity, lowering, rules, tracing, tree  # noqa: F401 (importing registers rules)
 from .backend import DeviceArray
@@ -59,6 +60,21 @@ STATIC_FLOAT_VALUES = 4
 #: Programs above either bound run as plain autograd instead (jit_ps's `max_program`):
 #: primitive calls, and bytes of StableHLO text (a rule that inlines loops emits much per call).
 MAX_PROGRAM = (40000, 32 << 20)
+
+
+def _fast_dispatch(jf):
+    """`jf`'s PjitFunction (dispatch.function). It holds `jf` weakly: C++ objects are not
+    traversed by the garbage collector, so a cycle through one would never be freed."""
+    ref = weakref.ref(jf)
+
+    def python(*args, **kwargs):
+        return ref()._call_python(*args, **kwargs)
+
+    def miss(*args, **kwargs):
+        self = ref()
+        result = self._call_python(*args, **kwargs)
+        return result, self._fastpath(args, kwargs)
+    return dispatch.function(getattr(jf._fun, "__name__", "jit_fn"), python, miss)
 
 
 class CacheStats:
@@ -161,6 +177,8 @@ class JittedFunction:
         self._warned = set()
         self._last_key = None
         self.stats = CacheStats()
+        # jaxlib's C++ dispatch (dispatch.py), for the calls of signatures that qualify
+        self._fast = _fast_dispatch(self) if not keep_on_device and dispatch.available() else None
 
     def _resolve_static_names(self):
         """static_argnames may name positional parameters and vice versa, as in jax."""
@@ -205,6 +223,11 @@ class JittedFunction:
 
     # ----- the call path --------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        if self._fast is not None and not _trace_state.traces:
+            return self._fast(*args, **kwargs)  # C++; it calls _call_python for what it cannot do
+        return self._call_python(*args, **kwargs)
+
+    def _call_python(self, *args, **kwargs):
         if _trace_state.traces:  # inside another trace: inline, the outer function compiles us
             return self._fun(*args, **kwargs)
         if not kwargs and self._simple:  # the hot path: positional arrays of a known signature
@@ -338,6 +361,36 @@ class JittedFunction:
             self._simple[sig] = (entry, (spec, sig))
         return self._execute(entry, spec, leaves)
 
+    def _fastpath(self, args, kwargs):
+        """C++'s fast path for a call like this one (just run by _call_python), or None: for
+        positional numpy arrays of a signature on the simple path whose executable qualifies
+        (dispatch.fastpath) and takes them as they are (x64=False narrows them)."""
+        if kwargs or not all(type(a) is np.ndarray for a in args):
+            return None
+        hit = self._simple.get(tuple([(a.shape, a.dtype) for a in args]))
+        if hit is None:
+            return None
+        entry, key = hit
+        executable = entry.executable
+        if len(args) != len(executable.in_avals) or any(a.shape != av.shape or a.dtype != av.dtype
+                                                        for a, av in zip(args, executable.in_avals)):
+            return None
+        stats, cache, out_tree = self.stats, self._cache, entry.out_tree  # not self: C++ holds this
+
+        def finish(results):
+            stats.hits += 1
+            try:
+                cache.move_to_end(key)  # least recently used signatures are evicted first
+            except (KeyError, RuntimeError):  # evicted meanwhile by another thread
+                pass
+            return results[0] if out_tree is tree.LEAF else tree.unflatten(out_tree, results)
+        return dispatch.fastpath(executable, finish)
+
+    def _forget_fast_paths(self):
+        self._simple.clear()
+        if self._fast is not None:
+            self._fast._clear_cache()
+
     def _execute(self, entry, spec, leaves):
         """Run a compiled entry on these leaves (of its signature)."""
         args = leaves
@@ -396,7 +449,7 @@ class JittedFunction:
                 self._cache[key] = entry
                 while len(self._cache) > self.cache_size:
                     self._cache.popitem(last=False)
-                    self._simple.clear()  # refilled by the next calls; never holds an evicted entry
+                    self._forget_fast_paths()  # refilled by the next calls; never holding an evicted entry
                     self.stats.evictions += 1
             if entry.stage < stage:
                 entry = self._advance(key, entry, stage)
@@ -533,8 +586,11 @@ class JittedFunction:
         backend = self._backend()
         graph = entry.graph
         donate = [k for k, i in enumerate(entry.dynamic) if i in entry.donated]
+        # small arguments travel packed, unless the call could be C++'s, which puts each alone faster
+        small = all(v.aval.size * v.aval.dtype.itemsize < backend_mod.IN_PLACE_MIN_BYTES for v in graph.invars)
+        pack = not self.keep_on_device and not (self._fast is not None and small)
         lowered = lowering.lower(graph, getattr(self._fun, "__name__", "jit_fn"), backend.platform, self._x64(backend),
-                                 pack=not self.keep_on_device, donate=donate, recycle=not self.keep_on_device)
+                                 pack=pack, donate=donate, recycle=not self.keep_on_device)
         self._check_size(graph, lowered)
         self._warn_if_large(graph, len(lowered.text))
         # what was donated: packed arguments are not (their buffer is one made for the call anyway)
@@ -831,7 +887,7 @@ class JittedFunction:
         with self._lock:
             programs = self._programs()
             self._cache.clear()
-            self._simple.clear()
+            self._forget_fast_paths()
             self._derivatives.clear()
         if programs:
             self._backend().forget(programs)

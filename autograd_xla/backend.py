@@ -345,7 +345,7 @@ class Executable:
     """One compiled signature, with everything the call path needs prepared up front."""
 
     __slots__ = ("backend", "program", "exe", "in_avals", "consts", "handlers", "out_avals", "_put_args",
-                 "_converters", "text", "stats", "_placements", "sources", "recycled", "views")
+                 "converters", "text", "stats", "_placements", "sources", "recycled", "views")
 
     def __init__(self, backend, program, in_avals, out_avals, consts, text, stats=None, sources=None, recycled=(),
                  views=()):
@@ -362,7 +362,7 @@ class Executable:
         self._put_args = (sharding, [backend.default_device])
         self._placements = [PUT_VIEW if k in self.views else _placement(a, backend.platform)
                             for k, a in enumerate(self.in_avals)]
-        self._converters = [converter(a, backend.platform, backend if k in self.recycled else None)
+        self.converters = [converter(a, backend.platform, backend if k in self.recycled else None)
                             for k, a in enumerate(self.out_avals)]
         self.stats = stats if stats is not None else TransferStats()
 
@@ -415,7 +415,7 @@ class Executable:
         if keep_on_device:
             return [DeviceArray(o, a, self.backend) for o, a in zip(outs, self.out_avals)]
         stats.device_to_host += len(outs)
-        return [convert(o) for convert, o in zip(self._converters, outs)]
+        return [convert(o) for convert, o in zip(self.converters, outs)]
 
     def _stage(self, x, aval, staged):
         """`x` copied into reused aligned memory of type `aval` (a view's is `x` and its pad)."""

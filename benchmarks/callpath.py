@@ -37,7 +37,7 @@ def jit_ps_stages(wl, x):
     put = xc.batched_device_put
     buffers = [put(aval, sharding, [x], devices, enable_x64=True, host_buffer_semantics=semantics)]
     outs = exe.exe.execute_sharded(buffers).consume_with_handlers(exe.handlers)
-    convert = exe._converters[0]
+    convert = exe.converters[0]
     flat_out = [convert(outs[0])]
     cache = jf._cache
     return {

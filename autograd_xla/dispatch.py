@@ -1,0 +1,144 @@
+"""jaxlib's C++ call path, the PjitFunction jax.jit dispatches through, driving our executables
+without jax.
+
+A jitted function's calls of a signature whose executable qualifies (`fastpath`) go from C++
+straight to XLA: C++ flattens the arguments, looks their signature up, puts numpy arrays on
+the device and runs the executable; Python only turns the results into numpy arrays (the
+unflattening of `_Results`). Measured on a 3-element float64 array, numpy in and out:
+`x + 1.0` 5.1-5.3 µs a call against 9.9 µs through backend.Executable and jax.jit's 5.4 µs.
+
+What it takes, probed with jaxlib 0.10.2:
+* Three C++ configuration states, which jax's config.py creates when jax is imported: x64 (on,
+  so that numpy's float64 stays float64), disable_jit and post_hook. Without jax they are ours
+  (`_setup`). With jax imported its own are in effect: C++ would then narrow float64 arguments
+  while x64 is off, so a signature gets the fast path only while x64 is on (`_x64_on`); the x64
+  state is part of C++'s signature, so turning it off later sends calls back to Python.
+* The fast-path data: a tuple type whose fields C++ reads by name (`FastpathData`).
+* Executables taking one buffer per argument, none packed or lifted (no constants), arguments
+  below backend.IN_PLACE_MIN_BYTES (C++ puts numpy arrays zero-copy, and PJRT copies a large
+  misaligned one on a worker thread, so the results would not exist yet when read), and no
+  views or recycled results (those need Python at each call).
+"""
+import collections
+import sys
+
+import numpy as np
+from jaxlib import _jax
+from jaxlib import xla_client as xc
+
+from . import backend as backend_mod
+
+#: What C++ reads of a signature's fast path (jax's pxla.MeshExecutableFastpathData's fields).
+FastpathData = collections.namedtuple("FastpathData", [
+    "xla_executable", "out_pytree_def", "in_shardings", "out_shardings", "out_avals", "out_committed",
+    "kept_var_bitvec", "in_device_local_layouts", "const_args"])
+
+_state = {}  # "ok": whether the C++ path can be used; "configs": our three states, kept alive
+
+
+def available():
+    """Whether jitted functions may dispatch through C++ in this process."""
+    if "ok" not in _state:
+        _state["ok"] = _setup()
+    return _state["ok"]
+
+
+def _setup():
+    """Our C++ configuration states, unless jax (imported) has its own; False when this
+    jaxlib lacks what the path needs (then everything runs through backend.Executable)."""
+    try:
+        if "jax" not in sys.modules:
+            config, jit = _jax.config.Config, _jax.jax_jit
+            x64 = config("jax_enable_x64", True, include_in_jit_key=True, include_in_trace_context=True)
+            disable = config("jax_disable_jit", False, include_in_trace_context=True)
+            hook = config("post_hook", None)
+            jit.set_enable_x64_state(x64)
+            jit.set_disable_jit_state(disable)
+            jit.set_post_hook_state(hook)
+            _state["configs"] = (x64, disable, hook)
+        _state["registry"] = registry = _jax.pytree.PyTreeRegistry()
+        registry.register_node(_Results, _Results.flatten, _Results.unflatten)
+        return True
+    except (AttributeError, TypeError, ValueError):  # the private surface moved
+        return False
+
+
+def function(name, python, miss):
+    """A PjitFunction. `python(*args, **kwargs)` is the Python call path (C++ takes it when jit
+    is disabled); `miss(*args, **kwargs)` runs a call C++ has no fast path for and returns
+    (result, FastpathData or None)."""
+    def cache_miss(*args, **kwargs):
+        result, fast = miss(*args, **kwargs)
+        return result, fast, False
+    return _jax.pjit(name, python, cache_miss, [], [], (name, id(cache_miss)), _state["registry"],
+                     _shard_arg, None)
+
+
+def _shard_arg(x, sharding, layout):
+    """What C++ asks for an argument it cannot put itself (none of ours reach it: no layouts)."""
+    x = np.asarray(x)
+    return xc.batched_device_put(backend_mod.Aval(x.shape, x.dtype), sharding, [x], list(sharding.device_set),
+                                 enable_x64=True, host_buffer_semantics=backend_mod.COPY_SEMANTICS)
+
+
+def fastpath(executable, finish):
+    """The fast path of `executable` (a backend.Executable), or None if it does not qualify.
+    `finish(results)` gets the results as numpy arrays and returns what the call returns."""
+    if not _qualifies(executable) or not _x64_on():
+        return None
+    n_in, n_out = len(executable.in_avals), len(executable.out_avals)
+    sharding = executable.backend.sharding()
+    results = _Results(_finisher(executable, finish), n_out)
+    tree = _state["registry"].flatten(results)[1]
+    return FastpathData(executable.exe, tree, [sharding] * n_in, [sharding] * n_out, list(executable.out_avals),
+                        [True] * n_out, [True] * n_in, [None] * n_in, [])
+
+
+def _qualifies(executable):
+    return (executable.backend.platform == "cpu" and not executable.consts and not executable.views
+            and not executable.recycled and executable.sources == list(range(len(executable.in_avals)))
+            and all(a.size * a.dtype.itemsize < backend_mod.IN_PLACE_MIN_BYTES for a in executable.in_avals))
+
+
+def _x64_on():
+    """Whether the x64 state in effect keeps float64 (always, with ours; jax's may be off)."""
+    if "configs" in _state and "jax" not in sys.modules:
+        return True
+    probe = xc.batched_device_put(backend_mod.Aval((), np.float64), backend_mod.get_backend("cpu").sharding(),
+                                  [np.zeros((), np.float64)], [backend_mod.get_backend("cpu").default_device])
+    return probe._single_device_array_to_np_array_did_copy()[0].dtype == np.float64
+
+
+def _finisher(executable, finish):
+    """The numpy results of one fast call, handed to `finish`; transfers counted as
+    backend.Executable counts them. The results are waited for: C++ may have returned while
+    PJRT still copies an argument (it does not for the small ones qualifying, but must not
+    be read early if it ever does)."""
+    converters, stats = executable.converters, executable.stats
+    n_in = len(executable.in_avals)
+
+    def finish_call(outs):
+        if outs and not outs[0].is_ready():
+            outs[0].block_until_ready()
+        stats.host_to_device += n_in
+        stats.device_to_host += len(outs)
+        return finish([convert(o) for convert, o in zip(converters, outs)])
+    return finish_call
+
+
+class _Results:
+    """The results of a fast call as C++ sees them: one node whose unflattening (C++ calls it
+    with the output arrays) turns them into the call's numpy results."""
+
+    __slots__ = ("finish", "n")
+
+    def __init__(self, finish, n):
+        self.finish, self.n = finish, n
+
+    @staticmethod
+    def flatten(node):
+        return range(node.n), node.finish
+
+    @staticmethod
+    def unflatten(finish, outs):
+        return finish(list(outs))
