@@ -23,7 +23,7 @@ from autograd.tracer import box_types, getval
 
 from . import aot, autodiff
 from . import backend as backend_mod
-from . import compositions, impurity, lowering, rules, tracing, tree  # noqa: F401 (importing registers rules)
+from . import compositions, impurity, lowering, rules, tiering, tracing, tree  # noqa: F401 (importing registers rules)
 from .backend import DeviceArray
 from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, ImpureFunctionError, JitError,
                      PlatformUnavailableError, ProgramTooLargeError, UnsupportedPrimitiveError, library_file, annotate)
@@ -62,13 +62,16 @@ class CacheStats:
     """Per-function counters. `traces` counts signatures traced; `compiles` counts XLA
     compilations (a trace whose program text matches one already compiled reuses it);
     `persistent_hits` counts executables loaded from the on-disk cache instead (persistent_cache.py),
-    in `persistent_load_seconds`; `host_to_device` / `device_to_host` count arrays moved by calls."""
+    in `persistent_load_seconds`; `host_to_device` / `device_to_host` count arrays moved by calls;
+    `plain_tier_calls` counts calls run as plain autograd while their signature compiled in the
+    background (tiered=True), which `hits` does not count."""
 
     __slots__ = ("hits", "traces", "compiles", "trace_seconds", "lower_seconds", "compile_seconds", "fallbacks",
-                 "evictions", "host_to_device", "device_to_host", "persistent_hits", "persistent_load_seconds")
+                 "evictions", "host_to_device", "device_to_host", "persistent_hits", "persistent_load_seconds",
+                 "plain_tier_calls")
 
     def __init__(self):
-        self.hits = self.traces = self.compiles = self.fallbacks = self.evictions = 0
+        self.hits = self.traces = self.compiles = self.fallbacks = self.evictions = self.plain_tier_calls = 0
         self.host_to_device = self.device_to_host = self.persistent_hits = 0
         self.trace_seconds = self.lower_seconds = self.compile_seconds = self.persistent_load_seconds = 0.0
 
@@ -84,7 +87,7 @@ class _Entry:
     """One signature: traced (graph), then lowered, then compiled (`stage`), each when asked for."""
 
     __slots__ = ("executable", "out_tree", "graph", "lowered", "fallback_cause", "guards", "draws", "static_leaves",
-                 "impure", "stage", "donated", "dynamic")
+                 "impure", "stage", "donated", "dynamic", "background")
 
     def __init__(self, out_tree, graph, draws=(), static_leaves=(), impure=False, dynamic=()):
         self.out_tree, self.graph = out_tree, graph
@@ -97,10 +100,15 @@ class _Entry:
         self.dynamic = list(dynamic)                # leaf index of each graph input
         self.donated = frozenset()                  # leaf indices whose buffers the executable may reuse
         self.impure = impure or bool(self.draws)    # differentiated calls run as plain autograd
+        self.background = None                      # a tiering.Job compiling it (tiered=True)
 
     @property
     def python_fallback(self):
         return self.graph is None
+
+    def compiling(self):
+        """Whether XLA is compiling it in the background (its calls meanwhile run plainly)."""
+        return self.background is not None and self.background.running()
 
 
 def _fallback_entry(cause, impure=False):
@@ -127,7 +135,7 @@ class JittedFunction:
 
     def __init__(self, fun, static_argnums=(), static_argnames=(), fallback="python", backend=None,
                  cache_size=DEFAULT_CACHE_SIZE, keep_on_device=False, x64=None, max_program=MAX_PROGRAM,
-                 donate_argnums=(), explain=None):
+                 donate_argnums=(), explain=None, tiered=None):
         if fallback not in ("python", "error"):
             raise ValueError("fallback must be 'python' or 'error'")
         if backend is not None:
@@ -141,6 +149,7 @@ class JittedFunction:
         self._resolve_static_names()
         self._donate_argnums = self._check_donate_argnums(donate_argnums)
         self.explain = explain
+        self.tiered = tiered
         self.fallback = fallback
         self.backend = backend
         self.keep_on_device = keep_on_device
@@ -228,6 +237,8 @@ class JittedFunction:
                     return self._run_plain(entry, spec, leaves)
                 if entry.impure:
                     return self._differentiate_plainly(spec, leaves)
+                if entry.stage < COMPILED:  # XLA is compiling it in the background
+                    return self._run_plain_tier(spec, leaves)
                 if not entry.donated:
                     return autodiff.jit_call(self, spec, *leaves)
                 # autograd runs the forward pass (our _execute) in this thread, within this call
@@ -254,6 +265,14 @@ class JittedFunction:
         entry.fallback_cause = None
         self._warn_fallback(cause)
         return out
+
+    def _run_plain_tier(self, spec, leaves):
+        """A call of a signature XLA is compiling in the background (tiered execution) runs as
+        plain autograd, whose numbers (and draws from numpy.random: the compiled program
+        replays the same calls on the same state) the compiled program gives: not a fallback,
+        nothing to report. Results are what plain autograd returns, as for a fallback."""
+        self.stats.plain_tier_calls += 1
+        return self._apply(spec, leaves, autodiff.BOXING)
 
     def _differentiate_plainly(self, spec, leaves):
         """A function whose compiled form replays random draws (or draws in a way that cannot
@@ -314,6 +333,8 @@ class JittedFunction:
         cache = self._cache
         entry = cache.get(key)
         if entry is None or entry.stage < stage:
+            if stage == COMPILED and entry is not None and entry.compiling():
+                return entry  # tiered: its calls run plainly meanwhile, without waiting for the lock
             if entry is not None and count:
                 self.stats.hits += 1  # found traced (by graph() or lower()): the trace is reused
             return self._compile(key, spec, leaves, stage)
@@ -329,6 +350,8 @@ class JittedFunction:
         entry = self._lookup(spec, leaves)
         if entry.python_fallback:
             return self._run_plain(entry, spec, leaves)
+        if entry.stage < COMPILED:  # XLA is compiling it in the background (not yet in _simple)
+            return self._run_plain_tier(spec, leaves)
         if (not (entry.static_leaves or entry.draws or entry.guards) and spec is _FLAT_SPECS.get(len(leaves))
                 and all(type(x) is np.ndarray and x.dtype in _SUPPORTED for x in leaves)):
             sig = tuple([(x.shape, x.dtype) for x in leaves])
@@ -396,7 +419,7 @@ class JittedFunction:
                     self._simple.clear()  # refilled by the next calls; never holds an evicted entry
                     self.stats.evictions += 1
             if entry.stage < stage:
-                entry = self._advance(key, entry, stage)
+                entry = self._advance(key, entry, stage, background=self._tiers())
             if built:
                 self._note_recompile(key)
             return entry
@@ -501,14 +524,26 @@ class JittedFunction:
             entry.donated = self._donated_leaves(spec) - entry.static_leaves
         return entry
 
-    def _advance(self, key, entry, stage):
-        """Lower a traced entry, and compile it if `stage` asks for it; a program XLA rejects (or
-        one too large to give it) makes the signature a plain-autograd entry instead."""
+    def _advance(self, key, entry, stage, background=False):
+        """Lower a traced entry, and compile it if `stage` asks for it (`background`: hand the
+        compile to the compile thread and return the entry still lowered, to run plainly); a
+        program XLA rejects (or one too large to give it) makes the signature a plain-autograd
+        entry instead, also when the background compile found that out (at the next call)."""
         try:
             lower_seconds = self._lower(entry) if entry.stage < LOWERED else None
-            if stage < COMPILED:
+            if entry.background is not None and stage == COMPILED:
+                if entry.background.running():
+                    return entry
+                error, entry.background.error = entry.background.error, None
+                if error is not None:  # reported once, as a compile in the call would be
+                    raise error
+                # else it ended uncompiled (evicted before its turn, or its error reported): compile here
+            elif stage < COMPILED or background:
                 if lower_seconds is not None and aot.explaining(self.explain):
-                    aot.report(f"{self!r} lowered in {lower_seconds:.3g} s for {self._signature_text(key)}")
+                    later = ", compiling in the background" if stage == COMPILED else ""
+                    aot.report(f"{self!r} lowered in {lower_seconds:.3g} s for {self._signature_text(key)}{later}")
+                if stage == COMPILED:
+                    self._compile_later(key, entry)
                 return entry
             compile_seconds, compiled = self._compile_lowered(entry)
         except PlatformUnavailableError:  # configuration, not the program: plain autograd would not help
@@ -540,6 +575,32 @@ class JittedFunction:
         self.stats.lower_seconds += seconds
         return seconds
 
+    def _compile_later(self, key, entry):
+        """Hand XLA's compile of a lowered entry to the compile thread (tiered execution)."""
+        entry.background = job = tiering.Job()
+        tiering.compile_thread.submit(functools.partial(self._compile_in_background, key, entry, job))
+
+    def _compile_in_background(self, key, entry, job):
+        """On the compile thread: compile `entry` unless it left the cache before its turn; an
+        error is kept for the next call of the signature to report (or raise)."""
+        try:
+            if self._cache.get(key) is entry:
+                seconds, compiled = self._compile_lowered(entry)
+                with self._lock:  # clear_cache marks its pending jobs under the lock
+                    forget = job.forgotten
+                if forget:
+                    self._backend().forget([entry.executable.program])
+                if aot.explaining(self.explain):
+                    what = f"compiled in {seconds:.3g} s" if compiled else "not compiled: identical to one compiled before"
+                    aot.report(f"{self!r} {what} in the background for {self._signature_text(key)}")
+        except Exception as e:
+            job.error = e
+        finally:
+            job.done.set()
+
+    def _tiers(self):
+        return tiering.default_tiered() if self.tiered is None else bool(self.tiered)
+
     def _compile_lowered(self, entry):
         """XLA compiles a lowered entry; returns (seconds, whether it compiled rather than reused)."""
         t0 = time.perf_counter()
@@ -552,10 +613,10 @@ class JittedFunction:
             raise aot.explain_compile_error(self, e, entry.graph, lowered, backend, x64) from None
         entry.executable = backend_mod.Executable(backend, exe, lowered.in_avals, lowered.out_avals, lowered.consts,
                                                   lowered.text, self.stats, lowered.sources)
-        entry.stage = COMPILED
         seconds = time.perf_counter() - t0
         self.stats.compiles += compiled
         self.stats.compile_seconds += seconds
+        entry.stage = COMPILED  # last: a call on another thread (tiered) uses the entry once it reads this
         return seconds, compiled
 
     def _trace(self, flat_fun, in_avals, names, spec, leaves):
@@ -777,6 +838,8 @@ class JittedFunction:
         return aot.Lowered(repr(self), entry.graph, entry.lowered, functools.partial(self._compiled, key, entry))
 
     def _compiled(self, key, entry):
+        if entry.background is not None:
+            entry.background.done.wait()  # a call handed its compile to the compile thread: that one, not a second
         with self._lock:
             entry = self._advance(key, entry, COMPILED) if entry.stage < COMPILED else entry
         if entry.python_fallback:
@@ -822,11 +885,21 @@ class JittedFunction:
         executables are freed unless another function uses them."""
         with self._lock:
             programs = self._programs()
+            self._forget_pending()
             self._cache.clear()
             self._simple.clear()
             self._derivatives.clear()
         if programs:
             self._backend().forget(programs)
+
+    def _forget_pending(self):
+        """Mark the compiles in flight of this function and its derivatives: their programs are
+        not kept once made (the caller holds the lock)."""
+        for e in self._cache.values():
+            if e.background is not None:
+                e.background.forgotten = True
+        for d in self._derivatives.values():
+            d._forget_pending()
 
     def _programs(self):
         found = [e.executable.program for e in self._cache.values() if getattr(e, "executable", None) is not None]
@@ -850,7 +923,7 @@ def _warn(message, category=UserWarning):
 
 def jit_ps(fun=None, *, static_argnums=(), static_argnames=(), fallback="python", backend=None,
            cache_size=DEFAULT_CACHE_SIZE, keep_on_device=False, x64=None, max_program=MAX_PROGRAM, donate_argnums=(),
-           explain=None):
+           explain=None, tiered=None):
     """Compile `fun` with XLA, once per signature; use as `jit_ps(f)` or `@jit_ps(...)`.
 
     Array leaves and Python numbers are traced; every other argument leaf (a string, a bool,
@@ -880,14 +953,24 @@ def jit_ps(fun=None, *, static_argnums=(), static_argnames=(), fallback="python"
     explain: log every trace and compile of this function, with its reason (which argument's
     shape, dtype, structure or static value differs from the closest cached signature) and its
     seconds, on the logger "autograd_xla"; None follows $AUTOGRAD_XLA_LOG_COMPILES=1.
+    tiered: a new signature is traced and lowered in the call, and XLA compiles it on a
+    background thread (tiering.py); until that is done its calls run as plain autograd, then
+    the executable. Both tiers give plain autograd's numbers, and draws from numpy.random
+    stay exactly plain autograd's sequence (the compiled program replays the same calls on the
+    same state). A compile error surfaces at the next call as it would have at the first
+    (FallbackWarning, or raised under fallback="error"). While plain: results are numpy arrays
+    even with keep_on_device=True and nothing is donated, as for a signature that falls back.
+    `stats.plain_tier_calls` counts those calls. None follows set_default_tiered, else
+    $AUTOGRAD_XLA_TIERED=1; off by default.
     """
     options = dict(static_argnums=static_argnums, static_argnames=static_argnames, fallback=fallback,
                    backend=backend, cache_size=cache_size, keep_on_device=keep_on_device, x64=x64,
-                   max_program=max_program, donate_argnums=donate_argnums, explain=explain)
+                   max_program=max_program, donate_argnums=donate_argnums, explain=explain, tiered=tiered)
     if fun is None:
         return functools.partial(jit_ps, **options)
     if isinstance(fun, JittedFunction) and not (static_argnums or static_argnames or keep_on_device or donate_argnums
                                                   or x64 is not None or backend is not None or explain is not None
+                                                  or tiered is not None
                                                   or fallback != fun.fallback or cache_size != fun.cache_size
                                                   or tuple(max_program) != fun.max_program):
         return fun  # already jitted with these options (vmap's result, jit_ps of a jit_ps)
