@@ -119,8 +119,9 @@ class CompileThread:
 
     def stop(self):
         """At exit: drop the jobs not started and wait for the one running. A daemon thread
-        left inside XLA's compile while the interpreter tears down (and with it the client
-        the compile uses) could crash the exit; the wait costs at most that one compile."""
+        left inside XLA's compile while the interpreter tears down aborts the exit (seen every
+        time: "terminate called after throwing an instance of ''"); the wait costs at most the
+        rest of that one compile."""
         with self._cond:
             self._jobs.clear()
             self._stopping = True

@@ -3,6 +3,9 @@ XLA compiles it on the compile thread, then compiled; plain autograd is the refe
 both tiers. `compile_thread.paused()` holds a compile in flight for as long as a test needs,
 and `compile_thread.wait()` lets it finish: no sleeps, no timing."""
 import gc
+import os
+import subprocess
+import sys
 import threading
 import warnings
 
@@ -288,3 +291,25 @@ def test_keep_on_device_and_donation():
     out = jf(p, X)
     assert type(out) is DeviceArray
     assert_close(onp.asarray(out), expected, rtol=1e-12)
+
+
+def test_a_process_exiting_while_a_compile_runs_exits_cleanly():
+    script = """if True:
+        import numpy as onp
+        import autograd.numpy as np
+        from autograd import grad
+        from autograd_xla import jit_ps, tiering
+
+        def loss(params, x):
+            for W, b in params:
+                x = np.tanh(x @ W + b)
+            return np.sum(x ** 2)
+
+        rs = onp.random.RandomState(0)
+        params = [(rs.randn(784, 200), rs.randn(200)), (rs.randn(200, 100), rs.randn(100)), (rs.randn(100, 10), rs.randn(10))]
+        jit_ps(grad(loss), tiered=True)(params, rs.randn(8, 784))
+        print(tiering.compile_thread.idle())  # exits with its compile (about 0.3 s) usually still running
+    """
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0 and "terminate" not in done.stderr, done.stderr
