@@ -11,12 +11,15 @@ programs are released, Backend.release_recent) and each job's compile count is c
 The modes run in a rotated order in every repeat (load from other processes then falls on
 all of them); the table shows the median over --repeat jobs, and for tiered jobs also the
 time until their background compile has finished (what a process exiting right after the
-job waits for, tiering.CompileThread.stop). Then the steady state: one call of each
-jitted function once compiled (tiered's check costs nothing there) and the first call.
+job waits for, tiering.CompileThread.stop), and the CPU seconds of each job's process (all
+threads) until then: what the job cost whether or not a core was free. Then the steady
+state: one call of each jitted function once compiled, and each mode's first call.
+OPENBLAS_NUM_THREADS=1 in the environment makes plain autograd's BLAS single-threaded.
 """
 import argparse
 import gc
 import os
+import resource
 import statistics
 import sys
 import time
@@ -57,18 +60,25 @@ def fit(step, params, x, y, n):
     return params
 
 
+def cpu_seconds():
+    """CPU time of the whole process (every thread: the compile thread and XLA's own)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def job(mode, n, data):
-    """(seconds of the job, seconds until its compile is done, stats) of one fresh job."""
+    """(seconds of the job, seconds until its compile is done, CPU seconds until then, stats,
+    result) of one fresh job."""
     step = make(mode)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), cpu_seconds()
     out = fit(step, *data, n)
     seconds = time.perf_counter() - t0
     tiering.compile_thread.wait()
-    finished = time.perf_counter() - t0
+    finished, cpu = time.perf_counter() - t0, cpu_seconds() - c0
     stats = getattr(step, "stats", None)
     if stats is not None and stats.compiles != 1:
         raise RuntimeError(f"{mode} job compiled {stats.compiles} times, not once: the cache was not cold")
-    return seconds, finished, stats, out
+    return seconds, finished, cpu, stats, out
 
 
 def cold_start():
@@ -81,18 +91,20 @@ def measure(ns, repeat, data, reference):
     rows = {}
     for n in ns:
         samples = {m: [] for m in MODES}
+        cpu = {m: [] for m in MODES}
         finished, plain_calls = [], []
         for r in range(repeat):
             for mode in MODES[r % len(MODES):] + MODES[:r % len(MODES)]:
                 cold_start()
-                seconds, done, stats, out = job(mode, n, data)
+                seconds, done, used, stats, out = job(mode, n, data)
                 check(out, reference[n], mode)
                 samples[mode].append(seconds)
+                cpu[mode].append(used)
                 if mode == "jit_ps tiered":
                     finished.append(done)
                     plain_calls.append(stats.plain_tier_calls)
         rows[n] = ({m: statistics.median(v) for m, v in samples.items()}, statistics.median(finished),
-                   statistics.median(plain_calls))
+                   statistics.median(plain_calls), {m: statistics.median(v) for m, v in cpu.items()})
     return rows
 
 
@@ -140,6 +152,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     repeat = 3 if args.quick else args.repeat
     ns = [int(n) for n in args.calls.split(",")]
+    load = os.getloadavg()[0]
     data = problem()
     reference = {n: fit(grad(workloads.mlp_loss), *data, n) for n in ns}
     # the process's first compile pays XLA's one-time start-up; not part of any job
@@ -147,15 +160,18 @@ def main(argv=None):
     timing.warm_up(grad(workloads.mlp_loss), data, 0.2)
     rows = measure(ns, repeat, data, reference)
     fmt = timing.format_seconds
+    blas = os.environ.get("OPENBLAS_NUM_THREADS", "default")
     print(f"MLP 784-200-100-10, batch 256, float64; median of {repeat} fresh jobs per cell; "
-          f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}\n")
+          f"{os.cpu_count()} CPUs, load average {load:.2f} before, {os.getloadavg()[0]:.2f} after; "
+          f"OPENBLAS_NUM_THREADS={blas}\n")
     print("| calls | autograd | jit_ps cold | jit_ps tiered | tiered, compile done | plain-tier calls "
-          "| cold / autograd | tiered / autograd |")
-    print("|---|---|---|---|---|---|---|---|")
-    for n, (med, done, plain) in rows.items():
+          "| cold / autograd | tiered / autograd | CPU s: autograd, cold, tiered |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for n, (med, done, plain, cpu) in rows.items():
         a = med["autograd"]
         print(f"| {n} | {fmt(a)} | {fmt(med['jit_ps cold'])} | {fmt(med['jit_ps tiered'])} | {fmt(done)} | "
-              f"{plain:g} | {med['jit_ps cold'] / a:.2f}× | {med['jit_ps tiered'] / a:.2f}× |")
+              f"{plain:g} | {med['jit_ps cold'] / a:.2f}× | {med['jit_ps tiered'] / a:.2f}× | "
+              f"{cpu['autograd']:.2f}, {cpu['jit_ps cold']:.2f}, {cpu['jit_ps tiered']:.2f} |")
     per_call, first = steady_state(data, repeat)
     print("\n| | autograd | jit_ps cold | jit_ps tiered |")
     print("|---|---|---|---|")
