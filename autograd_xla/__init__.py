@@ -33,7 +33,8 @@ The modules stand on floors; each imports only its own floor and those below
     (psum, all_gather, ... over a pmap's devices or a vmap's batch), parallel (pmap,
     iterated_map_reduce)
  9. api (jit_ps and its cache), signatures (cache keys, argument names), aot (lower /
-    compile objects, eval_shape), transforms (vmap, jacfwd, jacrev, hessian)
+    compile objects, eval_shape), transforms (vmap, jacfwd, jacrev, hessian), tiering (the
+    background compile thread of tiered execution)
 10. this package, coverage (the primitive report)
 """
 from . import distributed
@@ -49,6 +50,7 @@ from .parallel import iterated_map_reduce, pmap
 from .persistent_cache import set_cache_dir
 from .registry import register_batching_rule, register_trace_rule, register_translation_rule
 from .replicated import ShardedArray
+from .tiering import set_default_tiered
 from .transforms import hessian, jacfwd, jacrev, vmap
 
 __version__ = "0.1.0"
@@ -61,4 +63,4 @@ __all__ = ["jit_ps", "JittedFunction", "register_translation_rule", "register_tr
            "set_cache_dir", "vmap", "jacfwd", "jacrev", "hessian",
            "register_batching_rule", "pmap", "iterated_map_reduce", "psum", "pmean", "pmax", "pmin", "all_gather",
            "ppermute", "axis_index", "axis_size", "ShardedArray", "set_cpu_device_count", "distributed",
-           "ProcessLostError"]
+           "ProcessLostError", "set_default_tiered"]

@@ -21,15 +21,18 @@ function, reports each trace and compile with its reason and its seconds on the 
 "autograd_xla", at WARNING level so that Python's default logging configuration shows it
 (as jax's jax_log_compiles does).
 """
+import functools
 import logging
 import os
 import re
 
 import numpy as np
+from autograd.tracer import box_types
 
 from . import hlo, lowering, tree
 from .core import Aval, Graph, Var, prim_name
-from .errors import CompileError
+from .errors import ArgumentError, CompileError, UnsupportedPrimitiveError
+from .signatures import PlainArgument
 
 #: The logger compile reports go to.
 logger = logging.getLogger("autograd_xla")
@@ -172,3 +175,77 @@ def equation_at_line(graph, lineno, platform, x64):
         else:
             lo = mid + 1
     return eqns[lo - 1] if eqns and (body_lines(lo) or 0) >= lineno - header else None
+
+
+# ----- a jitted function's stages, on request --------------------------------------------------
+#: How far a cache entry has got (api.JittedFunction's entries).
+TRACED, LOWERED, COMPILED = 1, 2, 3
+
+
+class Introspection:
+    """The introspection and ahead-of-time methods of api.JittedFunction, which it inherits:
+    each takes a call's arguments, finds their signature's entry and takes it as far as it
+    needs (through the jitted function's own `_split`, `_lookup`, `_advance` and `_execute`)."""
+
+    def _entry_for(self, args, kwargs, stage):
+        """(key, entry) of these arguments' signature, taken to `stage`, for introspection."""
+        spec, leaves = self._split(args, kwargs)
+        if any(type(x) in box_types for x in leaves):
+            raise TypeError("introspection takes concrete arguments, not autograd boxes")
+        entry = self._lookup(spec, leaves, count=False, stage=stage)
+        if entry.python_fallback:
+            raise UnsupportedPrimitiveError(f"{self!r} runs as plain autograd for these arguments, so there is no "
+                                            "compiled program to show; jit_ps(f, fallback='error') raises the cause")
+        return self._key(spec, leaves), entry
+
+    def graph(self, *args, **kwargs):
+        """The traced primitive graph for these arguments (print it for a listing). Traces,
+        never compiles; the trace is kept for the first call with this signature."""
+        return self._entry_for(args, kwargs, TRACED)[1].graph
+
+    def stablehlo(self, *args, **kwargs):
+        """The StableHLO module text given to XLA for these arguments (not compiled)."""
+        return self.lower(*args, **kwargs).as_text()
+
+    def lower(self, *args, **kwargs):
+        """This signature traced and lowered, not compiled: an aot.Lowered, whose `.graph` is
+        the traced graph, `.as_text()` the StableHLO text and `.compile()` an aot.Compiled."""
+        key, entry = self._entry_for(args, kwargs, LOWERED)
+        return Lowered(repr(self), entry.graph, entry.lowered, functools.partial(self._compiled, key, entry))
+
+    def _compiled(self, key, entry):
+        if entry.background is not None:
+            entry.background.done.wait()  # a call handed its compile to the compile thread: that one, not a second
+        with self._lock:
+            entry = self._advance(key, entry, COMPILED) if entry.stage < COMPILED else entry
+        if entry.python_fallback:
+            raise UnsupportedPrimitiveError(f"{self!r}: XLA could not compile this signature, which runs as plain "
+                                            "autograd; jit_ps(f, fallback='error') raises the cause")
+        return Compiled(repr(self), entry.executable, functools.partial(self._call_compiled, key, entry))
+
+    def _call_compiled(self, key, entry, args, kwargs):
+        """A call of aot.Compiled: jf's call, on exactly the executable compiled for `key`."""
+        spec, leaves = self._split(args, kwargs)
+        if any(type(x) in box_types for x in leaves):
+            raise TypeError("a Compiled function takes concrete arguments; differentiate the jitted function instead")
+        try:
+            new = self._key(spec, leaves)
+        except PlainArgument as e:
+            raise ArgumentError(f"{self!r} compiled ahead of time cannot take these arguments: {e}") from None
+        if new != key:
+            raise ArgumentError(f"{self!r} was compiled ahead of time for other arguments: these differ in "
+                                f"{self._change(key, new)}. Call the jitted function, or lower these anew.")
+        return self._execute(entry, spec, leaves)
+
+    def optimized_hlo(self, *args, **kwargs):
+        """XLA's optimised HLO for these arguments: shows what was fused."""
+        return self.lower(*args, **kwargs).compile().as_text()
+
+    def cost_analysis(self, *args, **kwargs):
+        """XLA's cost estimate of one call with these arguments: {"flops", "transcendentals",
+        "bytes accessed"} (backend.COST_KEYS says what each counts)."""
+        return self.lower(*args, **kwargs).compile().cost_analysis()
+
+    def _eval_shape(self, args, kwargs):
+        _, entry = self._entry_for(args, kwargs, TRACED)
+        return output_shapes(entry.graph, entry.out_tree, self._x64(self._backend()))

@@ -5,8 +5,10 @@ arguments, each array leaf's shape and dtype (Python scalars are weakly typed, n
 scalars are not), and the values of static arguments (signatures.py). The first call with
 a signature traces the function (tracing.py), lowers the graph (lowering.py), compiles it
 (backend.py) and caches the executable; later calls only flatten the arguments, look up
-the cache and execute. Introspection stops earlier (`graph()` and `eval_shape` trace,
-`lower()` lowers: aot.py) and leaves the entry for a later call to finish. Calls that
+the cache and execute; with tiered=True XLA compiles on a background thread (tiering.py)
+and the signature's calls run as plain autograd until it is done. Introspection stops
+earlier (`graph()` and `eval_shape` trace, `lower()` lowers: aot.py) and leaves the entry
+for a later call to finish. Calls that
 carry autograd boxes go through one autograd primitive (autodiff.py), so
 `grad(jit_ps(f))` differentiates the compiled function.
 """
@@ -24,7 +26,8 @@ from autograd.tracer import box_types, getval
 
 from . import aot, autodiff, dispatch
 from . import backend as backend_mod
-from . import compositions, impurity, lowering, rules, tracing, tree  # noqa: F401 (importing registers rules)
+from . import compositions, impurity, lowering, rules, tiering, tracing, tree  # noqa: F401 (importing registers rules)
+from .aot import COMPILED, LOWERED, TRACED
 from .backend import DeviceArray
 from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, ImpureFunctionError, JitError,
                      PlatformUnavailableError, ProgramTooLargeError, UnsupportedPrimitiveError, library_file, annotate)
@@ -37,9 +40,6 @@ _FLAT_SPECS = {}
 # Arguments that a thread's differentiated call (autograd running jit_call's forward pass)
 # must keep: its backward pass reads them again, so donated device arrays are not consumed.
 _keeping = threading.local()
-
-# The stages of a cache entry, each done only when something asks for it (aot.py)
-TRACED, LOWERED, COMPILED = 1, 2, 3
 
 #: Default bound on the number of compiled signatures one jitted function keeps.
 DEFAULT_CACHE_SIZE = 64
@@ -81,13 +81,16 @@ class CacheStats:
     """Per-function counters. `traces` counts signatures traced; `compiles` counts XLA
     compilations (a trace whose program text matches one already compiled reuses it);
     `persistent_hits` counts executables loaded from the on-disk cache instead (persistent_cache.py),
-    in `persistent_load_seconds`; `host_to_device` / `device_to_host` count arrays moved by calls."""
+    in `persistent_load_seconds`; `host_to_device` / `device_to_host` count arrays moved by calls;
+    `plain_tier_calls` counts calls run as plain autograd while their signature compiled in the
+    background (tiered=True), which `hits` does not count."""
 
     __slots__ = ("hits", "traces", "compiles", "trace_seconds", "lower_seconds", "compile_seconds", "fallbacks",
-                 "evictions", "host_to_device", "device_to_host", "persistent_hits", "persistent_load_seconds")
+                 "evictions", "host_to_device", "device_to_host", "persistent_hits", "persistent_load_seconds",
+                 "plain_tier_calls")
 
     def __init__(self):
-        self.hits = self.traces = self.compiles = self.fallbacks = self.evictions = 0
+        self.hits = self.traces = self.compiles = self.fallbacks = self.evictions = self.plain_tier_calls = 0
         self.host_to_device = self.device_to_host = self.persistent_hits = 0
         self.trace_seconds = self.lower_seconds = self.compile_seconds = self.persistent_load_seconds = 0.0
 
@@ -103,7 +106,7 @@ class _Entry:
     """One signature: traced (graph), then lowered, then compiled (`stage`), each when asked for."""
 
     __slots__ = ("executable", "out_tree", "graph", "lowered", "fallback_cause", "guards", "draws", "static_leaves",
-                 "impure", "stage", "donated", "dynamic")
+                 "impure", "stage", "donated", "dynamic", "background")
 
     def __init__(self, out_tree, graph, draws=(), static_leaves=(), impure=False, dynamic=()):
         self.out_tree, self.graph = out_tree, graph
@@ -116,10 +119,15 @@ class _Entry:
         self.dynamic = list(dynamic)                # leaf index of each graph input
         self.donated = frozenset()                  # leaf indices whose buffers the executable may reuse
         self.impure = impure or bool(self.draws)    # differentiated calls run as plain autograd
+        self.background = None                      # a tiering.Job compiling it (tiered=True)
 
     @property
     def python_fallback(self):
         return self.graph is None
+
+    def compiling(self):
+        """Whether XLA is compiling it in the background (its calls meanwhile run plainly)."""
+        return self.background is not None and self.background.running()
 
 
 def _fallback_entry(cause, impure=False):
@@ -130,7 +138,7 @@ def _fallback_entry(cause, impure=False):
     return entry
 
 
-class JittedFunction:
+class JittedFunction(aot.Introspection):
     """A function compiled per signature. Call it like the original; made by `jit_ps`, whose
     docstring describes the arguments.
 
@@ -146,7 +154,7 @@ class JittedFunction:
 
     def __init__(self, fun, static_argnums=(), static_argnames=(), fallback="python", backend=None,
                  cache_size=DEFAULT_CACHE_SIZE, keep_on_device=False, x64=None, max_program=MAX_PROGRAM,
-                 donate_argnums=(), explain=None):
+                 donate_argnums=(), explain=None, tiered=None):
         if fallback not in ("python", "error"):
             raise ValueError("fallback must be 'python' or 'error'")
         if backend is not None:
@@ -160,6 +168,7 @@ class JittedFunction:
         self._resolve_static_names()
         self._donate_argnums = self._check_donate_argnums(donate_argnums)
         self.explain = explain
+        self.tiered = tiered
         self.fallback = fallback
         self.backend = backend
         self.keep_on_device = keep_on_device
@@ -254,6 +263,8 @@ class JittedFunction:
                     return self._run_plain(entry, spec, leaves)
                 if entry.impure:
                     return self._differentiate_plainly(spec, leaves)
+                if entry.stage < COMPILED:  # XLA is compiling it in the background
+                    return self._run_plain_tier(spec, leaves)
                 if not entry.donated:
                     return autodiff.jit_call(self, spec, *leaves)
                 # autograd runs the forward pass (our _execute) in this thread, within this call
@@ -280,6 +291,14 @@ class JittedFunction:
         entry.fallback_cause = None
         self._warn_fallback(cause)
         return out
+
+    def _run_plain_tier(self, spec, leaves):
+        """A call of a signature XLA is compiling in the background (tiered execution) runs as
+        plain autograd, whose numbers (and draws from numpy.random: the compiled program
+        replays the same calls on the same state) the compiled program gives: not a fallback,
+        nothing to report. Results are what plain autograd returns, as for a fallback."""
+        self.stats.plain_tier_calls += 1
+        return self._apply(spec, leaves, autodiff.BOXING)
 
     def _differentiate_plainly(self, spec, leaves):
         """A function whose compiled form replays random draws (or draws in a way that cannot
@@ -340,6 +359,8 @@ class JittedFunction:
         cache = self._cache
         entry = cache.get(key)
         if entry is None or entry.stage < stage:
+            if stage == COMPILED and entry is not None and entry.compiling():
+                return entry  # tiered: its calls run plainly meanwhile, without waiting for the lock
             if entry is not None and count:
                 self.stats.hits += 1  # found traced (by graph() or lower()): the trace is reused
             return self._compile(key, spec, leaves, stage)
@@ -355,6 +376,8 @@ class JittedFunction:
         entry = self._lookup(spec, leaves)
         if entry.python_fallback:
             return self._run_plain(entry, spec, leaves)
+        if entry.stage < COMPILED:  # XLA is compiling it in the background (not yet in _simple)
+            return self._run_plain_tier(spec, leaves)
         if (not (entry.static_leaves or entry.draws or entry.guards) and spec is _FLAT_SPECS.get(len(leaves))
                 and all(type(x) is np.ndarray and x.dtype in _SUPPORTED for x in leaves)):
             sig = tuple([(x.shape, x.dtype) for x in leaves])
@@ -452,7 +475,7 @@ class JittedFunction:
                     self._forget_fast_paths()  # refilled by the next calls; never holding an evicted entry
                     self.stats.evictions += 1
             if entry.stage < stage:
-                entry = self._advance(key, entry, stage)
+                entry = self._advance(key, entry, stage, background=self._tiers())
             if built:
                 self._note_recompile(key)
             return entry
@@ -557,14 +580,26 @@ class JittedFunction:
             entry.donated = self._donated_leaves(spec) - entry.static_leaves
         return entry
 
-    def _advance(self, key, entry, stage):
-        """Lower a traced entry, and compile it if `stage` asks for it; a program XLA rejects (or
-        one too large to give it) makes the signature a plain-autograd entry instead."""
+    def _advance(self, key, entry, stage, background=False):
+        """Lower a traced entry, and compile it if `stage` asks for it (`background`: hand the
+        compile to the compile thread and return the entry still lowered, to run plainly); a
+        program XLA rejects (or one too large to give it) makes the signature a plain-autograd
+        entry instead, also when the background compile found that out (at the next call)."""
         try:
             lower_seconds = self._lower(entry) if entry.stage < LOWERED else None
-            if stage < COMPILED:
+            if entry.background is not None and stage == COMPILED:
+                if entry.background.running():
+                    return entry
+                error, entry.background.error = entry.background.error, None
+                if error is not None:  # reported once, as a compile in the call would be
+                    raise error
+                # else it ended uncompiled (evicted before its turn, or its error reported): compile here
+            elif stage < COMPILED or background:
                 if lower_seconds is not None and aot.explaining(self.explain):
-                    aot.report(f"{self!r} lowered in {lower_seconds:.3g} s for {self._signature_text(key)}")
+                    later = ", compiling in the background" if stage == COMPILED else ""
+                    aot.report(f"{self!r} lowered in {lower_seconds:.3g} s for {self._signature_text(key)}{later}")
+                if stage == COMPILED:
+                    self._compile_later(key, entry)
                 return entry
             compile_seconds, compiled = self._compile_lowered(entry)
         except PlatformUnavailableError:  # configuration, not the program: plain autograd would not help
@@ -600,6 +635,32 @@ class JittedFunction:
         self.stats.lower_seconds += seconds
         return seconds
 
+    def _compile_later(self, key, entry):
+        """Hand XLA's compile of a lowered entry to the compile thread (tiered execution)."""
+        entry.background = job = tiering.Job()
+        tiering.compile_thread.submit(functools.partial(self._compile_in_background, key, entry, job))
+
+    def _compile_in_background(self, key, entry, job):
+        """On the compile thread: compile `entry` unless it left the cache before its turn; an
+        error is kept for the next call of the signature to report (or raise)."""
+        try:
+            if self._cache.get(key) is entry:
+                seconds, compiled = self._compile_lowered(entry)
+                with self._lock:  # clear_cache marks its pending jobs under the lock
+                    forget = job.forgotten
+                if forget:
+                    self._backend().forget([entry.executable.program])
+                if aot.explaining(self.explain):
+                    what = f"compiled in {seconds:.3g} s" if compiled else "not compiled: identical to one compiled before"
+                    aot.report(f"{self!r} {what} in the background for {self._signature_text(key)}")
+        except Exception as e:
+            job.error = e
+        finally:
+            job.done.set()
+
+    def _tiers(self):
+        return tiering.default_tiered() if self.tiered is None else bool(self.tiered)
+
     def _compile_lowered(self, entry):
         """XLA compiles a lowered entry; returns (seconds, whether it compiled rather than reused)."""
         t0 = time.perf_counter()
@@ -613,10 +674,10 @@ class JittedFunction:
         entry.executable = backend_mod.Executable(backend, exe, lowered.in_avals, lowered.out_avals, lowered.consts,
                                                   lowered.text, self.stats, lowered.sources, lowered.recycled,
                                                   lowered.views)
-        entry.stage = COMPILED
         seconds = time.perf_counter() - t0
         self.stats.compiles += compiled
         self.stats.compile_seconds += seconds
+        entry.stage = COMPILED  # last: a call on another thread (tiered) uses the entry once it reads this
         return seconds, compiled
 
     def _trace(self, flat_fun, in_avals, names, spec, leaves):
@@ -813,68 +874,6 @@ class JittedFunction:
         _warn(f"{self!r} runs as plain autograd for this signature: {text}\n"
               "jit_ps(f, fallback='error') makes this an error.", FallbackWarning)
 
-    # ----- introspection --------------------------------------------------------------------
-    def _entry_for(self, args, kwargs, stage):
-        """(key, entry) of these arguments' signature, taken to `stage`, for introspection."""
-        spec, leaves = self._split(args, kwargs)
-        if any(type(x) in box_types for x in leaves):
-            raise TypeError("introspection takes concrete arguments, not autograd boxes")
-        entry = self._lookup(spec, leaves, count=False, stage=stage)
-        if entry.python_fallback:
-            raise UnsupportedPrimitiveError(f"{self!r} runs as plain autograd for these arguments, so there is no "
-                                            "compiled program to show; jit_ps(f, fallback='error') raises the cause")
-        return self._key(spec, leaves), entry
-
-    def graph(self, *args, **kwargs):
-        """The traced primitive graph for these arguments (print it for a listing). Traces,
-        never compiles; the trace is kept for the first call with this signature."""
-        return self._entry_for(args, kwargs, TRACED)[1].graph
-
-    def stablehlo(self, *args, **kwargs):
-        """The StableHLO module text given to XLA for these arguments (not compiled)."""
-        return self.lower(*args, **kwargs).as_text()
-
-    def lower(self, *args, **kwargs):
-        """This signature traced and lowered, not compiled: an aot.Lowered, whose `.graph` is
-        the traced graph, `.as_text()` the StableHLO text and `.compile()` an aot.Compiled."""
-        key, entry = self._entry_for(args, kwargs, LOWERED)
-        return aot.Lowered(repr(self), entry.graph, entry.lowered, functools.partial(self._compiled, key, entry))
-
-    def _compiled(self, key, entry):
-        with self._lock:
-            entry = self._advance(key, entry, COMPILED) if entry.stage < COMPILED else entry
-        if entry.python_fallback:
-            raise UnsupportedPrimitiveError(f"{self!r}: XLA could not compile this signature, which runs as plain "
-                                            "autograd; jit_ps(f, fallback='error') raises the cause")
-        return aot.Compiled(repr(self), entry.executable, functools.partial(self._call_compiled, key, entry))
-
-    def _call_compiled(self, key, entry, args, kwargs):
-        """A call of aot.Compiled: jf's call, on exactly the executable compiled for `key`."""
-        spec, leaves = self._split(args, kwargs)
-        if any(type(x) in box_types for x in leaves):
-            raise TypeError("a Compiled function takes concrete arguments; differentiate the jitted function instead")
-        try:
-            new = self._key(spec, leaves)
-        except PlainArgument as e:
-            raise ArgumentError(f"{self!r} compiled ahead of time cannot take these arguments: {e}") from None
-        if new != key:
-            raise ArgumentError(f"{self!r} was compiled ahead of time for other arguments: these differ in "
-                                f"{self._change(key, new)}. Call the jitted function, or lower these anew.")
-        return self._execute(entry, spec, leaves)
-
-    def optimized_hlo(self, *args, **kwargs):
-        """XLA's optimised HLO for these arguments: shows what was fused."""
-        return self.lower(*args, **kwargs).compile().as_text()
-
-    def cost_analysis(self, *args, **kwargs):
-        """XLA's cost estimate of one call with these arguments: {"flops", "transcendentals",
-        "bytes accessed"} (backend.COST_KEYS says what each counts)."""
-        return self.lower(*args, **kwargs).compile().cost_analysis()
-
-    def _eval_shape(self, args, kwargs):
-        _, entry = self._entry_for(args, kwargs, TRACED)
-        return aot.output_shapes(entry.graph, entry.out_tree, self._x64(self._backend()))
-
     def cache_info(self):
         info = self.stats.as_dict()
         info["size"] = len(self._cache)
@@ -886,11 +885,21 @@ class JittedFunction:
         executables are freed unless another function uses them."""
         with self._lock:
             programs = self._programs()
+            self._forget_pending()
             self._cache.clear()
             self._forget_fast_paths()
             self._derivatives.clear()
         if programs:
             self._backend().forget(programs)
+
+    def _forget_pending(self):
+        """Mark the compiles in flight of this function and its derivatives: their programs are
+        not kept once made (the caller holds the lock)."""
+        for e in self._cache.values():
+            if e.background is not None:
+                e.background.forgotten = True
+        for d in self._derivatives.values():
+            d._forget_pending()
 
     def _programs(self):
         found = [e.executable.program for e in self._cache.values() if getattr(e, "executable", None) is not None]
@@ -914,7 +923,7 @@ def _warn(message, category=UserWarning):
 
 def jit_ps(fun=None, *, static_argnums=(), static_argnames=(), fallback="python", backend=None,
            cache_size=DEFAULT_CACHE_SIZE, keep_on_device=False, x64=None, max_program=MAX_PROGRAM, donate_argnums=(),
-           explain=None):
+           explain=None, tiered=None):
     """Compile `fun` with XLA, once per signature; use as `jit_ps(f)` or `@jit_ps(...)`.
 
     Array leaves and Python numbers are traced; every other argument leaf (a string, a bool,
@@ -944,14 +953,24 @@ def jit_ps(fun=None, *, static_argnums=(), static_argnames=(), fallback="python"
     explain: log every trace and compile of this function, with its reason (which argument's
     shape, dtype, structure or static value differs from the closest cached signature) and its
     seconds, on the logger "autograd_xla"; None follows $AUTOGRAD_XLA_LOG_COMPILES=1.
+    tiered: a new signature is traced and lowered in the call, and XLA compiles it on a
+    background thread (tiering.py); until that is done its calls run as plain autograd, then
+    the executable. Both tiers give plain autograd's numbers, and draws from numpy.random
+    stay exactly plain autograd's sequence (the compiled program replays the same calls on the
+    same state). A compile error surfaces at the next call as it would have at the first
+    (FallbackWarning, or raised under fallback="error"). While plain: results are numpy arrays
+    even with keep_on_device=True and nothing is donated, as for a signature that falls back.
+    `stats.plain_tier_calls` counts those calls. None follows set_default_tiered, else
+    $AUTOGRAD_XLA_TIERED=1; off by default.
     """
     options = dict(static_argnums=static_argnums, static_argnames=static_argnames, fallback=fallback,
                    backend=backend, cache_size=cache_size, keep_on_device=keep_on_device, x64=x64,
-                   max_program=max_program, donate_argnums=donate_argnums, explain=explain)
+                   max_program=max_program, donate_argnums=donate_argnums, explain=explain, tiered=tiered)
     if fun is None:
         return functools.partial(jit_ps, **options)
     if isinstance(fun, JittedFunction) and not (static_argnums or static_argnames or keep_on_device or donate_argnums
                                                   or x64 is not None or backend is not None or explain is not None
+                                                  or tiered is not None
                                                   or fallback != fun.fallback or cache_size != fun.cache_size
                                                   or tuple(max_program) != fun.max_program):
         return fun  # already jitted with these options (vmap's result, jit_ps of a jit_ps)

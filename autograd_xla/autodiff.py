@@ -102,7 +102,7 @@ def _derivative(fn, kind, spec, nums):
         maker = make_vjp_function if kind == "vjp" else make_jvp_function
         d = fn._derivatives[key] = type(fn)(maker(fn, spec, nums), fallback=fn.fallback, backend=fn.backend,
                                             cache_size=fn.cache_size, x64=fn.x64, max_program=fn.max_program,
-                                            explain=fn.explain)
+                                            explain=fn.explain, tiered=fn.tiered)
         d._warned = fn._warned  # one warning per problem, not one per derivative
     return d
 

@@ -66,7 +66,7 @@ FLOORS = [
     ("derivatives of compiled calls, random draws, batched calls, collectives, pmap",
      ["autodiff", "impurity", "batched", "collectives", "parallel"]),
     ("jit_ps: the cache, its signatures, ahead-of-time objects; vmap and the Jacobians",
-     ["api", "signatures", "aot", "transforms"]),
+     ["api", "signatures", "aot", "transforms", "tiering"]),
     ("the package and its reports", ["", "coverage"]),
 ]
 

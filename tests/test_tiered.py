@@ -1,0 +1,315 @@
+"""Tiered execution (jit_ps(f, tiered=True)): a new signature runs as plain autograd while
+XLA compiles it on the compile thread, then compiled; plain autograd is the reference in
+both tiers. `compile_thread.paused()` holds a compile in flight for as long as a test needs,
+and `compile_thread.wait()` lets it finish: no sleeps, no timing."""
+import gc
+import os
+import subprocess
+import sys
+import threading
+import warnings
+
+import numpy as onp
+import numpy.random as npr
+import pytest
+
+import autograd.numpy as np
+from autograd import grad
+from autograd.extend import primitive
+from autograd_xla import (CompileError, backend, DeviceArray, FallbackWarning, jit_ps, register_translation_rule,
+                          set_default_tiered, tiering)
+from helpers import assert_close
+
+compile_thread = tiering.compile_thread
+rs = npr.RandomState(0)
+
+
+@pytest.fixture(autouse=True)
+def no_compile_left_running():
+    assert compile_thread.wait(60)
+    gc.collect()
+    backend.get_backend("cpu").release_recent()  # every test's compiles are counted from a cold cache
+    yield
+    assert compile_thread.wait(60)
+    set_default_tiered(None)
+
+
+def loss(W, b, x):
+    return np.sum(np.tanh(x @ W + b) ** 2)
+
+
+W, B, X = rs.randn(4, 3), rs.randn(3), rs.randn(5, 4)
+
+
+def mlp_loss(params, x):
+    for Wi, bi in params:
+        x = np.tanh(x @ Wi + bi)
+    return np.sum(x ** 2)
+
+
+PARAMS = [(rs.randn(4, 6), rs.randn(6)), (rs.randn(6, 2), rs.randn(2))]
+
+
+def test_first_calls_plain_while_compiling_then_compiled():
+    g = grad(loss, argnum=(0, 1))
+    jf = jit_ps(g, tiered=True)
+    with compile_thread.paused():
+        for k in range(3):
+            assert_close(jf(W, B + k, X), g(W, B + k, X))
+        assert (jf.stats.plain_tier_calls, jf.stats.compiles, jf.stats.hits, jf.stats.traces) == (3, 0, 0, 1)
+    assert compile_thread.wait(60)
+    assert jf.stats.compiles == 1
+    for k in range(3):
+        assert_close(jf(W, B + k, X), g(W, B + k, X), rtol=1e-12)
+    assert (jf.stats.plain_tier_calls, jf.stats.hits, jf.stats.traces) == (3, 3, 1)
+
+
+def test_containers_keywords_and_static_arguments():
+    def f(params, x, scale, power=2):
+        return mlp_loss(params, x) * scale ** power
+
+    g = grad(f)
+    jf = jit_ps(g, static_argnames="power", tiered=True)
+    with compile_thread.paused():
+        assert_close(jf(PARAMS, X, 1.5, power=3), g(PARAMS, X, 1.5, power=3))
+        assert_close(jf(PARAMS, X, 1.5, power=2), g(PARAMS, X, 1.5, power=2))
+        assert (jf.stats.plain_tier_calls, jf.stats.traces) == (2, 2)
+    assert compile_thread.wait(60)
+    assert_close(jf(PARAMS, X, 0.5, power=3), g(PARAMS, X, 0.5, power=3), rtol=1e-12)
+    assert_close(jf(PARAMS, X, 0.5, power=2), g(PARAMS, X, 0.5, power=2), rtol=1e-12)
+    assert (jf.stats.compiles, jf.stats.hits, jf.stats.plain_tier_calls) == (2, 2, 2)
+
+
+def test_off_by_default_compiles_in_the_call():
+    jf = jit_ps(grad(loss))
+    with compile_thread.paused():  # nothing is handed to the thread: the call compiles
+        jf(W, B, X)
+        assert (jf.stats.compiles, jf.stats.plain_tier_calls) == (1, 0)
+        assert compile_thread.idle()
+
+
+def test_process_default_from_environment_and_setter(monkeypatch):
+    monkeypatch.setenv(tiering.TIERED_ENV, "1")
+    with compile_thread.paused():
+        on = jit_ps(grad(loss))
+        on(W, B, X)
+        assert on.stats.plain_tier_calls == 1
+        set_default_tiered(False)  # the setter wins over the environment
+        off = jit_ps(grad(loss))
+        off(W, B, X)
+        off(W, B, X)
+        assert (off.stats.plain_tier_calls, off.stats.hits) == (0, 1)
+        explicit = jit_ps(grad(loss), tiered=True)  # and the argument over both
+        explicit(W, B, X)
+        assert explicit.stats.plain_tier_calls == 1
+    with pytest.raises(TypeError):
+        set_default_tiered("yes")
+
+
+@primitive
+def _twice(x):
+    return 2.0 * x
+
+
+def _buggy_rule(ctx, x):
+    # deliberately wrong (as in test_reliability_inputs): a transposed result shape, which XLA's verifier rejects
+    return ctx.op1("stablehlo.add", [x, x], tuple(reversed(x.shape)), x.dtype)
+
+
+register_translation_rule(_twice, _buggy_rule)
+
+
+def rejected(x):
+    return np.sum(_twice(np.tanh(x)))
+
+
+def test_compile_error_in_background_falls_back_with_one_warning():
+    x = rs.randn(2, 3)
+    jf = jit_ps(rejected, tiered=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the plain tier is not a fallback: no warning yet
+        with compile_thread.paused():
+            assert_close(jf(x), rejected(x))
+        assert compile_thread.wait(60)
+    with pytest.warns(FallbackWarning, match="_twice"):
+        assert_close(jf(x), rejected(x))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert_close(jf(x + 1), rejected(x + 1))
+    assert (jf.stats.fallbacks, jf.stats.compiles, jf.stats.plain_tier_calls) == (1, 0, 1)
+
+
+def test_compile_error_in_background_raises_under_fallback_error():
+    x = rs.randn(2, 3)
+    jf = jit_ps(rejected, fallback="error", tiered=True)
+    with compile_thread.paused():
+        assert_close(jf(x), rejected(x))
+    assert compile_thread.wait(60)
+    with pytest.raises(CompileError, match="_twice"):
+        jf(x)
+    with pytest.raises(CompileError, match="_twice"):  # as without tiers: each call compiles it again
+        jf(x)
+    assert jf.stats.plain_tier_calls == 1
+
+
+def noisy(x):
+    return np.sum(np.tanh(x) * np.random.randn(*x.shape)) + np.random.rand()
+
+
+def test_random_draws_are_plain_autograds_sequence_across_the_switch():
+    x = rs.randn(3, 2)
+    onp.random.seed(1)
+    expected = [noisy(x) for _ in range(5)]
+    state = onp.random.get_state(legacy=False)
+    jf = jit_ps(noisy, tiered=True)
+    onp.random.seed(1)
+    with compile_thread.paused():
+        got = [jf(x) for _ in range(2)]
+    assert compile_thread.wait(60)
+    got += [jf(x) for _ in range(3)]
+    assert (jf.stats.plain_tier_calls, jf.stats.hits) == (2, 3)
+    assert_close(onp.array(got), onp.array(expected), rtol=1e-12)
+    after = onp.random.get_state(legacy=False)
+    assert onp.array_equal(after["state"]["key"], state["state"]["key"]) and after["state"]["pos"] == state["state"]["pos"]
+    assert (after["has_gauss"], after["gauss"]) == (state["has_gauss"], state["gauss"])
+
+
+def test_a_closed_over_generator_keeps_its_sequence():
+    gen = npr.RandomState(3)
+
+    def f(x):
+        return np.sum(x * gen.randn(*x.shape))
+
+    x = rs.randn(4)
+    gen.seed(3)
+    expected = [grad(f)(x) for _ in range(4)]
+    gen.seed(3)
+    jf = jit_ps(grad(f), tiered=True)
+    with compile_thread.paused():
+        got = [jf(x) for _ in range(2)]
+    assert compile_thread.wait(60)
+    got += [jf(x) for _ in range(2)]
+    assert jf.stats.plain_tier_calls == 2 and jf.stats.compiles == 1
+    assert_close(onp.array(got), onp.array(expected), rtol=1e-12)
+    assert gen.randn() == npr.RandomState(3).randn(4 * 4 + 1)[-1]  # the generator moved as plain autograd moves it
+
+
+def test_differentiating_a_tiered_function_from_outside():
+    def f(W, x):
+        return np.sum(np.tanh(x @ W))
+
+    jf = jit_ps(f, tiered=True)
+    outer = grad(lambda W: jf(W, X) ** 2)
+    expected = grad(lambda W: f(W, X) ** 2)
+    with compile_thread.paused():
+        assert_close(outer(W), expected(W))  # forward and backward as plain autograd
+    assert compile_thread.wait(60)
+    assert_close(outer(W), expected(W), rtol=1e-12)  # compiled forward; its VJP tiered in turn
+    assert compile_thread.wait(60)
+    assert_close(outer(W + 1), expected(W + 1), rtol=1e-12)  # both compiled
+    assert jf.stats.plain_tier_calls == 1 and jf.stats.compiles == 1
+
+
+def test_threads_calling_a_new_signature_at_once():
+    g = grad(mlp_loss)
+    jf = jit_ps(g, tiered=True)
+    inputs = [X + k for k in range(8)]
+    expected = [g(PARAMS, x) for x in inputs]
+    errors, start = [], threading.Barrier(4)
+
+    def work():
+        start.wait()
+        try:
+            for _ in range(3):
+                for x, e in zip(inputs, expected):
+                    assert_close(jf(PARAMS, x), e, rtol=1e-12)
+        except Exception as e:  # reported by the main thread
+            errors.append(e)
+
+    with compile_thread.paused():
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        threads[0].join(60)  # one thread's calls all ran plainly; the others may be mid-way
+    for t in threads:
+        t.join(60)
+    assert compile_thread.wait(60)
+    assert not errors, errors[0]
+    s = jf.stats
+    assert (s.traces, s.compiles, s.plain_tier_calls + s.hits) == (1, 1, 4 * 3 * len(inputs))
+    assert s.plain_tier_calls >= 3 * len(inputs)
+
+
+def test_eviction_while_compiling():
+    jf = jit_ps(grad(loss), cache_size=1, tiered=True)
+    x5, x7 = rs.randn(5, 4), rs.randn(7, 4)
+    with compile_thread.paused():
+        assert_close(jf(W, B, x5), grad(loss)(W, B, x5))
+        assert_close(jf(W, B, x7), grad(loss)(W, B, x7))  # evicts the first before its compile started
+    assert compile_thread.wait(60)
+    assert (jf.stats.evictions, jf.stats.compiles) == (1, 1)  # the evicted one was not compiled
+    assert_close(jf(W, B, x7), grad(loss)(W, B, x7), rtol=1e-12)
+    assert_close(jf(W, B, x5), grad(loss)(W, B, x5))  # traced again, plain while it compiles
+    assert compile_thread.wait(60)
+    assert_close(jf(W, B, x5), grad(loss)(W, B, x5), rtol=1e-12)
+    assert (jf.stats.traces, jf.stats.compiles, jf.stats.plain_tier_calls, jf.stats.hits) == (3, 2, 3, 2)
+
+
+def test_clear_cache_while_compiling():
+    jf = jit_ps(grad(loss), tiered=True)
+    with compile_thread.paused():
+        jf(W, B, X)
+        jf.clear_cache()
+    assert compile_thread.wait(60)
+    assert jf.stats.compiles == 0  # left the cache before its turn
+    assert_close(jf(W, B, X), grad(loss)(W, B, X))
+    assert jf.stats.traces == 2
+
+
+def test_introspection_waits_for_the_compile_in_flight():
+    jf = jit_ps(grad(loss), tiered=True)
+    with compile_thread.paused():
+        jf(W, B, X)
+        assert "stablehlo" in jf.stablehlo(W, B, X)  # lowering needs no compile
+    assert jf.cost_analysis(W, B, X)["flops"] > 0
+    assert jf.stats.compiles == 1 and jf.stats.traces == 1
+
+
+def test_keep_on_device_and_donation():
+    def step(p, x):
+        return p - 0.1 * grad(lambda q: np.sum(np.tanh(x @ q)))(p)
+
+    jf = jit_ps(step, keep_on_device=True, donate_argnums=0, tiered=True)
+    p = jit_ps(lambda a: a + 0.0, keep_on_device=True)(W)
+    expected = step(W, X)
+    with compile_thread.paused():
+        out = jf(p, X)  # plain autograd's numpy result, as for a signature that falls back
+        assert type(out) is onp.ndarray
+        assert_close(out, expected)
+        assert_close(onp.asarray(p), W)  # nothing donated in the plain tier
+    assert compile_thread.wait(60)
+    out = jf(p, X)
+    assert type(out) is DeviceArray
+    assert_close(onp.asarray(out), expected, rtol=1e-12)
+
+
+def test_a_process_exiting_while_a_compile_runs_exits_cleanly():
+    script = """if True:
+        import numpy as onp
+        import autograd.numpy as np
+        from autograd import grad
+        from autograd_xla import jit_ps, tiering
+
+        def loss(params, x):
+            for W, b in params:
+                x = np.tanh(x @ W + b)
+            return np.sum(x ** 2)
+
+        rs = onp.random.RandomState(0)
+        params = [(rs.randn(784, 200), rs.randn(200)), (rs.randn(200, 100), rs.randn(100)), (rs.randn(100, 10), rs.randn(10))]
+        jit_ps(grad(loss), tiered=True)(params, rs.randn(8, 784))
+        print(tiering.compile_thread.idle())  # exits with its compile (about 0.3 s) usually still running
+    """
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0 and "terminate" not in done.stderr, done.stderr
