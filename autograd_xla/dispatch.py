@@ -75,9 +75,9 @@ def function(name, python, miss):
 
 
 def _shard_arg(x, sharding, layout):
-    """What C++ asks for an argument it cannot put itself (none of ours reach it: no layouts)."""
+    """An argument C++ does not put itself (one with a layout: ours have none) on the device."""
     x = np.asarray(x)
-    return xc.batched_device_put(backend_mod.Aval(x.shape, x.dtype), sharding, [x], list(sharding.device_set),
+    return xc.batched_device_put(backend_mod.Aval(x.shape, x.dtype), sharding, [x], [sharding._device],
                                  enable_x64=True, host_buffer_semantics=backend_mod.COPY_SEMANTICS)
 
 

@@ -1,0 +1,173 @@
+"""jaxlib's C++ call path driving our executables (dispatch.py): which calls it takes, that
+what they return is what the Python path returns, and that what it cannot do still runs
+(through the Python path) with the same results."""
+import gc
+import sys
+import threading
+import types
+import weakref
+
+import numpy as onp
+import pytest
+
+import autograd.numpy as np
+from autograd import grad
+from autograd_xla import DeviceArray, backend, dispatch, jit_ps
+from helpers import assert_close
+
+pytestmark = pytest.mark.skipif(not dispatch.available(), reason="this jaxlib offers no C++ dispatch")
+rs = onp.random.RandomState(11)
+
+
+def counting(jf):
+    """Count the calls reaching jf's Python path (C++ calls it for what it cannot do)."""
+    calls = []
+    python = jf._call_python
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return python(*args, **kwargs)
+    jf._call_python = counted
+    return calls
+
+
+def test_small_calls_go_through_cpp_and_count_as_hits():
+    jf = jit_ps(lambda x, y: (np.tanh(x) * y, {"s": np.sum(x), "y": [y + 1.0]}))
+    calls = counting(jf)
+    x, y = rs.randn(3), rs.randn(3)
+    first = jf(x, y)
+    assert len(calls) == 1 and jf._fast._cache_size() == 1
+    for k in range(10):
+        got = jf(x + k, y)
+        assert_close(got[0], onp.tanh(x + k) * y)
+        assert_close(got[1]["s"], onp.sum(x + k))
+        assert_close(got[1]["y"][0], y + 1.0)
+    assert len(calls) == 1
+    info = jf.cache_info()
+    assert info["hits"] == 10 and info["host_to_device"] == 22 and info["device_to_host"] == 33
+    assert type(first) is tuple and type(first[1]) is dict and type(first[1]["y"]) is list
+    assert type(first[1]["s"]) is onp.float64 and first[0].flags.writeable and type(first[0]) is onp.ndarray
+
+
+def test_a_gradient_goes_through_cpp():
+    loss = lambda w: np.sum(np.tanh(w) * w)  # noqa: E731
+    g = jit_ps(grad(loss))
+    calls = counting(g)
+    w = rs.randn(5)
+    for k in range(5):
+        assert_close(g(w * k), grad(loss)(w * k))
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("case", ["keyword", "python scalar", "list", "static", "device array", "x64 off",
+                                  "large", "draws"])
+def test_what_cpp_cannot_do_runs_through_python(case):
+    x = rs.randn(4)
+    if case == "keyword":
+        jf, call, expect = jit_ps(lambda x, s: x * s), lambda f: f(x, s=2.0), x * 2.0
+    elif case == "python scalar":
+        jf, call, expect = jit_ps(lambda x, s: x * s), lambda f: f(x, 2.0), x * 2.0
+    elif case == "list":
+        jf, call, expect = jit_ps(lambda xs: xs[0] + xs[1]), lambda f: f([x, x]), 2 * x
+    elif case == "static":
+        jf, call, expect = jit_ps(lambda x, n: x * n, static_argnums=1), lambda f: f(x, 3), 3 * x
+    elif case == "device array":
+        d = jit_ps(lambda x: x * 1.0, keep_on_device=True)(x)
+        assert type(d) is DeviceArray
+        jf, call, expect = jit_ps(lambda x: x + 1.0), lambda f: f(d), x + 1.0
+    elif case == "x64 off":  # the executable takes float32: C++ would hand it float64 buffers
+        jf, call, expect = jit_ps(lambda x: x + 1.0, x64=False), lambda f: f(x), (x + 1.0).astype(onp.float32)
+    elif case == "large":  # C++ would put it zero-copy, and PJRT may copy a misaligned one late
+        big = rs.randn(20000)
+        jf, call, expect = jit_ps(lambda x: x + 1.0), lambda f: f(big), big + 1.0
+    else:
+        jf, call = jit_ps(lambda x: x + onp.random.normal(size=4)), lambda f: f(x)
+        state = onp.random.get_state()
+        expect = x + onp.random.normal(size=4)
+        onp.random.set_state(state)
+    calls = counting(jf)
+    for _ in range(3):
+        if case == "draws":
+            state = onp.random.get_state()
+            assert_close(call(jf), expect)
+            onp.random.set_state(state)
+        else:
+            got = call(jf)
+            assert_close(got, expect)
+            assert onp.asarray(got).dtype == onp.asarray(expect).dtype
+    assert len(calls) == 3
+
+
+def test_evicted_and_cleared_signatures_leave_cpp():
+    jf = jit_ps(lambda x: x * 2.0, cache_size=1)
+    a, b = rs.randn(3), rs.randn(4)
+    for _ in range(3):  # each new signature evicts the other
+        assert_close(jf(a), a * 2.0)
+        assert_close(jf(b), b * 2.0)
+    assert jf.cache_info()["evictions"] == 5 and jf._fast._cache_size() <= 1
+    jf.clear_cache()
+    assert jf._fast._cache_size() == 0
+    assert_close(jf(a), a * 2.0)
+
+
+def test_a_jitted_function_and_its_program_are_freed():
+    """C++ holds the jitted function weakly: dropping it frees it and its executable."""
+    jf = jit_ps(lambda x: x * 3.0 + 0.125)
+    x = rs.randn(3)
+    jf(x)
+    jf(x)
+    program = weakref.ref(next(iter(jf._cache.values())).executable.program)
+    ref = weakref.ref(jf)
+    del jf
+    gc.collect()
+    backend.get_backend("cpu").release_recent()  # the programs the backend keeps after their functions
+    assert ref() is None and program() is None
+
+
+def test_threads_share_one_function():
+    jf = jit_ps(lambda x: np.sin(x) * 2.0)
+    jf(rs.randn(3))
+    errors = []
+
+    def work(seed):
+        local = onp.random.RandomState(seed)
+        for _ in range(500):
+            x = local.randn(3)
+            if not onp.allclose(jf(x), onp.sin(x) * 2.0, rtol=1e-13):
+                errors.append(seed)
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors and not any(t.is_alive() for t in threads)
+
+
+def test_inside_another_trace_the_call_is_inlined():
+    inner = jit_ps(lambda x: x * 2.0)
+    c = rs.randn(3)
+    inner(c)
+    inner(c)
+    outer = jit_ps(lambda x: inner(x) + inner(c))   # a traced argument, and a numpy constant
+    assert_close(outer(c + 1.0), (c + 1.0) * 2.0 + c * 2.0)
+    assert "multiply" in str(outer.graph(c))
+
+
+def test_with_jax_imported_the_x64_state_in_effect_is_checked(monkeypatch):
+    """Where jax is imported its configuration is in effect: a signature gets the C++ path
+    only while its x64 state keeps float64 (ours does here; jax's is off by default)."""
+    monkeypatch.setitem(sys.modules, "jax", types.ModuleType("jax"))
+    assert dispatch._x64_on()
+    jf = jit_ps(lambda x: x - 1.0)
+    calls = counting(jf)
+    x = rs.randn(2)
+    for _ in range(3):
+        assert_close(jf(x), x - 1.0)
+    assert len(calls) == 1
+
+
+def test_an_argument_cpp_hands_back_is_put_on_the_sharding_device():
+    sharding = backend.get_backend("cpu").sharding()
+    x = rs.randn(2, 3)
+    put = dispatch._shard_arg(x, sharding, None)
+    assert onp.array_equal(put._single_device_array_to_np_array_did_copy()[0], x)
