@@ -231,10 +231,14 @@ class JittedFunction(aot.Introspection):
         return f"<jit_ps {qualname or self._fun}>"
 
     # ----- the call path --------------------------------------------------------------------
-    def __call__(self, *args, **kwargs):
+    @property
+    def __call__(self):
+        """What a call runs: C++ (dispatch.py; it calls _call_python for what it cannot do),
+        or the Python path. A property: Python calls what it returns with the call's own
+        arguments, where a method would pack and unpack them again (0.4 of a 6 µs call)."""
         if self._fast is not None and not _trace_state.traces:
-            return self._fast(*args, **kwargs)  # C++; it calls _call_python for what it cannot do
-        return self._call_python(*args, **kwargs)
+            return self._fast
+        return self._call_python
 
     def _call_python(self, *args, **kwargs):
         if _trace_state.traces:  # inside another trace: inline, the outer function compiles us
@@ -398,16 +402,7 @@ class JittedFunction(aot.Introspection):
         if len(args) != len(executable.in_avals) or any(a.shape != av.shape or a.dtype != av.dtype
                                                         for a, av in zip(args, executable.in_avals)):
             return None
-        stats, cache, out_tree = self.stats, self._cache, entry.out_tree  # not self: C++ holds this
-
-        def finish(results):
-            stats.hits += 1
-            try:
-                cache.move_to_end(key)  # least recently used signatures are evicted first
-            except (KeyError, RuntimeError):  # evicted meanwhile by another thread
-                pass
-            return results[0] if out_tree is tree.LEAF else tree.unflatten(out_tree, results)
-        return dispatch.fastpath(executable, finish)
+        return dispatch.fastpath(executable, entry.out_tree, self.stats, self._cache, key)  # not self: C++ keeps it
 
     def _forget_fast_paths(self):
         self._simple.clear()
