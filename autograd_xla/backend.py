@@ -132,14 +132,12 @@ class Backend:
     # ----- reused memory (lowering.LARGE_ARRAY_BYTES) ---------------------------------------
     def take(self, aval):
         """A device buffer of type `aval` for a recycled result to be written into: a dead
-        earlier result's, or a new one (its memory is faulted in once, by a fill)."""
+        earlier result's, or a new one, a copy of uninitialised memory (a fill program instead
+        cost each new type a compile, 20-50 ms of a first call)."""
         buffer = self._pop(("result", aval.shape, aval.dtype))
         if buffer is not None and not buffer.is_deleted():
             return buffer
-        program, _ = self.compile(_fill_text(aval))
-        zero = self.put(np.zeros((), aval.dtype))
-        handler = xc.array_result_handler(aval, self.sharding(), True, _skip_checks=True)
-        return program.exe.execute_sharded([zero]).consume_with_handlers([handler])[0]
+        return self.put(np.empty(aval.shape, aval.dtype), aval=aval)
 
     def give(self, buffer, aval):
         """Keep the buffer of a result no one sees any more, for `take` (within RECYCLE_*)."""
@@ -150,7 +148,7 @@ class Backend:
         that XLA reads it in place (`unstage` it after the call): one reused, its pages already
         faulted in, where PJRT would copy into fresh memory on every call."""
         array = self._pop(("staging", aval.shape, aval.dtype))
-        return array if array is not None else _aligned_empty(aval.shape, aval.dtype)
+        return array if array is not None else aligned_empty(aval.shape, aval.dtype)
 
     def unstage(self, array, aval):
         self._push(("staging", aval.shape, aval.dtype), array, aval)
@@ -309,14 +307,6 @@ def _store(disk, disk_key, exe):
         log.warning("autograd_xla could not store the compiled program in %s: %s", disk.directory, e)
 
 
-def _fill_text(aval):
-    """A program returning an array of type `aval` filled with its one argument."""
-    scalar, whole = hlo.tensor_type((), aval.dtype), hlo.tensor_type(aval.shape, aval.dtype)
-    return (f"module @fill {{\n  func.func public @main(%z: {scalar}) -> {whole} {{\n"
-            f"    %b = stablehlo.broadcast_in_dim %z, dims = [] : ({scalar}) -> {whole}\n"
-            f"    return %b : {whole}\n  }}\n}}\n")
-
-
 def _module_name(text):
     found = re.match(r"\s*module @([\w.$-]+)", text)
     return found.group(1) if found else "a program"
@@ -453,12 +443,12 @@ def aligned(array):
     its data to 16 bytes only)."""
     if array.flags.c_contiguous and not array.ctypes.data % 64:
         return array
-    out = _aligned_empty(array.shape, array.dtype)
+    out = aligned_empty(array.shape, array.dtype)
     out[...] = array
     return out
 
 
-def _aligned_empty(shape, dtype):
+def aligned_empty(shape, dtype):
     """An uninitialised C-contiguous numpy array whose data is 64-byte aligned."""
     dtype = np.dtype(dtype)
     nbytes = math.prod(shape) * dtype.itemsize

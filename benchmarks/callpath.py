@@ -1,4 +1,4 @@
-"""Where a tiny jitted call spends its time: jit_ps's per-call path stage by stage, beside jax.jit.
+"""Where a tiny jitted call spends its time: jit_ps's per-call paths stage by stage, beside jax.jit.
 
     python benchmarks/callpath.py [--workload tiny|tiny_grad] [--repeat N]
 
@@ -6,6 +6,11 @@ A diagnostic for whoever optimises the call path. It reaches into jit_ps interna
 (JittedFunction._split, the signature cache, backend.Executable's fields), so it may need
 updating when those change; run.py does not depend on it. Each stage is timed on its own,
 interleaved with the others, in microseconds per call (median of samples).
+
+A call goes through jaxlib's C++ dispatch where its signature qualifies (autograd_xla/dispatch.py:
+C++ flattens, looks up, puts and runs; Python turns the results into numpy arrays), else through
+the Python path (JittedFunction._call_python: flatten, signature, lookup, backend.Executable).
+Both are shown.
 """
 import argparse
 import os
@@ -22,7 +27,7 @@ from workloads import BY_NAME  # noqa: E402
 def jit_ps_stages(wl, x):
     from jaxlib import xla_client as xc
 
-    from autograd_xla import backend, jit_ps, signatures, tree
+    from autograd_xla import backend, dispatch, jit_ps, signatures, tree
 
     jf = jit_ps(wl.build_autograd(), fallback="error")
     jf(x)
@@ -40,8 +45,21 @@ def jit_ps_stages(wl, x):
     convert = exe.converters[0]
     flat_out = [convert(outs[0])]
     cache = jf._cache
+    cpp = {}
+    if jf._fast is not None:
+        fast = dispatch.fastpath(exe, entry.out_tree, jf.stats, cache, key)
+        bare = dispatch.function("bare", None, lambda *a: (outs[0], fast._replace(
+            out_pytree_def=dispatch._state["registry"].flatten(0)[1])))
+        bare(x)
+        finish = fast.out_pytree_def.unflatten
+        cpp = {
+            "jit_ps: whole call, C++ dispatch": (jf, args),
+            "  C++ call alone (results not converted)": (bare, args),
+            "  Python after it (wait, count, numpy view)": (lambda: finish(outs), ()),
+        }
     return {
-        "jit_ps: whole call": (jf, args),
+        **cpp,
+        "jit_ps: whole call, Python path": (jf._call_python, args),
         "  _split (flatten args)": (lambda: jf._split(args, {}), ()),
         "  signature of leaves": (lambda: tuple(map(signatures.leaf_signature, leaves)), ()),
         "  cache lookup": (lambda: cache.get(key), ()),

@@ -171,3 +171,20 @@ def test_an_argument_cpp_hands_back_is_put_on_the_sharding_device():
     x = rs.randn(2, 3)
     put = dispatch._shard_arg(x, sharding, None)
     assert onp.array_equal(put._single_device_array_to_np_array_did_copy()[0], x)
+
+
+@pytest.mark.parametrize("offset", [0, 8, 16])
+def test_the_largest_qualifying_arguments_at_any_alignment_are_read_in_full(offset):
+    """C++ puts numpy arguments zero-copy; one it cannot alias PJRT copies inline below 100 KiB,
+    so results of the largest qualifying arguments (under IN_PLACE_MIN_BYTES) are complete
+    when the call returns, at every alignment."""
+    n = backend.IN_PLACE_MIN_BYTES // 8 - 8
+    raw = onp.empty(n + 16)
+    start = (-raw.ctypes.data % 64 + offset) // 8
+    x = raw[start:start + n]
+    jf = jit_ps(lambda x: np.sin(x) * 2.0 + 1.0)
+    calls = counting(jf)
+    for k in range(30):
+        x[:] = rs.randn(n)
+        assert_close(jf(x), onp.sin(x) * 2.0 + 1.0)
+    assert len(calls) == 1
