@@ -106,7 +106,7 @@ class _Entry:
     """One signature: traced (graph), then lowered, then compiled (`stage`), each when asked for."""
 
     __slots__ = ("executable", "out_tree", "graph", "lowered", "fallback_cause", "guards", "draws", "static_leaves",
-                 "impure", "stage", "donated", "dynamic", "background")
+                 "impure", "stage", "donated", "dynamic", "background", "fastpath")
 
     def __init__(self, out_tree, graph, draws=(), static_leaves=(), impure=False, dynamic=()):
         self.out_tree, self.graph = out_tree, graph
@@ -120,6 +120,7 @@ class _Entry:
         self.donated = frozenset()                  # leaf indices whose buffers the executable may reuse
         self.impure = impure or bool(self.draws)    # differentiated calls run as plain autograd
         self.background = None                      # a tiering.Job compiling it (tiered=True)
+        self.fastpath = None                        # C++'s (dispatch.fastpath) once asked for; False: none
 
     @property
     def python_fallback(self):
@@ -398,11 +399,13 @@ class JittedFunction(aot.Introspection):
         if hit is None:
             return None
         entry, key = hit
-        executable = entry.executable
-        if len(args) != len(executable.in_avals) or any(a.shape != av.shape or a.dtype != av.dtype
-                                                        for a, av in zip(args, executable.in_avals)):
-            return None
-        return dispatch.fastpath(executable, entry.out_tree, self.stats, self._cache, key)  # not self: C++ keeps it
+        if entry.fastpath is None:
+            executable = entry.executable
+            takes = len(args) == len(executable.in_avals) and all(
+                a.shape == av.shape and a.dtype == av.dtype for a, av in zip(args, executable.in_avals))
+            fast = takes and dispatch.fastpath(executable, entry.out_tree, self.stats, self._cache, key)
+            entry.fastpath = fast or False  # not self in it: C++ keeps it
+        return entry.fastpath or None
 
     def _forget_fast_paths(self):
         self._simple.clear()

@@ -6,6 +6,8 @@ helpers), stored with its call arguments exactly as the program passed them, exc
 every traced value is replaced by its Var. Translation rules therefore receive the same
 arguments numpy would have, and a Graph prints as a readable list of numpy calls.
 """
+import math
+
 import numpy as np
 
 
@@ -30,7 +32,7 @@ class Aval:
 
     @property
     def size(self):
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
     def strong(self):
         return Aval(self.shape, self.dtype) if self.weak_type else self
