@@ -23,8 +23,10 @@ The modules stand on floors; each imports only its own floor and those below
  4. rules/: translation rules only, one module per family (adding a primitive is one
     @lowers function in one of them)
  5. tracing, lowering, partial_eval: the interpreters of a graph; batching: lowering for
-    a batch of examples (vmap), op by op; backend: the runtime; persistent_cache: compiled
-    executables kept on disk (opt-in); distributed: several processes as one job (initialize)
+    a batch of examples (vmap), op by op; backend: the runtime on one device; replicated:
+    programs over several devices (pmap's); dispatch: jaxlib's C++ call path driving our
+    executables; persistent_cache: compiled executables kept on disk (opt-in); distributed:
+    several processes as one job (initialize)
  6. control_flow/: while_loop, fori_loop, scan, cond, switch and their derivatives
  7. compositions/: trace rules (odeint, fixed_point, scipy.stats, nan*) and the patches of
     autograd's globals that look at data

@@ -74,7 +74,7 @@ def _fast_dispatch(jf):
         self = ref()
         result = self._call_python(*args, **kwargs)
         return result, self._fastpath(args, kwargs)
-    return dispatch.function(getattr(jf._fun, "__name__", "jit_fn"), python, miss)
+    return dispatch.function(getattr(jf._fun, "__name__", "jit_fn"), python, miss, jf)
 
 
 class CacheStats:

@@ -137,7 +137,11 @@ class Backend:
         buffer = self._pop(("result", aval.shape, aval.dtype))
         if buffer is not None and not buffer.is_deleted():
             return buffer
-        return self.put(np.empty(aval.shape, aval.dtype), aval=aval)
+        try:
+            return self.put(np.empty(aval.shape, aval.dtype), aval=aval)
+        except MemoryError:
+            raise MemoryError(f"out of memory for a result of a jitted function: {hlo.tensor_type(aval.shape, aval.dtype)}"
+                              f" needs {aval.size * aval.dtype.itemsize / 2**30:.1f} GiB") from None
 
     def give(self, buffer, aval):
         """Keep the buffer of a result no one sees any more, for `take` (within RECYCLE_*)."""

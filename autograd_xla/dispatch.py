@@ -24,6 +24,7 @@ What it takes, probed with jaxlib 0.10.2:
 import collections
 import operator
 import sys
+import weakref
 
 import numpy as np
 from jaxlib import _jax
@@ -67,15 +68,17 @@ def _setup():
         return False
 
 
-def function(name, python, miss):
-    """A PjitFunction. `python(*args, **kwargs)` is the Python call path (C++ takes it when jit
-    is disabled); `miss(*args, **kwargs)` runs a call C++ has no fast path for and returns
-    (result, FastpathData or None)."""
+def function(name, python, miss, owner):
+    """A PjitFunction for `owner` (a jitted function), whose fast paths leave C++'s cache when
+    `owner` is collected (they would hold its executables alive). `python(*args, **kwargs)` is
+    the Python call path (C++ takes it when jit is disabled); `miss(*args, **kwargs)` runs a
+    call C++ has no fast path for and returns (result, FastpathData or None)."""
     def cache_miss(*args, **kwargs):
         result, fast = miss(*args, **kwargs)
         return result, fast, False
-    return _jax.pjit(name, python, cache_miss, [], [], (name, id(cache_miss)), _state["registry"],
-                     _shard_arg, None)
+    fast = _jax.pjit(name, python, cache_miss, [], [], (name, id(cache_miss)), _state["registry"], _shard_arg, None)
+    weakref.finalize(owner, fast._clear_cache)
+    return fast
 
 
 def _shard_arg(x, sharding, layout):
@@ -88,12 +91,14 @@ def _shard_arg(x, sharding, layout):
 def fastpath(executable, out_tree, stats, cache, key):
     """The fast path of `executable` (a backend.Executable), or None if it does not qualify.
     Its calls return the results in `out_tree` and do the bookkeeping of a hit on the
-    Python path: `stats` (an api.CacheStats) counted, `key` moved to the end of `cache`."""
+    Python path: `stats` (an api.CacheStats) counted, `key` moved to the end of `cache`.
+    C++ keeps it where the garbage collector does not look: it holds `cache` (whose entries
+    may lead back to the function) weakly, and `key` and `stats` must hold nothing of the user's."""
     if not _qualifies(executable) or not _x64_on():
         return None
     n_in, n_out = len(executable.in_avals), len(executable.out_avals)
     sharding = executable.backend.sharding()
-    results = _Results(_finisher(executable, out_tree, stats, cache, key), n_out)
+    results = _Results(_finisher(executable, out_tree, stats, weakref.ref(cache), key), n_out)
     tree_def = _state["registry"].flatten(results)[1]
     return FastpathData(executable.exe, tree_def, [sharding] * n_in, [sharding] * n_out, list(executable.out_avals),
                         [True] * n_out, [True] * n_in, [None] * n_in, [])
@@ -114,7 +119,7 @@ def _x64_on():
     return probe._single_device_array_to_np_array_did_copy()[0].dtype == np.float64
 
 
-def _finisher(executable, out_tree, stats, cache, key):
+def _finisher(executable, out_tree, stats, cache_ref, key):
     """What one fast call does in Python, in one frame (each more costs ~0.1 µs of a ~6 µs
     call): count, keep the cache's order of use, and hand out numpy arrays in the function's
     output structure."""
@@ -127,8 +132,8 @@ def _finisher(executable, out_tree, stats, cache, key):
         stats.host_to_device += n_in
         stats.device_to_host += n_out
         try:
-            cache.move_to_end(key)  # least recently used signatures are evicted first
-        except (KeyError, RuntimeError):  # evicted meanwhile by another thread
+            cache_ref().move_to_end(key)  # least recently used signatures are evicted first
+        except (KeyError, RuntimeError, AttributeError):  # evicted meanwhile by another thread; gone
             pass
         if leaf:
             return converters[0](outs[0])

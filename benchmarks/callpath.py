@@ -49,7 +49,7 @@ def jit_ps_stages(wl, x):
     if jf._fast is not None:
         fast = dispatch.fastpath(exe, entry.out_tree, jf.stats, cache, key)
         bare = dispatch.function("bare", None, lambda *a: (outs[0], fast._replace(
-            out_pytree_def=dispatch._state["registry"].flatten(0)[1])))
+            out_pytree_def=dispatch._state["registry"].flatten(0)[1])), jf)
         bare(x)
         finish = fast.out_pytree_def.unflatten
         cpp = {
