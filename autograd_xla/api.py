@@ -5,11 +5,11 @@ arguments, each array leaf's shape and dtype (Python scalars are weakly typed, n
 scalars are not), and the values of static arguments (signatures.py). The first call with
 a signature traces the function (tracing.py), lowers the graph (lowering.py), compiles it
 (backend.py) and caches the executable; later calls only flatten the arguments, look up
-the cache and execute; with tiered=True XLA compiles on a background thread (tiering.py)
-and the signature's calls run as plain autograd until it is done. Introspection stops
-earlier (`graph()` and `eval_shape` trace, `lower()` lowers: aot.py) and leaves the entry
-for a later call to finish. Calls that
-carry autograd boxes go through one autograd primitive (autodiff.py), so
+the cache and execute, in C++ where the signature qualifies (dispatch.py). With
+tiered=True XLA compiles on a background thread (tiering.py) and the signature's calls run
+as plain autograd until it is done. Introspection stops earlier (`graph()` and
+`eval_shape` trace, `lower()` lowers: aot.py) and leaves the entry for a later call to
+finish. Calls that carry autograd boxes go through one autograd primitive (autodiff.py), so
 `grad(jit_ps(f))` differentiates the compiled function.
 """
 import collections

@@ -414,7 +414,7 @@ class Executable:
     def _stage(self, x, aval, staged):
         """`x` copied into reused aligned memory of type `aval` (a view's is `x` and its pad)."""
         copy = self.backend.staging(aval)
-        np.copyto(copy[:x.size].reshape(np.shape(x)), x)
+        np.copyto(copy.reshape(-1)[:x.size].reshape(np.shape(x)), x)
         staged.append((copy, aval))
         return copy
 

@@ -196,7 +196,7 @@ class _Main:
         self.views = [self.params.index(p) for p in self.params if p.name.startswith("%view")]
 
     def _view(self, a, k, count):
-        """Graph input `a` read out of a flat parameter of VIEW_PAD more elements, from the k-th
+        """Graph input `a` read out of a flat parameter of view_pad more elements, from the k-th
         of `count` offsets passed in the offsets parameter (backend.Executable fills both)."""
         ctx = self.ctx
         pad = view_pad(hlo.canonical_dtype(a.dtype))
