@@ -30,7 +30,7 @@ from . import compositions, impurity, lowering, rules, tiering, tracing, tree  #
 from .aot import COMPILED, LOWERED, TRACED
 from .backend import DeviceArray
 from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, ImpureFunctionError, JitError,
-                     PlatformUnavailableError, ProgramTooLargeError, UnsupportedPrimitiveError, library_file, annotate)
+                     PlatformUnavailableError, ProgramTooLargeError, library_file, annotate)
 from .hlo import SUPPORTED_DTYPES as _SUPPORTED
 from .signatures import (PlainArgument, Static, aval_of, describe_change, distance, hashable, leaf_signature, short,
                          sig_str, signature_of, suspicious)

@@ -273,7 +273,7 @@ def breakdown(args, ax, inputs, jax, jp, onp, timing):
     results to numpy (replicated.gather), the rest being Python (flatten, signature, cache,
     unflatten). And jax.pmap's: with inputs already on the devices and no conversion of the
     results, against the whole numpy-in, numpy-out call. Uses autograd_xla internals."""
-    from autograd_xla import backend, replicated
+    from autograd_xla import replicated
     params, x, y = inputs
     (entry,) = ax._cache.values()
     exe = entry[0]

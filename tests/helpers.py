@@ -1,9 +1,12 @@
 """Comparison helpers: a jitted function must agree with plain autograd, in value and
 dtype, and so must its derivatives, whichever way jit_ps and grad are nested."""
+import threading
+
 import numpy as onp
 from autograd import grad
+from autograd.extend import primitive
 
-from autograd_xla import jit_ps
+from autograd_xla import jit_ps, register_translation_rule
 
 TOL = {onp.dtype("float64"): 1e-12, onp.dtype("complex128"): 1e-12, onp.dtype("float32"): 2e-5,
        onp.dtype("complex64"): 2e-5, onp.dtype("float16"): 2e-3}
@@ -121,3 +124,30 @@ def check_falls_back(f, *args, error=Exception, match=None, **kwargs):
 def jit_strict(f, **kwargs):
     """jit_ps raising what stops compiling (fallback="error"), for tests of those errors."""
     return jit_ps(f, fallback="error", **kwargs)
+
+
+@primitive
+def twice_xla_rejects(x):
+    """2 * x, whose translation rule (below) is deliberately wrong: it claims a transposed
+    shape for an elementwise add, which XLA's verifier rejects, while tracing accepts it (the
+    rule is the source of truth): a program XLA will not compile, for the error paths."""
+    return 2.0 * x
+
+
+def _transposed_add(ctx, x):
+    return ctx.op1("stablehlo.add", [x, x], tuple(reversed(x.shape)), x.dtype)
+
+
+register_translation_rule(twice_xla_rejects, _transposed_add)
+
+
+def run_threads(target, args, timeout=120):
+    """Run target(*a) for each `a` of `args` on a thread of its own, all at once; fails if one
+    has not finished within `timeout` seconds."""
+    threads = [threading.Thread(target=target, args=a) for a in args]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    assert not any(t.is_alive() for t in threads), "a thread did not finish"
+

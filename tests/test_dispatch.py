@@ -3,7 +3,6 @@ what they return is what the Python path returns, and that what it cannot do sti
 (through the Python path) with the same results."""
 import gc
 import sys
-import threading
 import types
 import weakref
 
@@ -13,7 +12,7 @@ import pytest
 import autograd.numpy as np
 from autograd import grad
 from autograd_xla import DeviceArray, backend, dispatch, jit_ps
-from helpers import assert_close
+from helpers import assert_close, run_threads
 
 pytestmark = pytest.mark.skipif(not dispatch.available(), reason="this jaxlib offers no C++ dispatch")
 rs = onp.random.RandomState(11)
@@ -135,12 +134,8 @@ def test_threads_share_one_function():
             x = local.randn(3)
             if not onp.allclose(jf(x), onp.sin(x) * 2.0, rtol=1e-13):
                 errors.append(seed)
-    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not errors and not any(t.is_alive() for t in threads)
+    run_threads(work, [(s,) for s in range(4)], timeout=60)
+    assert not errors
 
 
 def test_inside_another_trace_the_call_is_inlined():
