@@ -77,6 +77,12 @@ def _fast_dispatch(jf):
     return dispatch.function(getattr(jf._fun, "__name__", "jit_fn"), python, miss, jf)
 
 
+#: A function whose calls C++ has handed back this many times for good (keyword, scalar or
+#: container arguments, large arrays), none ever taken, keeps to the Python path: C++'s
+#: signature and lookup cost such calls ~2 µs each (17.0 against 15.3 µs, measured).
+FAST_REFUSALS = 8
+
+
 class CacheStats:
     """Per-function counters. `traces` counts signatures traced; `compiles` counts XLA
     compilations (a trace whose program text matches one already compiled reuses it);
@@ -189,6 +195,7 @@ class JittedFunction(aot.Introspection):
         self.stats = CacheStats()
         # jaxlib's C++ dispatch (dispatch.py), for the calls of signatures that qualify
         self._fast = _fast_dispatch(self) if not keep_on_device and dispatch.available() else None
+        self._fast_calls = [0, 0]  # calls C++ handed back for good, and fast paths given it
 
     def _resolve_static_names(self):
         """static_argnames may name positional parameters and vice versa, as in jax."""
@@ -392,20 +399,26 @@ class JittedFunction(aot.Introspection):
     def _fastpath(self, args, kwargs):
         """C++'s fast path for a call like this one (just run by _call_python), or None: for
         positional numpy arrays of a signature on the simple path whose executable qualifies
-        (dispatch.fastpath) and takes them as they are (x64=False narrows them)."""
-        if kwargs or not all(type(a) is np.ndarray for a in args):
-            return None
-        hit = self._simple.get(tuple([(a.shape, a.dtype) for a in args]))
-        if hit is None:
-            return None
-        entry, key = hit
-        if entry.fastpath is None:
-            executable = entry.executable
-            takes = len(args) == len(executable.in_avals) and all(
-                a.shape == av.shape and a.dtype == av.dtype for a, av in zip(args, executable.in_avals))
-            fast = takes and dispatch.fastpath(executable, entry.out_tree, self.stats, self._cache, key)
-            entry.fastpath = fast or False  # not self in it: C++ keeps it
-        return entry.fastpath or None
+        (dispatch.fastpath) and takes them as they are (x64=False narrows them). Calls of
+        other arguments, and of executables that do not qualify, are refusals for good; after
+        FAST_REFUSALS of them with no fast path given, the function keeps to the Python path."""
+        hit = None
+        if not kwargs and all(type(a) is np.ndarray for a in args):
+            hit = self._simple.get(tuple([(a.shape, a.dtype) for a in args]))
+            if hit is None:
+                return None  # not compiled yet (tiered), or not on the simple path: not counted
+            entry, key = hit
+            if entry.fastpath is None:
+                executable = entry.executable
+                takes = len(args) == len(executable.in_avals) and all(
+                    a.shape == av.shape and a.dtype == av.dtype for a, av in zip(args, executable.in_avals))
+                fast = takes and dispatch.fastpath(executable, entry.out_tree, self.stats, self._cache, key)
+                entry.fastpath = fast or False  # not self in it: C++ keeps it
+        fast = hit[0].fastpath if hit is not None else False
+        self._fast_calls[bool(fast)] += 1
+        if self._fast_calls == [FAST_REFUSALS, 0]:
+            self._fast = None
+        return fast or None
 
     def _forget_fast_paths(self):
         self._simple.clear()

@@ -183,3 +183,19 @@ def test_the_largest_qualifying_arguments_at_any_alignment_are_read_in_full(offs
         x[:] = rs.randn(n)
         assert_close(jf(x), onp.sin(x) * 2.0 + 1.0)
     assert len(calls) == 1
+
+
+def test_a_function_whose_calls_cpp_always_hands_back_keeps_to_python():
+    """Scalar arguments never take the C++ path; after FAST_REFUSALS such calls, with none
+    taken, the function stops asking C++ (its lookup cost each call ~2 µs for nothing)."""
+    from autograd_xla import api
+    jf = jit_ps(lambda x, s: x * s)
+    x = rs.randn(3)
+    for k in range(api.FAST_REFUSALS + 2):
+        assert_close(jf(x, float(k)), x * k)
+    assert jf._fast is None
+    mixed = jit_ps(lambda x, s=1.0: x * s)
+    for k in range(api.FAST_REFUSALS + 2):   # a fast path given once: C++ stays
+        assert_close(mixed(x), x)
+        assert_close(mixed(x, s=float(k)), x * k)
+    assert mixed._fast is not None
