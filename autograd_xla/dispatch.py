@@ -114,8 +114,9 @@ def _x64_on():
     """Whether the x64 state in effect keeps float64 (always, with ours; jax's may be off)."""
     if "configs" in _state and "jax" not in sys.modules:
         return True
-    probe = xc.batched_device_put(backend_mod.Aval((), np.float64), backend_mod.get_backend("cpu").sharding(),
-                                  [np.zeros((), np.float64)], [backend_mod.get_backend("cpu").default_device])
+    cpu = backend_mod.get_backend("cpu")
+    probe = xc.batched_device_put(backend_mod.Aval((), np.float64), cpu.sharding(), [np.zeros((), np.float64)],
+                                  [cpu.default_device])
     return probe._single_device_array_to_np_array_did_copy()[0].dtype == np.float64
 
 

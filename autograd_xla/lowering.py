@@ -4,8 +4,6 @@ The interpreter: each equation's primitive is looked up in the registry and its
 translation rule emits the equation into a `context.LoweringContext` (the rules, and the
 numpy semantics they share, live below this module: rules/ and context.py).
 """
-import math
-
 import numpy as np
 
 from . import hlo, registry
@@ -165,17 +163,18 @@ class _Main:
         avals = [v.aval for v in graph.invars]
         packs = _packs(avals, platform, pack)
         packed = {i for _, members in packs for i in members}
-        self.params, self.sources, inputs = [], [], [None] * len(avals)
-        watched = {}
+        self.params, self.sources, self.views, inputs = [], [], [], [None] * len(avals)
+        watched = {}  # first pass: the large arguments whose uses decide whether they are viewable
         for i, a in enumerate(avals):
             if i in packed:
                 continue
             if i in views:
+                self.views.append(len(self.params))
                 inputs[i] = self._view(a, views.index(i), len(views))
             else:
                 inputs[i] = hlo.Value(f"%arg{len(self.params)}", a.shape, a.dtype, a.weak_type)
                 self.params.append(inputs[i])
-                if recycle and a.size * hlo.canonical_dtype(a.dtype).itemsize >= LARGE_ARRAY_BYTES:
+                if recycle and not views and _large(a):
                     watched[inputs[i].name] = i
             self.sources.append(i)
         for dtype, members in packs:
@@ -193,7 +192,6 @@ class _Main:
         results = {o.name for o in self.outs}
         self.viewable = [i for name, i in watched.items()
                          if ctx.module.uses[name] and ctx.module.uses[name] <= FUSED_USES and name not in results]
-        self.views = [self.params.index(p) for p in self.params if p.name.startswith("%view")]
 
     def _view(self, a, k, count):
         """Graph input `a` read out of a flat parameter of view_pad more elements, from the k-th
@@ -206,6 +204,12 @@ class _Main:
         start = ctx.reshape(ctx.slice(offsets, [k], [k + 1]), ())
         value = ctx.reshape(ctx.dynamic_slice(flat, [start], [a.size]), a.shape)
         return value.with_weak_type(a.weak_type)
+
+
+def _large(aval):
+    """Whether lowering treats an argument or result of `aval` as large (LARGE_ARRAY_BYTES), in
+    the dtype it really has in the module (x64 off narrows it)."""
+    return aval.size * hlo.canonical_dtype(aval.dtype).itemsize >= LARGE_ARRAY_BYTES
 
 
 def view_pad(dtype):
@@ -223,8 +227,7 @@ def _assemble(name, ctx, params, outs, sources=None, recycle=False, views=(), ar
     if views:
         entry.append(hlo.Value("%offsets", (len(views),), np.int32))
     attrs = dict(arg_attrs or {})
-    recycled = [k for k, o in enumerate(outs)
-                if recycle and math.prod(o.shape) * hlo.canonical_dtype(o.dtype).itemsize >= LARGE_ARRAY_BYTES]
+    recycled = [k for k, o in enumerate(outs) if recycle and _large(o)]
     for k in recycled:
         attrs[len(entry)] = f"{{tf.aliasing_output = {k} : i32}}"
         entry.append(hlo.Value(f"%out{k}", outs[k].shape, outs[k].dtype))
