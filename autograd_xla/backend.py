@@ -364,7 +364,7 @@ class Executable:
     def __call__(self, leaves, keep_on_device=False):
         sharding, devices = self._put_args
         put = xc.batched_device_put
-        buffers, staged, offsets = [], [], []
+        buffers, staged, offsets = list(self.consts), [], []  # lifted constants first (lowering.Lowered)
         moved = 0
         for aval, source, placement in zip(self.in_avals, self.sources, self._placements):
             if type(source) is list:  # small arguments, sent as one buffer
@@ -398,8 +398,6 @@ class Executable:
             moved += 1
         stats = self.stats
         stats.host_to_device += moved
-        if self.consts:
-            buffers.extend(self.consts)
         try:
             if offsets:
                 buffers.append(self.backend.put(np.array(offsets, np.int32)))

@@ -101,11 +101,12 @@ class Lowered:
 
     `in_avals` are the module's parameters; `sources[k]` says what parameter k is made of:
     an argument index, or a list of them packed end to end (see PACK_MAX_BYTES).
+    The executable takes `consts` (device copies of them) before those parameters.
     `views` lists the parameters that are views (their data from the 64-byte boundary below
     it, `view_pad` elements more, or as many as the argument's when its last ones are in a
     parameter of `tails`, those a context.View multiplies), whose offsets from there come in
-    one int32 parameter after those holding `consts`; `recycled` the results written into
-    buffers passed as the last parameters, one each (LARGE_ARRAY_BYTES)."""
+    one int32 parameter after them; `recycled` the results written into buffers passed as
+    the last parameters, one each (LARGE_ARRAY_BYTES)."""
 
     def __init__(self, text, consts, in_avals, out_avals, sources=None, recycled=(), views=(), tails=()):
         self.text, self.consts, self.in_avals, self.out_avals = text, consts, in_avals, out_avals
@@ -248,14 +249,16 @@ def _large(aval):
 
 def _assemble(name, ctx, params, outs, sources=None, recycle=False, views=(), tails=(), arg_attrs=None,
               **module_options):
-    """The Lowered module of a finished main function: its parameters, then the constants
-    lifted into parameters, then the views' offsets, then (`recycle`) one buffer per large
-    result, aliased to it; all in the dtypes the executable really has (x64 off narrows them)."""
+    """The Lowered module of a finished main function: the constants lifted into parameters
+    (first, where jaxlib's C++ dispatch passes them: dispatch.py), then its parameters (whose
+    `arg_attrs` are keyed by their index among them), then the views' offsets, then
+    (`recycle`) one buffer per large result, aliased to it; all in the dtypes the executable
+    really has (x64 off narrows them)."""
     lifted = list(ctx.module.lifted.values())
-    entry = params + [v for _, v in lifted]
+    entry = [v for _, v in lifted] + params
     if views:
         entry.append(hlo.Value("%offsets", (len(views),), np.int32))
-    attrs = dict(arg_attrs or {})
+    attrs = {len(lifted) + k: a for k, a in (arg_attrs or {}).items()}
     recycled = [k for k, o in enumerate(outs) if recycle and _large(o)]
     for k in recycled:
         attrs[len(entry)] = f"{{tf.aliasing_output = {k} : i32}}"

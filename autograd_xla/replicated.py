@@ -110,7 +110,7 @@ class ReplicatedExecutable:
         as numpy arrays or ShardedArrays of this executable's devices. `first_only`: indices
         of results equal on every device, of which the first device's is enough (it comes
         back as a view of that device's buffer, leading axis 1, no copy)."""
-        buffers = []
+        buffers = list(self.consts)  # lifted constants first (lowering.Lowered)
         # results are waited for before returning to numpy, so large aligned inputs may be read
         # in place meanwhile (their pages are not copied and faulted in anew on every call)
         in_place = not keep_on_device
@@ -122,7 +122,6 @@ class ReplicatedExecutable:
             else:
                 x = self.put_replicated(np.asarray(x, dtype=aval.dtype), in_place)
             buffers.append(x)
-        buffers.extend(self.consts)
         try:
             outs = self.exe.execute_sharded(buffers).consume_with_handlers(self.handlers)
             if keep_on_device:

@@ -58,6 +58,22 @@ def test_a_gradient_goes_through_cpp():
     assert len(calls) == 1
 
 
+def test_closed_over_arrays_go_through_cpp_too():
+    """Arrays a function closes over are lifted into device-resident parameters; C++ passes
+    them before the arguments (the fast path's const_args)."""
+    data, other = rs.randn(300, 4), rs.randn(4, 200)  # both above context.LIFT_BYTES
+    loss = lambda w, b: np.sum(np.tanh(np.dot(data, w) + b) * np.dot(w, other)[:1])  # noqa: E731
+    f, g = jit_ps(loss), jit_ps(grad(loss, argnum=(0, 1)))
+    calls_f, calls_g = counting(f), counting(g)
+    w, b = rs.randn(4), rs.randn(300)
+    assert "%k1" in f.stablehlo(w, b)
+    for k in range(4):
+        assert_close(f(w * k, b), loss(w * k, b))
+        for got, want in zip(g(w * k, b - k), grad(loss, argnum=(0, 1))(w * k, b - k)):
+            assert_close(got, want)
+    assert len(calls_f) == 1 and len(calls_g) == 1
+
+
 @pytest.mark.parametrize("case", ["keyword", "python scalar", "list", "static", "device array", "x64 off",
                                   "large", "draws"])
 def test_what_cpp_cannot_do_runs_through_python(case):
