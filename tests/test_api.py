@@ -5,7 +5,7 @@ import pytest
 
 import autograd.numpy as np
 from autograd import grad, value_and_grad
-from autograd_xla import ArgumentError, backend, context, jit_ps, lowering, vmap
+from autograd_xla import ArgumentError, backend, context, jit_ps, lowering
 from helpers import assert_close
 
 rs = onp.random.RandomState(0)
@@ -390,15 +390,6 @@ def test_large_matrices_are_multiplied_where_they_are(dtype, offset):
     loss = lambda w, X: np.sum(np.sin(X @ w))  # noqa: E731
     for got, want in zip(jit_ps(value_and_grad(loss))(w, X), value_and_grad(loss)(w, X)):
         onp.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * 10)
-
-
-def test_a_vmapped_product_multiplies_the_matrix_where_it_is():
-    """Under vmap the other operand carries the batch; the matrix is still read in place."""
-    X = placed((256, 1024), offset=24)
-    W = rs.randn(3, 1024)
-    f = jit_ps(vmap(lambda w, X: np.tanh(X @ w), in_axes=(0, None)))
-    assert "%view1" in f.stablehlo(W, X)
-    assert_close(f(W, X), onp.stack([onp.tanh(X @ w) for w in W]))
 
 
 @pytest.mark.parametrize("offset", [0, 8, 56])
