@@ -4,10 +4,12 @@ The interpreter: each equation's primitive is looked up in the registry and its
 translation rule emits the equation into a `context.LoweringContext` (the rules, and the
 numpy semantics they share, live below this module: rules/ and context.py).
 """
+import collections
+
 import numpy as np
 
 from . import hlo, registry
-from .context import LoweringContext, ModuleState, Uses, View, view_pad
+from .context import VIEW_DOT, LoweringContext, ModuleState, View, view_pad
 from .core import Var, map_vars, prim_name
 from .errors import annotate
 
@@ -164,12 +166,6 @@ FUSED_USES = frozenset({f"stablehlo.{n}" for n in hlo.UNARY_OPS | hlo.BINARY_OPS
 #: 108 viewed against 129 copied, but a logistic-regression gradient, two such dots, 295
 #: against 209 (one copy serves both).
 VIEW_DOT_ROW_BYTES = 1024
-#: ... and when those dots' extra traffic (View.traffic) is at most this many times its size.
-#: Measured, a 1000x1000 float64 matrix (16 mod 64) times a 1000 x n matrix, then tanh (µs;
-#: viewed / copied / aligned): n = 1 158 / 630 / 128, 16 260 / 419 / 213, 64 838 / 1008 /
-#: 672 (traffic 0.26); SeLU's 256x1024 input times its 1024x1024 weights, the input viewed
-#: (traffic 10), 11% slower than copied.
-VIEW_DOT_TRAFFIC = 0.5
 
 
 class _Main:
@@ -206,17 +202,16 @@ class _Main:
                 piece = ctx.reshape(ctx.slice(buffer, [start], [start + a.size]), a.shape)
                 inputs[i] = hlo.Value(piece.name, a.shape, a.dtype, a.weak_type)
                 start += a.size
-        ctx.module.uses = {name: Uses() for name in watched}
+        ctx.module.uses = {name: collections.Counter() for name in watched}
         self.outs = lower_subgraph(ctx, graph, inputs, [])
         results = {o.name for o in self.outs}
         self.viewable = {}  # graph input index -> whether a dot reads its view
         for name, i in watched.items():
-            u, a = ctx.module.uses[name], avals[i]
-            if name in results or not (u.ops or u.dots) or not u.ops.keys() <= FUSED_USES:
-                continue
-            if not u.dots or (a.shape[1] * hlo.canonical_dtype(a.dtype).itemsize >= VIEW_DOT_ROW_BYTES * u.dots
-                              and u.traffic <= VIEW_DOT_TRAFFIC * a.size):
-                self.viewable[i] = u.dots > 0
+            seen = ctx.module.uses[name]
+            a, dots = avals[i], seen[VIEW_DOT]
+            if (seen and seen.keys() <= FUSED_USES | {VIEW_DOT} and name not in results
+                    and (not dots or a.shape[1] * hlo.canonical_dtype(a.dtype).itemsize >= VIEW_DOT_ROW_BYTES * dots)):
+                self.viewable[i] = dots > 0
 
     def _view(self, i, a, k, count, dot):
         """Graph input i, `a`, read out of a flat parameter from the k-th of `count` offsets passed

@@ -359,7 +359,7 @@ def test_large_arguments_read_otherwise_are_staged_and_stay_current():
     for k in range(3):
         X[k, :] += 1.0
         assert_close(f(X, w), onp.tanh(X @ w))
-    Y, W = placed(offset=16), rs.randn(BIG[1], 128)  # nor times many columns (lowering.VIEW_DOT_TRAFFIC)
+    Y, W = placed(offset=16), rs.randn(BIG[1], context.View.MAX_COLUMNS + 1)  # nor times many columns
     assert "%view" not in jit_ps(lambda Y, W: Y @ W).stablehlo(Y, W)
     assert_close(jit_ps(lambda Y, W: Y @ W)(Y, W), Y @ W)
 
