@@ -684,7 +684,7 @@ class JittedFunction(aot.Introspection):
             raise aot.explain_compile_error(self, e, entry.graph, lowered, backend, x64) from None
         entry.executable = backend_mod.Executable(backend, exe, lowered.in_avals, lowered.out_avals, lowered.consts,
                                                   lowered.text, self.stats, lowered.sources, lowered.recycled,
-                                                  lowered.views, lowered.tails)
+                                                  lowered.views)
         seconds = time.perf_counter() - t0
         self.stats.compiles += compiled
         self.stats.compile_seconds += seconds
