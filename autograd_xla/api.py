@@ -19,7 +19,6 @@ import sys
 import threading
 import time
 import warnings
-import weakref
 
 import numpy as np
 from autograd.tracer import box_types, getval
@@ -60,21 +59,6 @@ STATIC_FLOAT_VALUES = 4
 #: Programs above either bound run as plain autograd instead (jit_ps's `max_program`):
 #: primitive calls, and bytes of StableHLO text (a rule that inlines loops emits much per call).
 MAX_PROGRAM = (40000, 32 << 20)
-
-
-def _fast_dispatch(jf):
-    """`jf`'s PjitFunction (dispatch.function). It holds `jf` weakly: C++ objects are not
-    traversed by the garbage collector, so a cycle through one would never be freed."""
-    ref = weakref.ref(jf)
-
-    def python(*args, **kwargs):
-        return ref()._call_python(*args, **kwargs)
-
-    def miss(*args, **kwargs):
-        self = ref()
-        result = self._call_python(*args, **kwargs)
-        return result, self._fastpath(args, kwargs)
-    return dispatch.function(getattr(jf._fun, "__name__", "jit_fn"), python, miss, jf)
 
 
 #: A function whose calls C++ has handed back this many times for good (keyword, scalar or
@@ -184,6 +168,7 @@ class JittedFunction(aot.Introspection):
         self._platform = None  # resolved on first compile: later default changes do not move us
         self.cache_size = cache_size
         self._cache = collections.OrderedDict()
+        self._untraced = tiering.NewSignatures(cache_size)  # a tiered function's, run plainly first
         self._simple = {}  # (shape, dtype) per positional array -> entry needing no per-call work
         self._lock = threading.RLock()
         self._auto_static = {}  # spec -> frozenset of leaf indices made static
@@ -194,7 +179,7 @@ class JittedFunction(aot.Introspection):
         self._last_key = None
         self.stats = CacheStats()
         # jaxlib's C++ dispatch (dispatch.py), for the calls of signatures that qualify
-        self._fast = _fast_dispatch(self) if not keep_on_device and dispatch.available() else None
+        self._fast = dispatch.function_for(self) if not keep_on_device and dispatch.available() else None
         self._fast_calls = [0, 0]  # calls C++ handed back for good, and fast paths given it
 
     def _resolve_static_names(self):
@@ -275,8 +260,8 @@ class JittedFunction(aot.Introspection):
                     return self._run_plain(entry, spec, leaves)
                 if entry.impure:
                     return self._differentiate_plainly(spec, leaves)
-                if entry.stage < COMPILED:  # XLA is compiling it in the background
-                    return self._run_plain_tier(spec, leaves)
+                if entry.stage < COMPILED:  # tiered: not compiled yet
+                    return self._run_plain_tier(spec, leaves, entry)
                 if not entry.donated:
                     return autodiff.jit_call(self, spec, *leaves)
                 # autograd runs the forward pass (our _execute) in this thread, within this call
@@ -304,13 +289,15 @@ class JittedFunction(aot.Introspection):
         self._warn_fallback(cause)
         return out
 
-    def _run_plain_tier(self, spec, leaves):
-        """A call of a signature XLA is compiling in the background (tiered execution) runs as
-        plain autograd, whose numbers (and draws from numpy.random: the compiled program
-        replays the same calls on the same state) the compiled program gives: not a fallback,
-        nothing to report. Results are what plain autograd returns, as for a fallback."""
+    def _run_plain_tier(self, spec, leaves, entry):
+        """A call of a signature not compiled yet (tiered execution: `entry` Untraced, or
+        compiling in the background) runs as plain autograd, whose numbers (and draws from
+        numpy.random: the compiled program replays the same calls on the same state) the
+        compiled program gives: not a fallback, nothing to report. Results are what plain
+        autograd returns, as for a fallback."""
         self.stats.plain_tier_calls += 1
-        return self._apply(spec, leaves, autodiff.BOXING)
+        call = functools.partial(self._apply, spec, leaves, autodiff.BOXING)
+        return entry.run(call) if type(entry) is tiering.Untraced else call()
 
     def _differentiate_plainly(self, spec, leaves):
         """A function whose compiled form replays random draws (or draws in a way that cannot
@@ -373,6 +360,10 @@ class JittedFunction(aot.Introspection):
         if entry is None or entry.stage < stage:
             if stage == COMPILED and entry is not None and entry.compiling():
                 return entry  # tiered: its calls run plainly meanwhile, without waiting for the lock
+            if stage == COMPILED and entry is None and self._tiers():
+                untraced = self._untraced.plain(key)
+                if untraced is not None:
+                    return untraced  # tiered: plain calls until they have cost a compile
             if entry is not None and count:
                 self.stats.hits += 1  # found traced (by graph() or lower()): the trace is reused
             return self._compile(key, spec, leaves, stage)
@@ -388,8 +379,8 @@ class JittedFunction(aot.Introspection):
         entry = self._lookup(spec, leaves)
         if entry.python_fallback:
             return self._run_plain(entry, spec, leaves)
-        if entry.stage < COMPILED:  # XLA is compiling it in the background (not yet in _simple)
-            return self._run_plain_tier(spec, leaves)
+        if entry.stage < COMPILED:  # tiered: not compiled yet (nor in _simple)
+            return self._run_plain_tier(spec, leaves, entry)
         if (not (entry.static_leaves or entry.draws or entry.guards) and spec is _FLAT_SPECS.get(len(leaves))
                 and all(type(x) is np.ndarray and x.dtype in _SUPPORTED for x in leaves)):
             sig = tuple([(x.shape, x.dtype) for x in leaves])
@@ -688,6 +679,8 @@ class JittedFunction(aot.Introspection):
         seconds = time.perf_counter() - t0
         self.stats.compiles += compiled
         self.stats.compile_seconds += seconds
+        if compiled:
+            tiering.note_compile(seconds)
         entry.stage = COMPILED  # last: a call on another thread (tiered) uses the entry once it reads this
         return seconds, compiled
 
@@ -898,6 +891,7 @@ class JittedFunction(aot.Introspection):
             programs = self._programs()
             self._forget_pending()
             self._cache.clear()
+            self._untraced.clear()
             self._forget_fast_paths()
             self._derivatives.clear()
         if programs:
@@ -964,9 +958,10 @@ def jit_ps(fun=None, *, static_argnums=(), static_argnames=(), fallback="python"
     explain: log every trace and compile of this function, with its reason (which argument's
     shape, dtype, structure or static value differs from the closest cached signature) and its
     seconds, on the logger "autograd_xla"; None follows $AUTOGRAD_XLA_LOG_COMPILES=1.
-    tiered: a new signature is traced and lowered in the call, and XLA compiles it on a
-    background thread (tiering.py); until that is done its calls run as plain autograd, then
-    the executable. Both tiers give plain autograd's numbers, and draws from numpy.random
+    tiered: a new signature runs as plain autograd, untraced, until its calls have taken as
+    long as a compile is expected to (tiering.plain_budget); then it is traced and lowered in
+    the call, and XLA compiles it on a background thread (tiering.py), its calls running as
+    plain autograd until that is done, then the executable. Both tiers give plain autograd's numbers, and draws from numpy.random
     stay exactly plain autograd's sequence (the compiled program replays the same calls on the
     same state). A compile error surfaces at the next call as it would have at the first
     (FallbackWarning, or raised under fallback="error"). While plain: results are numpy arrays

@@ -83,6 +83,22 @@ def function(name, python, miss, owner):
     return fast
 
 
+def function_for(jf):
+    """A jitted function's PjitFunction: its calls go to `jf._call_python` on a miss, and a
+    miss asks `jf._fastpath` for the call's fast path. It holds `jf` weakly: C++ objects are
+    not traversed by the garbage collector, so a cycle through one would never be freed."""
+    ref = weakref.ref(jf)
+
+    def python(*args, **kwargs):
+        return ref()._call_python(*args, **kwargs)
+
+    def miss(*args, **kwargs):
+        self = ref()
+        result = self._call_python(*args, **kwargs)
+        return result, self._fastpath(args, kwargs)
+    return function(getattr(jf._fun, "__name__", "jit_fn"), python, miss, jf)
+
+
 def _shard_arg(x, sharding, layout):
     """An argument C++ does not put itself (one with a layout: ours have none) on the device."""
     x = np.asarray(x)

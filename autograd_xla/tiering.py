@@ -1,22 +1,29 @@
-"""Tiered execution: a new signature runs as plain autograd while XLA compiles it.
+"""Tiered execution: a new signature runs as plain autograd until its calls have cost a
+compile, and while XLA compiles it.
 
 With a cold cache a short job loses to plain autograd: compiling the gradient of the
-benchmarks' 784-200-100-10 MLP takes ~0.4 s, as long as ~25 of its plain-autograd calls.
-`jit_ps(f, tiered=True)` (or `set_default_tiered(True)`, or $AUTOGRAD_XLA_TIERED=1) still
-traces and lowers a new signature in the calling thread (milliseconds; tracing runs the
-user's Python), then hands XLA's compile to the one background thread here, and calls of
-that signature run as plain autograd until the executable is ready. Plain autograd is the
-reference the compiled program is checked against, so both tiers give its numbers; XLA's
-compile releases the GIL (measured: 18 plain MLP gradient calls ran in the caller during one
-0.42 s compile), so the caller is slowed only by sharing the cores.
+benchmarks' 784-200-100-10 MLP takes ~0.2-0.4 s, as long as ~25-50 of its plain-autograd
+calls. With `jit_ps(f, tiered=True)` (or `set_default_tiered(True)`, or
+$AUTOGRAD_XLA_TIERED=1) a new signature first runs as plain autograd, untraced, until its
+calls have taken as long as a compile is expected to (`plain_budget`: the rent-or-buy rule,
+so a job never costs much more than twice the better of the two, and a job shorter than a
+compile costs what plain autograd does: with two cores, a compile running beside the plain
+calls slowed them 2-3x). Then it is traced and lowered in the calling thread (milliseconds;
+tracing runs the user's Python), XLA's compile goes to the one background thread here, and
+calls of that signature run as plain autograd until the executable is ready. Plain autograd
+is the reference the compiled program is checked against, so both tiers give its numbers;
+XLA's compile releases the GIL (measured: 18 plain MLP gradient calls ran in the caller
+during one 0.42 s compile), so the caller is slowed only by sharing the cores.
 
-This module holds the process default and the compile thread; api.py decides what to hand it.
+This module holds the process default, the plain budget and the compile thread; api.py
+decides what to hand it.
 """
 import atexit
 import collections
 import contextlib
 import os
 import threading
+import time
 
 #: The environment variable giving the process default of jit_ps's `tiered` (1, true, yes, on).
 TIERED_ENV = "AUTOGRAD_XLA_TIERED"
@@ -31,6 +38,74 @@ def set_default_tiered(enabled):
     if enabled is not None and not isinstance(enabled, bool):
         raise TypeError(f"set_default_tiered takes True, False or None; got {enabled!r}")
     _default = enabled
+
+
+#: Seconds of plain calls a new signature runs before it is compiled: None for the compile
+#: time expected (the mean of this process's compiles so far, FIRST_COMPILE_SECONDS before
+#: the first; tests set 0 to compile at once).
+PLAIN_SECONDS = None
+#: A typical first compile here (the benchmarks' MLP gradient: 0.19-0.24 s).
+FIRST_COMPILE_SECONDS = 0.2
+_compiles = [0, 0.0]  # compiles seen, their seconds
+
+
+def note_compile(seconds):
+    """Count a compile's seconds in the mean plain_budget expects (any thread)."""
+    _compiles[0] += 1
+    _compiles[1] += seconds
+
+
+def plain_budget():
+    """Seconds of plain-autograd calls a new signature of a tiered function runs before it is
+    traced and compiled (PLAIN_SECONDS)."""
+    if PLAIN_SECONDS is not None:
+        return PLAIN_SECONDS
+    n, total = _compiles
+    return total / n if n else FIRST_COMPILE_SECONDS
+
+
+class Untraced:
+    """A new signature of a tiered function, run as plain autograd without being traced until
+    its calls have taken plain_budget() seconds (`spent`). It stands in for a cache entry
+    that is not compiled yet (`stage`)."""
+
+    __slots__ = ("spent",)
+    stage, python_fallback, impure = 0, False, False
+
+    def __init__(self):
+        self.spent = 0.0
+
+    def run(self, call):
+        """call(), its seconds counted."""
+        t0 = time.perf_counter()
+        try:
+            return call()
+        finally:
+            self.spent += time.perf_counter() - t0
+
+
+class NewSignatures:
+    """The new signatures a tiered function runs plainly, `limit` at most (the oldest are
+    forgotten first)."""
+
+    def __init__(self, limit):
+        self.limit, self._untraced = limit, {}
+
+    def plain(self, key):
+        """The Untraced to run this call of signature `key` with, or None once its calls have
+        cost a compile (then it is compiled)."""
+        untraced = self._untraced.get(key)
+        if untraced is None:
+            untraced = self._untraced.setdefault(key, Untraced())
+            if len(self._untraced) > self.limit:
+                self._untraced.pop(next(iter(self._untraced)), None)
+        if untraced.spent < plain_budget():
+            return untraced
+        self._untraced.pop(key, None)
+        return None
+
+    def clear(self):
+        self._untraced.clear()
 
 
 def default_tiered():

@@ -7,7 +7,8 @@ softmax cross-entropy, batch 256, float64: workloads.mlp_loss), each call on the
 the previous step made, with a fresh `grad(mlp_loss)` function object (and a fresh jit_ps
 wrapper) per job, as a library's `fit()` builds one. Every jitted job compiles cold: the
 program the previous job compiled is freed (its function is gone, and the backend's recent
-programs are released, Backend.release_recent) and each job's compile count is checked.
+programs are released, Backend.release_recent) and each job's compile count is checked (a tiered
+job whose plain calls cost less than tiering.plain_budget compiles nothing).
 The modes run in a rotated order in every repeat (load from other processes then falls on
 all of them); the table shows the median over --repeat jobs, and for tiered jobs also the
 time until their background compile has finished (what a process exiting right after the
@@ -76,7 +77,8 @@ def job(mode, n, data):
     tiering.compile_thread.wait()
     finished, cpu = time.perf_counter() - t0, cpu_seconds() - c0
     stats = getattr(step, "stats", None)
-    if stats is not None and stats.compiles != 1:
+    # a tiered job shorter than a compile is never compiled (tiering.plain_budget)
+    if stats is not None and stats.compiles != 1 and not (mode == "jit_ps tiered" and stats.compiles == 0):
         raise RuntimeError(f"{mode} job compiled {stats.compiles} times, not once: the cache was not cold")
     return seconds, finished, cpu, stats, out
 
@@ -122,7 +124,9 @@ def steady_state(data, repeat):
     for mode in MODES[1:]:
         cold_start()
         f = make(mode)
+        budget, tiering.PLAIN_SECONDS = tiering.PLAIN_SECONDS, 0  # compiled at once: this measures its calls
         f(*data)
+        tiering.PLAIN_SECONDS = budget
         tiering.compile_thread.wait()
         f(*data)
         calls[mode] = f

@@ -1,6 +1,6 @@
-"""Tiered execution (jit_ps(f, tiered=True)): a new signature runs as plain autograd while
-XLA compiles it on the compile thread, then compiled; plain autograd is the reference in
-both tiers. `compile_thread.paused()` holds a compile in flight for as long as a test needs,
+"""Tiered execution (jit_ps(f, tiered=True)): a new signature runs as plain autograd, until
+its calls have cost a compile (tiering.PLAIN_SECONDS, 0 here but where said) and while XLA
+compiles it on the compile thread, then compiled; plain autograd is the reference in both tiers. `compile_thread.paused()` holds a compile in flight for as long as a test needs,
 and `compile_thread.wait()` lets it finish: no sleeps, no timing."""
 import gc
 import os
@@ -24,7 +24,8 @@ rs = npr.RandomState(0)
 
 
 @pytest.fixture(autouse=True)
-def no_compile_left_running():
+def no_compile_left_running(monkeypatch):
+    monkeypatch.setattr(tiering, "PLAIN_SECONDS", 0)  # compiled at a new signature's first call
     assert compile_thread.wait(60)
     gc.collect()
     backend.get_backend("cpu").release_recent()  # every test's compiles are counted from a cold cache
@@ -77,6 +78,38 @@ def test_containers_keywords_and_static_arguments():
     assert_close(jf(PARAMS, X, 0.5, power=3), g(PARAMS, X, 0.5, power=3), rtol=1e-12)
     assert_close(jf(PARAMS, X, 0.5, power=2), g(PARAMS, X, 0.5, power=2), rtol=1e-12)
     assert (jf.stats.compiles, jf.stats.hits, jf.stats.plain_tier_calls) == (2, 2, 2)
+
+
+def test_plain_and_untraced_until_the_calls_have_cost_a_compile(monkeypatch):
+    """A new signature is not traced while its plain calls cost less than the compile
+    expected (the rent-or-buy rule: a short job costs what plain autograd does)."""
+    monkeypatch.setattr(tiering, "PLAIN_SECONDS", 3600.0)
+    f = jit_ps(loss, tiered=True)
+    for k in range(5):
+        assert_close(f(W, B, X + k), loss(W, B, X + k))
+    assert f.cache_info()["traces"] == 0 and f.cache_info()["plain_tier_calls"] == 5 and compile_thread.idle()
+    g = jit_ps(grad(loss), tiered=True)  # also inside autograd's trace, and differentiated
+    assert_close(grad(lambda W: f(W, B, X) * 2.0)(W), 2.0 * grad(loss)(W, B, X))
+    assert_close(g(W, B, X), grad(loss)(W, B, X))
+    monkeypatch.setattr(tiering, "PLAIN_SECONDS", 0.0)  # spent: the next call traces and compiles
+    assert_close(f(W, B, X), loss(W, B, X))
+    assert compile_thread.wait(60)
+    assert_close(f(W, B, X), loss(W, B, X))
+    info = f.cache_info()
+    assert info["traces"] == 1 and info["compiles"] == 1 and info["hits"] >= 1
+    f.clear_cache()
+    monkeypatch.setattr(tiering, "PLAIN_SECONDS", 3600.0)
+    f(W, B, X)
+    assert f.cache_info()["traces"] == 1  # cleared: plain and untraced again
+
+
+def test_the_plain_budget_is_the_mean_compile_so_far(monkeypatch):
+    monkeypatch.setattr(tiering, "PLAIN_SECONDS", None)
+    monkeypatch.setattr(tiering, "_compiles", [0, 0.0])
+    assert tiering.plain_budget() == tiering.FIRST_COMPILE_SECONDS
+    jit_ps(lambda x: np.sin(x) * 3.0)(X)
+    n, total = tiering._compiles
+    assert n == 1 and tiering.plain_budget() == total > 0
 
 
 def test_off_by_default_compiles_in_the_call():
@@ -285,6 +318,7 @@ def test_a_process_exiting_while_a_compile_runs_exits_cleanly():
         import autograd.numpy as np
         from autograd import grad
         from autograd_xla import jit_ps, tiering
+        tiering.PLAIN_SECONDS = 0
 
         def loss(params, x):
             for W, b in params:
