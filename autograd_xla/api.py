@@ -961,8 +961,8 @@ def jit_ps(fun=None, *, static_argnums=(), static_argnames=(), fallback="python"
     tiered: a new signature runs as plain autograd, untraced, until its calls have taken as
     long as a compile is expected to (tiering.plain_budget); then it is traced and lowered in
     the call, and XLA compiles it on a background thread (tiering.py), its calls running as
-    plain autograd until that is done, then the executable. Both tiers give plain autograd's numbers, and draws from numpy.random
-    stay exactly plain autograd's sequence (the compiled program replays the same calls on the
+    plain autograd until that is done, then the executable. Both tiers give plain autograd's
+    numbers, and draws from numpy.random stay exactly plain autograd's sequence (the compiled program replays the same calls on the
     same state). A compile error surfaces at the next call as it would have at the first
     (FallbackWarning, or raised under fallback="error"). While plain: results are numpy arrays
     even with keep_on_device=True and nothing is donated, as for a signature that falls back.

@@ -18,8 +18,9 @@ What it takes, probed with jaxlib 0.10.2:
   backend.IN_PLACE_MIN_BYTES, and no views or recycled results (those need Python at each
   call). Constants lifted into parameters are device arrays C++ passes before the arguments
   (the fast path's const_args, probed: the module takes them first, lowering._assemble):
-  the Table 1 quadratic's value, its 1000x1000 matrix closed over, 101 µs instead of 119. C++ puts numpy arrays zero-copy; PJRT's CPU client copies one it cannot alias
-  inline below 100 KiB (its kSmallDataTransferByteSize) but on a worker thread above, and the
+  the Table 1 quadratic's value, its 1000x1000 matrix closed over, 101 µs instead of 119.
+  C++ puts numpy arrays zero-copy; PJRT's CPU client copies one it cannot alias inline
+  below 100 KiB (its kSmallDataTransferByteSize) but on a worker thread above, and the
   synchronous client then returns before the results exist (probed: 6 of 30 read wrong at 8
   MiB). Below the bound the results are complete when C++ returns, so they are not waited for.
 """
