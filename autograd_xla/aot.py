@@ -182,6 +182,37 @@ def equation_at_line(graph, lineno, platform, x64):
 TRACED, LOWERED, COMPILED = 1, 2, 3
 
 
+class Entry:
+    """One signature of api.JittedFunction: traced (graph), then lowered, then compiled
+    (`stage`), each when asked for."""
+
+    __slots__ = ("executable", "out_tree", "graph", "lowered", "fallback_cause", "guards", "draws", "static_leaves",
+                 "impure", "stage", "donated", "dynamic", "background", "fastpath", "upgrade")
+
+    def __init__(self, out_tree, graph, draws=(), static_leaves=(), impure=False, dynamic=()):
+        self.out_tree, self.graph = out_tree, graph
+        self.executable = self.lowered = None
+        self.stage = TRACED if graph is not None else COMPILED  # a plain-autograd entry has nothing to do
+        self.fallback_cause = None                  # see api._fallback_entry
+        self.guards = graph.guards if graph is not None else []
+        self.draws = list(draws)                    # numpy.random calls replayed on every call (impurity.py)
+        self.static_leaves = frozenset(static_leaves)  # leaf indices traced as static values
+        self.dynamic = list(dynamic)                # leaf index of each graph input
+        self.donated = frozenset()                  # leaf indices whose buffers the executable may reuse
+        self.impure = impure or bool(self.draws)    # differentiated calls run as plain autograd
+        self.background = None                      # a tiering.Job compiling it (tiered=True)
+        self.fastpath = None                        # C++'s (dispatch.fastpath) once asked for; False: none
+        self.upgrade = None                         # calls left until a faster program is made (api.HOT_CALLS)
+
+    @property
+    def python_fallback(self):
+        return self.graph is None
+
+    def compiling(self):
+        """Whether XLA is compiling it in the background (its calls meanwhile run plainly)."""
+        return self.background is not None and self.background.running()
+
+
 class Introspection:
     """The introspection and ahead-of-time methods of api.JittedFunction, which it inherits:
     each takes a call's arguments, finds their signature's entry and takes it as far as it

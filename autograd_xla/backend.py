@@ -339,26 +339,33 @@ class Executable:
     """One compiled signature, with everything the call path needs prepared up front."""
 
     __slots__ = ("backend", "program", "exe", "in_avals", "consts", "handlers", "out_avals", "_put_args",
-                 "converters", "text", "stats", "_placements", "sources", "recycled", "views")
+                 "converters", "text", "stats", "_placements", "sources", "recycled", "views", "tails")
 
     def __init__(self, backend, program, in_avals, out_avals, consts, text, stats=None, sources=None, recycled=(),
-                 views=()):
+                 views=(), tails=()):
         self.backend, self.program, self.exe, self.text = backend, program, program.exe, text
         self.in_avals = [Aval(s, d) for s, d in in_avals]
         # what each parameter is made of: an argument index, or a list of them packed together
         self.sources = list(range(len(in_avals))) if sources is None else sources
         self.out_avals = [Aval(s, d) for s, d in out_avals]
         self.consts = [backend.put(c) for c in consts]
-        # parameters that are views, results written into buffers passed in (lowering.Lowered)
-        self.recycled, self.views = list(recycled), list(views)
+        # parameters that are views and views' last elements, results written into buffers
+        # passed in (lowering.Lowered)
+        self.recycled, self.views, self.tails = list(recycled), list(views), list(tails)
         sharding = backend.sharding()
         self.handlers = [xc.array_result_handler(a, sharding, True, _skip_checks=True) for a in self.out_avals]
         self._put_args = (sharding, [backend.default_device])
-        self._placements = [PUT_VIEW if k in self.views else _placement(a, backend.platform)
-                            for k, a in enumerate(self.in_avals)]
+        self._placements = [PUT_VIEW if k in self.views else PUT_TAIL if k in self.tails
+                            else _placement(a, backend.platform) for k, a in enumerate(self.in_avals)]
         self.converters = [converter(a, backend.platform, backend if k in self.recycled else None)
                             for k, a in enumerate(self.out_avals)]
         self.stats = stats if stats is not None else TransferStats()
+
+    @classmethod
+    def from_lowered(cls, backend, program, lowered, stats=None):
+        """The executable of `program`, compiled from a lowering.Lowered."""
+        return cls(backend, program, lowered.in_avals, lowered.out_avals, lowered.consts, lowered.text, stats,
+                   lowered.sources, lowered.recycled, lowered.views, lowered.tails)
 
     def __call__(self, leaves, keep_on_device=False):
         sharding, devices = self._put_args
@@ -372,6 +379,10 @@ class Executable:
                 moved += len(source)
                 continue
             x = leaves[source]
+            if placement == PUT_TAIL:  # a view's last elements
+                tail = np.asarray(x, dtype=aval.dtype).flat[-aval.size:]
+                buffers.append(put(aval, sharding, [tail], devices, enable_x64=True, host_buffer_semantics=COPY_SEMANTICS))
+                continue
             t = type(x)
             if t is DeviceArray and x.backend is self.backend and x.dtype == aval.dtype and placement != PUT_VIEW:
                 buffers.append(x.buffer)
@@ -508,7 +519,7 @@ def runtime_error(e, processes=None):
     return RuntimeError(f"XLA failed executing a jitted function: {text}")
 
 
-PUT_COPY, PUT_IN_PLACE, PUT_STAGED, PUT_VIEW = 0, 1, 2, 3
+PUT_COPY, PUT_IN_PLACE, PUT_STAGED, PUT_VIEW, PUT_TAIL = 0, 1, 2, 3, 4
 #: Bytes of the pages whose mapping a view's reads beyond its array's end must stay within.
 PAGE_BYTES = 4096
 

@@ -6,6 +6,7 @@ Rules call `ctx.<op>(...)` and never print text themselves. The same rules run t
 trace time on a scratch context, to learn each primitive's output shapes and dtypes
 (`tracing.abstract_eval`), and in lowering.py to emit the module.
 """
+import collections
 import functools
 
 import numpy as np
@@ -78,9 +79,10 @@ class ModuleState:
         self.lifted = {}  # id(array) -> (array, Value)
         self.locations = locations
         self.axes = dict(axes or {})
-        # value name -> ops that use it, for the values lowering watches (its argument views);
-        # a use inside a region is recorded as None
+        # value name -> Uses, for the values lowering watches (its argument views); a
+        # transpose's uses are its operand's
         self.uses = None
+        self.views = {}  # value name -> View, the arguments lowering reads through views
 
     def lift(self, array):
         hit = self.lifted.get(id(array))
@@ -88,6 +90,114 @@ class ModuleState:
             hit = (array, hlo.Value(f"%k{len(self.lifted)}", array.shape, array.dtype))
             self.lifted[id(array)] = hit
         return hit[1]
+
+
+def view_pad(dtype):
+    """The most elements of `dtype` an argument's data can start after the 64-byte boundary
+    at or below it (XLA's CPU code assumes that alignment; numpy gives 16): what a view's
+    parameter, read from there, holds beyond the argument (or a View's `rest`)."""
+    return 64 // np.dtype(dtype).itemsize - 1
+
+
+class Uses:
+    """How the main function reads a value lowering watches: `ops`, a Counter of the ops
+    (None for one inside a region), besides `dots`, the dots a View would do, which would
+    read and write `traffic` elements more than the same dots of a copy (View.traffic)."""
+
+    __slots__ = ("ops", "dots", "traffic")
+
+    def __init__(self):
+        self.ops, self.dots, self.traffic = collections.Counter(), 0, 0
+
+
+class View:
+    """A matrix argument read where numpy keeps it (lowering.LARGE_ARRAY_BYTES), by dots too:
+    `main`, the module parameter holding its first m*k elements' worth of memory from the
+    64-byte boundary at or below its data; `rest`, the up to `max_offset` elements that
+    follow those in memory (the argument's last ones; zeros beyond); `offset`, where the
+    argument starts in `main` (an int32 scalar, 0 to `max_offset`, known only at run time).
+
+    Elementwise ops read the argument as a dynamic slice of main and rest, which XLA fuses
+    into their loops. A dot would make XLA copy that slice out first, and so would a dot of a
+    slice of a parameter; so `dot` multiplies `main` itself as the m x k matrix Y, whose row i
+    is the argument's row i shifted right by `offset` (its first elements are row i-1's last;
+    row i's last are in the next row, read as the few columns E, `shifted`). Multiplying by a
+    vector or matrix shifted to match, a row then meets zeros where it holds another row's
+    elements, or before the argument's start other memory (never written); a NaN or infinity
+    there would spread, so such a result that is not all finite is computed again from the
+    copied argument. Measured, a float64 matrix times a vector (µs; argument at 16 mod 64,
+    as numpy's large arrays are, copied / viewed, and 64-byte aligned): 1000x1000 286 / 131
+    / 112; 2000x500 305 / 141 / 113; 5000x100 129 / 108 / 58 (E's 5000 short rows cost
+    ~25 µs a dot: lowering.VIEW_DOT_ROW_BYTES). Its program takes XLA 30-110 ms longer to
+    compile (each `case` and extra dot costs XLA:CPU 20-60 ms; the quadratic 0.5 x'Ax - b'x
+    with A an argument: 140-153 ms against 57 ms copied), so only a hot signature's second
+    program uses it (lowering.lower's dot_views, api.HOT_CALLS)."""
+
+    def __init__(self, main, rest, offset, shape):
+        self.main, self.rest, self.offset, self.shape = main, rest, offset, tuple(shape)
+        self.max_offset = view_pad(hlo.canonical_dtype(main.dtype))
+
+    @staticmethod
+    def multiplies(v, contracting, w, batching, dtype=None):
+        """Whether `dot` can multiply `v`, were it a view, by `w`, contracting v's `contracting`."""
+        real = hlo.canonical_dtype(v.dtype)
+        return (v.ndim == 2 and len(contracting) == 1 and not batching and real in (np.float32, np.float64)
+                and w.dtype == v.dtype and (dtype is None or np.dtype(dtype) == v.dtype) and v.shape[0] > 1
+                and v.shape[1] >= view_pad(real))
+
+    @staticmethod
+    def traffic(shape, dim, w, w_dim):
+        """Elements `shifted` reads and writes more than the plain dot, roughly: contracting
+        the rows (dim 0), its result once more (concatenated, then sliced); contracting the
+        columns, w once more (shifted), and its result twice (checked, then returned)."""
+        (m, k), n = shape, w.size // w.shape[w_dim]
+        return 2 * k * n if dim == 0 else 2 * k * n + 2 * m * n
+
+    def dot(self, ctx, w, dim, w_dim, first):
+        """dot_general(view, w) contracting the view's `dim` with w's `w_dim` (w first unless
+        `first`): of Y itself when the offset is 0 (an aligned argument), else `shifted`."""
+        free = [n for d, n in enumerate(w.shape) if d != w_dim]
+        mine = self.shape[1 - dim]
+        shape = [mine] + free if first else free + [mine]
+        aligned = ctx.convert(ctx.compare(self.offset, ctx.scalar(0, np.int32), "EQ"), np.int32)
+        branches = [lambda b: self.shifted(b, w, dim, w_dim, first),
+                    lambda b: _dot(b, b.reshape(self.main, self.shape), dim, w, w_dim, first)]
+        return ctx.case(aligned, branches, [(shape, w.dtype)])[0]
+
+    def shifted(self, ctx, w, dim, w_dim, first):
+        """The dot of a view at offset o, maybe not 0. With p max_offset, the argument's row i
+        is Y[i, o:] followed by E[i, :o], where E[i] = Y[i + 1, :p] and E's last row is `rest`."""
+        (m, k), o, p = self.shape, self.offset, self.max_offset
+        y = ctx.reshape(self.main, (m, k))
+        ends = ctx.concatenate([ctx.slice(y, [1, 0], [m, p]), ctx.reshape(self.rest, (1, p))], 0)
+        if dim == 0:  # out[j] = (Y^T w)[o + j] for o + j < k, else (E^T w)[o + j - k]
+            axis = 0 if first else w.ndim - 1  # where the result has the view's free dimension
+            both = ctx.concatenate([_dot(ctx, y, 0, w, w_dim, first), _dot(ctx, ends, 0, w, w_dim, first)], axis)
+            start = [o if d == axis else ctx.scalar(0, np.int32) for d in range(both.ndim)]
+            return ctx.dynamic_slice(both, start, [k if d == axis else n for d, n in enumerate(both.shape)])
+        # out[i] = sum_c Y[i, c] w[c - o] (c >= o) + sum_c E[i, c] w[k - o + c] (c < o)
+        zero, back = ctx.scalar(0, w.dtype), ctx.binary("subtract", ctx.scalar(k, np.int32), o)
+        start = [back if d == w_dim else ctx.scalar(0, np.int32) for d in range(w.ndim)]
+
+        def moved(low, high, size):  # w, padded with zeros on its contracted axis, from `back`
+            padded = ctx.pad(w, zero, [low if d == w_dim else 0 for d in range(w.ndim)],
+                             [high if d == w_dim else 0 for d in range(w.ndim)])
+            return ctx.dynamic_slice(padded, start, [size if d == w_dim else n for d, n in enumerate(w.shape)])
+        out = ctx.binary("add", _dot(ctx, y, 1, moved(k, 0, k), w_dim, first),
+                         _dot(ctx, ends, 1, moved(0, p, p), w_dim, first))
+        finite = ctx.reduce_with(ctx.unary("is_finite", out, np.bool_), range(out.ndim), "and", True)
+        again = lambda b: _dot(b, self.copied(b), 1, w, w_dim, first)  # noqa: E731
+        return ctx.case(ctx.convert(finite, np.int32), [again, lambda b: out], [(out.shape, out.dtype)])[0]
+
+    def copied(self, ctx):
+        """The argument, as a dynamic slice of main and rest."""
+        whole = ctx.concatenate([self.main, self.rest], 0)
+        return ctx.reshape(ctx.dynamic_slice(whole, [self.offset], [self.main.shape[0]]), self.shape)
+
+
+def _dot(ctx, a, a_dim, w, w_dim, first):
+    """dot_general contracting a's `a_dim` with w's `w_dim`, a first unless not `first`."""
+    return ctx.dot_general(a, w, ([a_dim], [w_dim])) if first else ctx.dot_general(w, a, ([w_dim], [a_dim]))
 
 
 class LoweringContext(hlo.Builder):
@@ -106,12 +216,34 @@ class LoweringContext(hlo.Builder):
 
     def op(self, name, operands, results, attrs=None, regions=()):
         uses = self.module.uses
-        if uses:
-            for v in operands:
-                seen = uses.get(v.name)
-                if seen is not None:
-                    seen.add(name if self._depth == hlo.MAIN_DEPTH else None)
-        return super().op(name, operands, results, attrs, regions)
+        seen = [uses[v.name] for v in operands if v.name in uses] if uses else ()
+        outs = super().op(name, operands, results, attrs, regions)
+        for u in seen:
+            if name == "stablehlo.transpose":  # dots read through it (hlo.Builder.fold_transpose)
+                uses[outs[0].name] = u
+            elif name != "stablehlo.dot_general":  # dot_general tells its own kind of use
+                u.ops[name if self._depth == hlo.MAIN_DEPTH else None] += 1
+        return outs
+
+    def dot_general(self, x, y, contracting, batching=((), ()), dtype=None):
+        """hlo.Builder.dot_general, multiplying an argument read through a view (View) where
+        it is."""
+        (lc, rc), (lb, rb) = contracting, batching
+        x, lc, lb = self.fold_transpose(x, lc, lb)
+        y, rc, rb = self.fold_transpose(y, rc, rb)
+        views, uses = self.module.views, self.module.uses
+        for v, dims, first in ((x, lc, True), (y, rc, False)):
+            view = views.get(v.name)
+            other, other_dims = (y, rc) if first else (x, lc)
+            if view is not None and View.multiplies(v, dims, other, lb, dtype):
+                return view.dot(self, other, dims[0], other_dims[0], first)
+            u = uses.get(v.name) if uses else None
+            if u is not None and self._depth == hlo.MAIN_DEPTH and View.multiplies(v, dims, other, lb, dtype):
+                u.dots += 1
+                u.traffic += View.traffic(v.shape, dims[0], other, other_dims[0])
+            elif u is not None:
+                u.ops["stablehlo.dot_general" if self._depth == hlo.MAIN_DEPTH else None] += 1
+        return super().dot_general(x, y, (lc, rc), (lb, rb), dtype)
 
     def rule(self, entry):
         """The rule this context lowers a primitive's calls with (a registry.Entry's face):

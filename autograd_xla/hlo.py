@@ -267,7 +267,7 @@ class Builder:
         self.lines = []
         self.location = None
         # name of a transpose result -> (operand, permutation), shared with child regions, so
-        # dot_general can read through transposes (see _fold_transpose)
+        # dot_general can read through transposes (see fold_transpose)
         self._transposed = transposed if transposed is not None else {}
 
     # ----- plumbing -------------------------------------------------------------------------
@@ -454,8 +454,8 @@ class Builder:
     # ----- contractions and reductions ------------------------------------------------------
     def dot_general(self, x, y, contracting, batching=((), ()), dtype=None):
         (lc, rc), (lb, rb) = contracting, batching
-        x, lc, lb = self._fold_transpose(x, lc, lb)
-        y, rc, rb = self._fold_transpose(y, rc, rb)
+        x, lc, lb = self.fold_transpose(x, lc, lb)
+        y, rc, rb = self.fold_transpose(y, rc, rb)
         free_x = [d for i, d in enumerate(x.shape) if i not in lc and i not in lb]
         free_y = [d for i, d in enumerate(y.shape) if i not in rc and i not in rb]
         shape = [x.shape[i] for i in lb] + free_x + free_y
@@ -466,7 +466,7 @@ class Builder:
                  "precision_config": "[#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]"}
         return self.op1("stablehlo.dot_general", [x, y], shape, dtype or x.dtype, attrs)
 
-    def _fold_transpose(self, v, contracting, batching):
+    def fold_transpose(self, v, contracting, batching):
         """Read a dot operand through a transpose by renumbering its dimensions, when that
         keeps the order of its free dimensions. autograd's matmul VJP transposes before it
         multiplies (`swapaxes(X) @ g`); XLA's CPU backend materialises such a transpose before

@@ -7,7 +7,7 @@ numpy semantics they share, live below this module: rules/ and context.py).
 import numpy as np
 
 from . import hlo, registry
-from .context import LoweringContext, ModuleState
+from .context import LoweringContext, ModuleState, Uses, View, view_pad
 from .core import Var, map_vars, prim_name
 from .errors import annotate
 
@@ -90,8 +90,9 @@ PACK_MAX_BYTES = 1 << 12
 #: 97,657 minor faults, half of a 90 ms call; numpy's own arrays avoid most of them by advising
 #: huge pages). A result is written into a buffer the caller passes in, aliased to it
 #: (`Lowered.recycled`): a dead earlier result of the same type (backend.Backend.take). An
-#: argument only elementwise ops read is a view (`Lowered.views`): its data is read where it
-#: is, from the 64-byte boundary below it (numpy aligns to 16 bytes, XLA needs 64).
+#: argument only elementwise ops and matrix products read is a view (`Lowered.views`): its
+#: data is read where it is, from the 64-byte boundary below it (numpy aligns to 16 bytes,
+#: XLA needs 64; context.View).
 LARGE_ARRAY_BYTES = 1 << 20
 
 
@@ -102,14 +103,16 @@ class Lowered:
     an argument index, or a list of them packed end to end (see PACK_MAX_BYTES).
     The executable takes `consts` (device copies of them) before those parameters.
     `views` lists the parameters that are views (their data from the 64-byte boundary below
-    it, `view_pad` elements more), whose offsets from there come in one int32 parameter after
-    them; `recycled` the results written into buffers passed as the last parameters, one
-    each (LARGE_ARRAY_BYTES)."""
+    it, `view_pad` elements more, or as many as the argument's when its last ones are in a
+    parameter of `tails`, those a context.View multiplies), whose offsets from there come in
+    one int32 parameter after them; `recycled` the results written into buffers passed as
+    the last parameters, one each (LARGE_ARRAY_BYTES)."""
 
-    def __init__(self, text, consts, in_avals, out_avals, sources=None, recycled=(), views=()):
+    def __init__(self, text, consts, in_avals, out_avals, sources=None, recycled=(), views=(), tails=()):
         self.text, self.consts, self.in_avals, self.out_avals = text, consts, in_avals, out_avals
         self.sources = list(range(len(in_avals))) if sources is None else sources
-        self.recycled, self.views = list(recycled), list(views)
+        self.recycled, self.views, self.tails = list(recycled), list(views), list(tails)
+        self.dot_views = False  # lower(dot_views=True) would read more arguments in place
 
 
 def _packs(avals, platform, pack):
@@ -125,7 +128,8 @@ def _packs(avals, platform, pack):
     return [(dtype, members) for dtype, members in groups.items() if len(members) > 1]
 
 
-def lower(graph, name="jit_fn", platform="cpu", x64=True, pack=True, donate=(), locations=True, recycle=False):
+def lower(graph, name="jit_fn", platform="cpu", x64=True, pack=True, donate=(), locations=True, recycle=False,
+          dot_views=False):
     """Emit `graph` as a module. With x64=False every 64-bit value is computed in 32 bits;
     `Lowered.in_avals` / `out_avals` then give the dtypes the executable really takes and
     returns. `pack` allows sending small arguments together (PACK_MAX_BYTES). `donate`: indices
@@ -134,50 +138,72 @@ def lower(graph, name="jit_fn", platform="cpu", x64=True, pack=True, donate=(), 
     `locations`: each op carries its equation's primitive and user's line, which XLA keeps as
     the op's metadata (op_name, source_file, source_line) and names in its own error messages.
     `recycle` (CPU): large results are written into buffers passed in, and large arguments
-    that only elementwise ops read are taken as views (LARGE_ARRAY_BYTES); not with `donate`,
-    whose donors XLA may alias to the same results."""
+    that only elementwise ops read are taken as views (LARGE_ARRAY_BYTES), and with
+    `dot_views` those matrix products read too (context.View); not with `donate`, whose donors
+    XLA may alias to the same results. `Lowered.dot_views` says whether lowering again with
+    dot_views would read an argument in place that this program copies."""
     with hlo.narrow_64_bit(not x64):
         recycle = recycle and platform == "cpu" and not donate
         main = _Main(graph, platform, locations, pack, recycle)
-        if main.viewable:  # emit again, with those arguments read through views
-            main = _Main(graph, platform, locations, pack, recycle, main.viewable)
+        worth = any(main.viewable.values())
+        views = main.viewable if dot_views else {i: d for i, d in main.viewable.items() if not d}
+        if views:  # emit again, with those arguments read through views
+            main = _Main(graph, platform, locations, pack, recycle, views)
         donors = {k: "{jax.buffer_donor = true}" for k, s in enumerate(main.sources) if type(s) is int and s in donate}
-        return _assemble(name, main.ctx, main.params, main.outs, main.sources, recycle, main.views, arg_attrs=donors)
+        lowered = _assemble(name, main.ctx, main.params, main.outs, main.sources, recycle, main.views, main.tails,
+                            arg_attrs=donors)
+        lowered.dot_views = worth and not dot_views
+        return lowered
 
 
 #: The ops an argument read through a view may feed for XLA to fuse the view's dynamic_slice
 #: into their loops (measured: x + x*x + x*x*x on a 5000x5000 float32 view, 19 ms against
 #: 23 ms aligned in place and 68 ms copied). Any other use (a dot, a reduction, a loop, a
-#: result) would make XLA copy the slice out first, so such arguments are not viewed.
+#: result) would make XLA copy the slice out first, so such arguments are not viewed; but a
+#: matrix's dot reads the view where it is (context.View).
 FUSED_USES = frozenset({f"stablehlo.{n}" for n in hlo.UNARY_OPS | hlo.BINARY_OPS
                         | {"compare", "select", "convert", "clamp", "real", "imag", "complex"}}
                        | {f"chlo.{n}" for n in hlo.CHLO_OPS - {"top_k"}})
 
 
+#: A matrix argument is viewed for the dots a context.View does when its rows have this many
+#: bytes per such dot: each dot then reads the column or two at the rows' starts, which costs
+#: per row. Measured on a 5000x100 float64 matrix, 16 mod 64 (µs): its product with a vector
+#: 108 viewed against 129 copied, but a logistic-regression gradient, two such dots, 295
+#: against 209 (one copy serves both).
+VIEW_DOT_ROW_BYTES = 1024
+#: ... and when those dots' extra traffic (View.traffic) is at most this many times its size.
+#: Measured, a 1000x1000 float64 matrix (16 mod 64) times a 1000 x n matrix, then tanh (µs;
+#: viewed / copied / aligned): n = 1 158 / 630 / 128, 16 260 / 419 / 213, 64 838 / 1008 /
+#: 672 (traffic 0.26); SeLU's 256x1024 input times its 1024x1024 weights, the input viewed
+#: (traffic 10), 11% slower than copied.
+VIEW_DOT_TRAFFIC = 0.5
+
+
 class _Main:
     """The main function's body: parameters for the graph's inputs (small ones packed,
     `views` read through views), the body, and which large arguments it only reads
-    elementwise (`viewable`: graph input indices), found by watching their uses."""
+    elementwise or multiplies as a context.View can (`viewable`), found by watching their uses."""
 
     def __init__(self, graph, platform, locations, pack, recycle, views=()):
         self.ctx = ctx = LoweringContext(ModuleState(platform, hlo.Locations() if locations else None))
         avals = [v.aval for v in graph.invars]
         packs = _packs(avals, platform, pack)
         packed = {i for _, members in packs for i in members}
-        self.params, self.sources, self.views, inputs = [], [], [], [None] * len(avals)
+        self.params, self.sources, self.views, self.tails, inputs = [], [], [], [], [None] * len(avals)
         watched = {}  # first pass: the large arguments whose uses decide whether they are viewable
         for i, a in enumerate(avals):
             if i in packed:
                 continue
+            self.sources.append(i)
             if i in views:
                 self.views.append(len(self.params))
-                inputs[i] = self._view(a, views.index(i), len(views))
+                inputs[i] = self._view(i, a, list(views).index(i), len(views), views[i])
             else:
                 inputs[i] = hlo.Value(f"%arg{len(self.params)}", a.shape, a.dtype, a.weak_type)
                 self.params.append(inputs[i])
                 if recycle and not views and _large(a):
                     watched[inputs[i].name] = i
-            self.sources.append(i)
         for dtype, members in packs:
             buffer = hlo.Value(f"%arg{len(self.params)}", (sum(avals[i].size for i in members),), dtype)
             self.params.append(buffer)
@@ -188,22 +214,38 @@ class _Main:
                 piece = ctx.reshape(ctx.slice(buffer, [start], [start + a.size]), a.shape)
                 inputs[i] = hlo.Value(piece.name, a.shape, a.dtype, a.weak_type)
                 start += a.size
-        ctx.module.uses = {name: set() for name in watched}
+        ctx.module.uses = {name: Uses() for name in watched}
         self.outs = lower_subgraph(ctx, graph, inputs, [])
         results = {o.name for o in self.outs}
-        self.viewable = [i for name, i in watched.items()
-                         if ctx.module.uses[name] and ctx.module.uses[name] <= FUSED_USES and name not in results]
+        self.viewable = {}  # graph input index -> whether a dot reads its view
+        for name, i in watched.items():
+            u, a = ctx.module.uses[name], avals[i]
+            if name in results or not (u.ops or u.dots) or not u.ops.keys() <= FUSED_USES:
+                continue
+            if not u.dots or (a.shape[1] * hlo.canonical_dtype(a.dtype).itemsize >= VIEW_DOT_ROW_BYTES * u.dots
+                              and u.traffic <= VIEW_DOT_TRAFFIC * a.size):
+                self.viewable[i] = u.dots > 0
 
-    def _view(self, a, k, count):
-        """Graph input `a` read out of a flat parameter of view_pad more elements, from the k-th
-        of `count` offsets passed in the offsets parameter (backend.Executable fills both)."""
-        ctx = self.ctx
-        pad = view_pad(hlo.canonical_dtype(a.dtype))
-        flat = hlo.Value(f"%view{len(self.params)}", (a.size + pad,), a.dtype)
+    def _view(self, i, a, k, count, dot):
+        """Graph input i, `a`, read out of a flat parameter from the k-th of `count` offsets passed
+        in the offsets parameter (backend.Executable fills them). The parameter has view_pad
+        elements more, or (`dot`: a context.View) none, and a second one holds those."""
+        ctx, pad = self.ctx, view_pad(hlo.canonical_dtype(a.dtype))
+        flat = hlo.Value(f"%view{len(self.params)}", (a.size + (0 if dot else pad),), a.dtype)
         self.params.append(flat)
         offsets = hlo.Value("%offsets", (count,), np.int32)
         start = ctx.reshape(ctx.slice(offsets, [k], [k + 1]), ())
-        value = ctx.reshape(ctx.dynamic_slice(flat, [start], [a.size]), a.shape)
+        if not dot:
+            return ctx.reshape(ctx.dynamic_slice(flat, [start], [a.size]), a.shape).with_weak_type(a.weak_type)
+        self.tails.append(len(self.params))
+        self.sources.append(i)
+        tail = hlo.Value(f"%tail{len(self.params)}", (pad,), a.dtype)  # the argument's last elements
+        self.params.append(tail)
+        back = ctx.binary("subtract", ctx.scalar(pad, np.int32), start)
+        rest = ctx.dynamic_slice(ctx.pad(tail, ctx.scalar(0, a.dtype), [0], [pad]), [back], [pad])
+        view = View(flat, rest, start, a.shape)
+        value = view.copied(ctx)
+        ctx.module.views[value.name] = view
         return value.with_weak_type(a.weak_type)
 
 
@@ -213,13 +255,8 @@ def _large(aval):
     return aval.size * hlo.canonical_dtype(aval.dtype).itemsize >= LARGE_ARRAY_BYTES
 
 
-def view_pad(dtype):
-    """Elements a view's parameter has beyond its array's: from the 64-byte boundary at or
-    below the array's data (XLA's CPU code assumes that alignment) to up to 63 bytes before it."""
-    return 64 // np.dtype(dtype).itemsize - 1
-
-
-def _assemble(name, ctx, params, outs, sources=None, recycle=False, views=(), arg_attrs=None, **module_options):
+def _assemble(name, ctx, params, outs, sources=None, recycle=False, views=(), tails=(), arg_attrs=None,
+              **module_options):
     """The Lowered module of a finished main function: the constants lifted into parameters
     (first, where jaxlib's C++ dispatch passes them: dispatch.py), then its parameters (whose
     `arg_attrs` are keyed by their index among them), then the views' offsets, then
@@ -239,7 +276,7 @@ def _assemble(name, ctx, params, outs, sources=None, recycle=False, views=(), ar
     consts = [a.astype(hlo.canonical_dtype(a.dtype), copy=False) for a, _ in lifted]
     in_avals = [(p.shape, hlo.canonical_dtype(p.dtype)) for p in params]
     out_avals = [(o.shape, hlo.canonical_dtype(o.dtype)) for o in outs]
-    return Lowered(text, consts, in_avals, out_avals, sources, recycled, views)
+    return Lowered(text, consts, in_avals, out_avals, sources, recycled, views, tails)
 
 
 def _identifier(name):

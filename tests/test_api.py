@@ -5,7 +5,7 @@ import pytest
 
 import autograd.numpy as np
 from autograd import grad, value_and_grad
-from autograd_xla import ArgumentError, backend, jit_ps, lowering
+from autograd_xla import ArgumentError, api, backend, context, jit_ps, lowering, tiering, vmap
 from helpers import assert_close
 
 rs = onp.random.RandomState(0)
@@ -336,7 +336,7 @@ def test_a_view_never_reads_into_the_next_page():
     x = whole[pages * mmap.PAGESIZE - int(onp.prod(shape)) * 8:].view(onp.float64).reshape(shape)
     x[:] = rs.rand(*shape)
     assert x.ctypes.data % 64 == 8 and (x.ctypes.data + x.nbytes) % mmap.PAGESIZE == 0
-    aval = backend.Aval((x.size + lowering.view_pad(x.dtype),), x.dtype)
+    aval = backend.Aval((x.size + context.view_pad(x.dtype),), x.dtype)
     assert backend._view(x, aval) == (None, 0)
     f = jit_ps(lambda x: x * 3.0)
     assert_close(f(x), x * 3.0)
@@ -348,16 +348,110 @@ def test_a_view_never_reads_into_the_next_page():
     del x, odd, whole
 
 
+@pytest.mark.usefixtures("one_call_is_hot")
 def test_large_arguments_read_otherwise_are_staged_and_stay_current():
-    """A misaligned large argument a dot reads is copied into reused aligned memory: the
-    answer follows the caller's changes to it between calls."""
-    X = placed(offset=16)
-    w = rs.randn(BIG[1])
-    f = jit_ps(lambda X, w: np.tanh(X @ w))
+    """A misaligned large argument read other than elementwise or by dots a View does (here:
+    a matrix of short rows, lowering.VIEW_DOT_ROW_BYTES, or times many columns) is copied into reused aligned memory:
+    the answer follows the caller's changes to it between calls."""
+    X = placed((4096, 32), offset=16)
+    w = rs.randn(32)
+    f = hot(jit_ps(lambda X, w: np.tanh(X @ w)), X, w)
     assert "%view" not in f.stablehlo(X, w)
     for k in range(3):
         X[k, :] += 1.0
         assert_close(f(X, w), onp.tanh(X @ w))
+    Y, W = placed(offset=16), rs.randn(BIG[1], 128)  # nor times many columns (lowering.VIEW_DOT_TRAFFIC)
+    g = hot(jit_ps(lambda Y, W: Y @ W), Y, W)
+    assert "%view" not in g.stablehlo(Y, W)
+    assert_close(g(Y, W), Y @ W)
+
+
+def products(X, w, g, W):
+    """Every way a dot reads a matrix through a View: contracting its rows or its columns,
+    with a vector or a matrix, the matrix first or second, directly or through transposes."""
+    return X @ w, g @ X, X @ W, W.T @ X.T, X.T @ g, np.dot(g, X) * 2.0
+
+
+def hot(f, *args):
+    """f once its signature for `args` is hot (api.HOT_CALLS, 1 here): its faster program,
+    which reads large matrices in place, made and in use."""
+    f(*args)
+    assert tiering.compile_thread.wait(60)
+    return f
+
+
+@pytest.fixture
+def one_call_is_hot(monkeypatch):
+    monkeypatch.setattr(api, "HOT_CALLS", 1)
+
+
+def test_a_hot_signature_reads_its_matrix_in_place_once_made_faster(monkeypatch):
+    """The first program copies a misaligned matrix a dot reads (it compiles faster); after
+    HOT_CALLS calls one that reads it in place replaces it, with the same results."""
+    monkeypatch.setattr(api, "HOT_CALLS", 3)
+    X, w = placed((256, 1024), offset=16), rs.randn(1024)
+    f = jit_ps(lambda X, w: np.tanh(X @ w))
+    for k in range(3):
+        assert_close(f(X, w + k), onp.tanh(X @ (w + k)))
+        assert "%tail" not in f.stablehlo(X, w)
+    assert tiering.compile_thread.wait(60)
+    assert "%view0" in f.stablehlo(X, w) and "%tail1" in f.stablehlo(X, w)
+    for k in range(3):
+        X[k] += 1.0
+        assert_close(f(X, w), onp.tanh(X @ w))
+    assert f.cache_info()["traces"] == 1
+
+
+VIEWED = [(onp.float64, offset) for offset in range(0, 64, 8)] + [(onp.float32, offset) for offset in (0, 4, 28, 60)]
+
+
+@pytest.mark.usefixtures("one_call_is_hot")
+@pytest.mark.parametrize("dtype,offset", VIEWED, ids=[f"{d.__name__}-{o}" for d, o in VIEWED])
+def test_large_matrices_are_multiplied_where_they_are(dtype, offset):
+    """A large matrix a dot reads is read in place, from the 64-byte boundary below it, at
+    any offset from there: exact, and following the caller's changes between calls."""
+    shape = (128, 2048) if dtype == onp.float64 else (256, 2048)  # rows long enough for six dots
+    X = placed(shape, dtype, offset)
+    w, g, W = (rs.randn(*s).astype(dtype) for s in ((shape[1],), (shape[0],), (shape[1], 3)))
+    f = hot(jit_ps(products), X, w, g, W)
+    assert "%view0" in f.stablehlo(X, w, g, W) and "%tail1" in f.stablehlo(X, w, g, W)
+    rtol = 1e-12 if dtype == onp.float64 else 1e-4
+    for k in range(2):
+        X[k, :] += 1.0
+        for got, want in zip(f(X, w, g, W), products(X, w, g, W)):
+            onp.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * 10)
+    loss = lambda w, X: np.sum(np.sin(X @ w))  # noqa: E731
+    for got, want in zip(hot(jit_ps(value_and_grad(loss)), w, X)(w, X), value_and_grad(loss)(w, X)):
+        onp.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * 10)
+
+
+@pytest.mark.usefixtures("one_call_is_hot")
+def test_a_vmapped_product_multiplies_the_matrix_where_it_is():
+    """Under vmap the other operand carries the batch; the matrix is still read in place."""
+    X = placed((256, 1024), offset=24)
+    W = rs.randn(3, 1024)
+    f = hot(jit_ps(vmap(lambda w, X: np.tanh(X @ w), in_axes=(0, None))), W, X)
+    assert "%view1" in f.stablehlo(W, X)
+    assert_close(f(W, X), onp.stack([onp.tanh(X @ w) for w in W]))
+
+
+@pytest.mark.usefixtures("one_call_is_hot")
+@pytest.mark.parametrize("offset", [0, 8, 56])
+def test_a_matrix_multiplied_where_it_is_keeps_nan_and_infinity_where_numpy_has_them(offset):
+    """Other memory around a viewed matrix (NaN here), and a NaN or infinity in it, reach
+    exactly the results numpy's reach: no other row or column of the product."""
+    shape, n = (512, 256), 512 * 256
+    raw = onp.full(n + 32, onp.nan)
+    start = (-raw.ctypes.data % 64 + offset) // 8
+    X = raw[start:start + n].reshape(shape)
+    X[:] = rs.rand(*shape)
+    X[3, 0], X[7, -1], X[0, 5] = onp.inf, onp.nan, -onp.inf
+    w, g = rs.randn(shape[1]), rs.randn(shape[0])
+    f = hot(jit_ps(lambda X, w, g: (X @ w, g @ X)), X, w, g)
+    assert "%view0" in f.stablehlo(X, w, g)
+    for got, want in zip(f(X, w, g), (X @ w, g @ X)):
+        onp.testing.assert_array_equal(onp.isfinite(got), onp.isfinite(want))
+        onp.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
 def test_spare_memory_is_bounded_and_released(monkeypatch):
