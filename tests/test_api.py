@@ -5,8 +5,8 @@ import pytest
 
 import autograd.numpy as np
 from autograd import grad, value_and_grad
-from autograd_xla import ArgumentError, api, backend, context, jit_ps, lowering, tiering, vmap
-from helpers import assert_close
+from autograd_xla import ArgumentError, CompileError, api, backend, context, jit_ps, lowering, tiering, vmap
+from helpers import assert_close, run_threads
 
 rs = onp.random.RandomState(0)
 
@@ -400,6 +400,38 @@ def test_a_hot_signature_reads_its_matrix_in_place_once_made_faster(monkeypatch)
         X[k] += 1.0
         assert_close(f(X, w), onp.tanh(X @ w))
     assert f.cache_info()["traces"] == 1
+
+
+def test_a_faster_program_that_fails_to_compile_leaves_the_first(monkeypatch, caplog):
+    monkeypatch.setattr(api, "HOT_CALLS", 1)
+    X, w = placed((256, 1024), offset=16), rs.randn(1024)
+    f = jit_ps(lambda X, w: X @ w)
+    compile_first = backend.Backend.compile
+
+    def refuse_views(self, text, *a, **k):
+        if "%tail" in text:
+            raise CompileError("refused")
+        return compile_first(self, text, *a, **k)
+    monkeypatch.setattr(backend.Backend, "compile", refuse_views)
+    with caplog.at_level("WARNING", logger="autograd_xla.api"):
+        assert_close(hot(f, X, w)(X, w), X @ w)
+    assert "keeping the first" in caplog.text and "%tail" not in f.stablehlo(X, w)
+
+
+def test_threads_calling_a_signature_as_it_turns_hot(monkeypatch):
+    monkeypatch.setattr(api, "HOT_CALLS", 5)
+    X = placed((256, 1024), offset=32)
+    f = jit_ps(lambda X, w: np.tanh(X @ w))
+    ws = [rs.randn(1024) for _ in range(4)]
+    errors = []
+
+    def work(w):
+        for _ in range(10):
+            if not onp.allclose(f(X, w), onp.tanh(X @ w), rtol=1e-12, atol=1e-12):
+                errors.append(w)
+    run_threads(work, [(w,) for w in ws])
+    assert tiering.compile_thread.wait(60)
+    assert not errors and "%tail1" in f.stablehlo(X, ws[0]) and f.cache_info()["traces"] == 1
 
 
 VIEWED = [(onp.float64, offset) for offset in range(0, 64, 8)] + [(onp.float32, offset) for offset in (0, 4, 28, 60)]
