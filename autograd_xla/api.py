@@ -632,18 +632,13 @@ class JittedFunction(aot.Introspection):
             tiering.compile_thread.submit(functools.partial(self._upgrade, entry))
 
     def _upgrade(self, entry):
-        t0, backend, first = time.perf_counter(), self._backend(), entry.executable
-        try:
-            lowered = self._lowering(entry, [k for k, i in enumerate(entry.dynamic) if i in entry.donated], True)
-            exe, compiled = backend.compile(lowered.text, stats=self.stats)
+        first = entry.executable
+        try:  # nothing is donated: donation turns views off (lowering.lower), so none would be wanted
+            self._compile_lowered(entry, self._lowering(entry, (), dot_views=True))
         except Exception as e:  # the program in use stays
             log.warning("%r: the faster program of a hot signature failed to compile, keeping the first: %s", self, e)
             return
-        entry.executable = backend_mod.Executable.from_lowered(backend, exe, lowered, self.stats)
-        entry.lowered = lowered
-        backend.forget([first.program])  # a call running it keeps it alive until it returns
-        self.stats.compiles += compiled
-        self.stats.compile_seconds += time.perf_counter() - t0
+        self._backend().forget([first.program])  # a call running it keeps it alive until it returns
 
     def _compile_later(self, key, entry):
         """Hand XLA's compile of a lowered entry to the compile thread (tiered execution)."""
@@ -671,10 +666,11 @@ class JittedFunction(aot.Introspection):
     def _tiers(self):
         return tiering.default_tiered() if self.tiered is None else bool(self.tiered)
 
-    def _compile_lowered(self, entry):
-        """XLA compiles a lowered entry; returns (seconds, whether it compiled rather than reused)."""
+    def _compile_lowered(self, entry, lowered=None):
+        """XLA compiles a lowered entry (or `lowered`, another lowering of its graph, which then
+        becomes its own); returns (seconds, whether it compiled rather than reused)."""
         t0 = time.perf_counter()
-        backend, lowered = self._backend(), entry.lowered
+        backend, lowered = self._backend(), lowered or entry.lowered
         try:
             exe, compiled = backend.compile(lowered.text, expect_long=len(entry.graph.eqns) > LARGE_PROGRAM_WARN_AFTER,
                                            stats=self.stats)
@@ -682,7 +678,7 @@ class JittedFunction(aot.Introspection):
             x64 = self._x64(backend)
             raise aot.explain_compile_error(self, e, entry.graph, lowered, backend, x64) from None
         entry.executable = backend_mod.Executable.from_lowered(backend, exe, lowered, self.stats)
-        entry.upgrade = HOT_CALLS if lowered.dot_views else None
+        entry.lowered, entry.upgrade = lowered, HOT_CALLS if lowered.dot_views else None
         seconds = time.perf_counter() - t0
         self.stats.compiles += compiled
         self.stats.compile_seconds += seconds

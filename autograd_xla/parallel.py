@@ -187,8 +187,7 @@ class PmappedFunction:
                                    platform=backend.platform)
         if devices == [backend.default_device] and not self.keep_on_device:
             program, _ = backend.compile(lowered.text)
-            executable = _OneDevice(backend_mod.Executable(backend, program, lowered.in_avals, lowered.out_avals,
-                                                           lowered.consts, lowered.text), mapped,
+            executable = _OneDevice(backend_mod.Executable.from_lowered(backend, program, lowered), mapped,
                                     [a.shape for a in graph.out_avals])
         else:
             program, _ = backend.compile(lowered.text, replica_options(devices), devices)
