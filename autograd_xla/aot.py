@@ -187,7 +187,7 @@ class Entry:
     (`stage`), each when asked for."""
 
     __slots__ = ("executable", "out_tree", "graph", "lowered", "fallback_cause", "guards", "draws", "static_leaves",
-                 "impure", "stage", "donated", "dynamic", "background", "fastpath", "upgrade")
+                 "impure", "stage", "donated", "dynamic", "background", "fastpath", "ladder", "options")
 
     def __init__(self, out_tree, graph, draws=(), static_leaves=(), impure=False, dynamic=()):
         self.out_tree, self.graph = out_tree, graph
@@ -202,7 +202,8 @@ class Entry:
         self.impure = impure or bool(self.draws)    # differentiated calls run as plain autograd
         self.background = None                      # a tiering.Job compiling it (tiered=True)
         self.fastpath = None                        # C++'s (dispatch.fastpath) once asked for; False: none
-        self.upgrade = None                         # calls left until a faster program is made (api.HOT_CALLS)
+        self.ladder = None                          # the faster programs it may move to (tiering.Ladder)
+        self.options = None                         # the CompileOptions its executable was compiled with
 
     @property
     def python_fallback(self):

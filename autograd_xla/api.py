@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 import warnings
+import weakref
 
 import numpy as np
 from autograd.tracer import box_types, getval
@@ -42,11 +43,6 @@ _FLAT_SPECS = {}
 # must keep: its backward pass reads them again, so donated device arrays are not consumed.
 _keeping = threading.local()
 
-#: Calls of a signature after which a program reading its large matrices in place is made
-#: (lowering's dot_views, context.View), on the compile thread, to replace the first: it
-#: runs them up to 2x faster (a misaligned 1000x1000 float64 matrix times a vector, 143
-#: against 293 µs) but takes XLA 30-110 ms longer to compile, repaid after some 200-700 calls.
-HOT_CALLS = 200
 #: Default bound on the number of compiled signatures one jitted function keeps.
 DEFAULT_CACHE_SIZE = 64
 #: A function traced for this many signatures (and every multiple) warns, saying what
@@ -76,7 +72,9 @@ FAST_REFUSALS = 8
 
 class CacheStats:
     """Per-function counters. `traces` counts signatures traced; `compiles` counts XLA
-    compilations (a trace whose program text matches one already compiled reuses it);
+    compilations of signatures' first programs (a trace whose program text matches one already
+    compiled reuses it); `upgrades` counts the programs compiled later for signatures in use
+    (tiering.Ladder), in `upgrade_seconds`;
     `persistent_hits` counts executables loaded from the on-disk cache instead (persistent_cache.py),
     in `persistent_load_seconds`; `host_to_device` / `device_to_host` count arrays moved by calls;
     `plain_tier_calls` counts calls run as plain autograd while their signature compiled in the
@@ -84,12 +82,13 @@ class CacheStats:
 
     __slots__ = ("hits", "traces", "compiles", "trace_seconds", "lower_seconds", "compile_seconds", "fallbacks",
                  "evictions", "host_to_device", "device_to_host", "persistent_hits", "persistent_load_seconds",
-                 "plain_tier_calls")
+                 "plain_tier_calls", "upgrades", "upgrade_seconds")
 
     def __init__(self):
         self.hits = self.traces = self.compiles = self.fallbacks = self.evictions = self.plain_tier_calls = 0
-        self.host_to_device = self.device_to_host = self.persistent_hits = 0
+        self.host_to_device = self.device_to_host = self.persistent_hits = self.upgrades = 0
         self.trace_seconds = self.lower_seconds = self.compile_seconds = self.persistent_load_seconds = 0.0
+        self.upgrade_seconds = 0.0
 
     def as_dict(self):
         return {k: getattr(self, k) for k in self.__slots__}
@@ -223,9 +222,9 @@ class JittedFunction(aot.Introspection):
                     self._cache.move_to_end(key)  # least recently used signatures are evicted first
                 except (KeyError, RuntimeError):  # evicted meanwhile by another thread
                     pass
-                if entry.upgrade is not None:
-                    self._toward_upgrade(entry)
-                outs = entry.executable(args, self.keep_on_device)
+                ladder = entry.ladder
+                outs = (entry.executable(args, self.keep_on_device) if ladder is None else
+                        ladder.run(entry, args, self.keep_on_device))
                 return outs[0] if entry.out_tree is tree.LEAF else tree.unflatten(entry.out_tree, outs)
         if not kwargs and not self._static_argnums and all(type(a) is np.ndarray for a in args):
             spec = _FLAT_SPECS.get(len(args))  # the common case: positional arrays only
@@ -379,6 +378,8 @@ class JittedFunction(aot.Introspection):
             if hit is None:
                 return None  # not compiled yet (tiered), or not on the simple path: not counted
             entry, key = hit
+            if entry.ladder is not None:
+                return None  # its calls are timed while it may still move to a faster program: not counted
             if entry.fastpath is None:
                 executable = entry.executable
                 takes = len(args) == len(executable.in_avals) and all(
@@ -408,9 +409,8 @@ class JittedFunction(aot.Introspection):
             if entry.guards:
                 state = impurity.global_state()
             args = list(args) + impurity.replay(entry.draws)
-        if entry.upgrade is not None:
-            self._toward_upgrade(entry)
-        outs = entry.executable(args, self.keep_on_device)
+        ladder = entry.ladder
+        outs = entry.executable(args, self.keep_on_device) if ladder is None else ladder.run(entry, args, self.keep_on_device)
         if entry.guards:
             ok = outs[-len(entry.guards):]
             if not all(ok):
@@ -622,23 +622,15 @@ class JittedFunction(aot.Introspection):
         return lowering.lower(graph, getattr(self._fun, "__name__", "jit_fn"), backend.platform, self._x64(backend),
                               pack=pack, donate=donate, recycle=not self.keep_on_device, dot_views=dot_views)
 
-    def _toward_upgrade(self, entry):
-        """Count a call of a signature whose program would run faster reading its large matrices
-        in place (lowering.Lowered.dot_views); at HOT_CALLS that program is made on the compile
-        thread and replaces the one in use."""
-        entry.upgrade -= 1
-        if entry.upgrade <= 0:
-            entry.upgrade = None
-            tiering.compile_thread.submit(functools.partial(self._upgrade, entry))
-
-    def _upgrade(self, entry):
-        first = entry.executable
-        try:  # nothing is donated: donation turns views off (lowering.lower), so none would be wanted
-            self._compile_lowered(entry, self._lowering(entry, (), dot_views=True))
-        except Exception as e:  # the program in use stays
-            log.warning("%r: the faster program of a hot signature failed to compile, keeping the first: %s", self, e)
-            return
-        self._backend().forget([first.program])  # a call running it keeps it alive until it returns
+    def _faster_program(self, entry, views):
+        """A tiering.Ladder step, on the compile thread: the entry's program with XLA's default
+        options (the first had backend.fast_compile_options), or (`views`) the one reading the
+        matrices its products take in place (context.View; nothing donated: that turns views off)."""
+        lowered, options = (self._lowering(entry, (), dot_views=True), entry.options) if views else (entry.lowered, None)
+        executable, seconds, compiled = self._compile_program(entry, lowered, options)
+        self.stats.upgrades += compiled
+        self.stats.upgrade_seconds += seconds
+        return executable, lowered, options
 
     def _compile_later(self, key, entry):
         """Hand XLA's compile of a lowered entry to the compile thread (tiered execution)."""
@@ -666,26 +658,35 @@ class JittedFunction(aot.Introspection):
     def _tiers(self):
         return tiering.default_tiered() if self.tiered is None else bool(self.tiered)
 
-    def _compile_lowered(self, entry, lowered=None):
-        """XLA compiles a lowered entry (or `lowered`, another lowering of its graph, which then
-        becomes its own); returns (seconds, whether it compiled rather than reused)."""
-        t0 = time.perf_counter()
-        backend, lowered = self._backend(), lowered or entry.lowered
-        try:
-            exe, compiled = backend.compile(lowered.text, expect_long=len(entry.graph.eqns) > LARGE_PROGRAM_WARN_AFTER,
-                                           stats=self.stats)
-        except CompileError as e:
-            x64 = self._x64(backend)
-            raise aot.explain_compile_error(self, e, entry.graph, lowered, backend, x64) from None
-        entry.executable = backend_mod.Executable.from_lowered(backend, exe, lowered, self.stats)
-        entry.lowered, entry.upgrade = lowered, HOT_CALLS if lowered.dot_views else None
-        seconds = time.perf_counter() - t0
+    def _compile_lowered(self, entry):
+        """XLA compiles a lowered entry's first program, with the options it compiles fastest
+        with; the programs that may run faster are its tiering.Ladder. Returns (seconds,
+        whether it compiled rather than reused)."""
+        entry.options = self._backend().fast_compile_options()
+        executable, seconds, compiled = self._compile_program(entry, entry.lowered, entry.options)
+        steps = [views for views, wanted in ((False, entry.options is not None), (True, entry.lowered.dot_views)) if wanted]
+        if steps and tiering.UPGRADE_RENT is not None:
+            entry.ladder = tiering.Ladder(steps, seconds, weakref.WeakMethod(self._faster_program),
+                                          weakref.WeakMethod(self._forget_fast_paths))
+        entry.executable = executable
         self.stats.compiles += compiled
         self.stats.compile_seconds += seconds
         if compiled:
             tiering.note_compile(seconds)
         entry.stage = COMPILED  # last: a call on another thread (tiered) uses the entry once it reads this
         return seconds, compiled
+
+    def _compile_program(self, entry, lowered, options):
+        """XLA compiles `lowered` (a lowering of the entry's graph) with `options`; returns
+        (backend.Executable, seconds, whether it compiled rather than reused)."""
+        t0 = time.perf_counter()
+        backend = self._backend()
+        try:
+            exe, compiled = backend.compile(lowered.text, options, expect_long=len(entry.graph.eqns) > LARGE_PROGRAM_WARN_AFTER,
+                                           stats=self.stats)
+        except CompileError as e:
+            raise aot.explain_compile_error(self, e, entry.graph, lowered, backend, self._x64(backend)) from None
+        return backend_mod.Executable.from_lowered(backend, exe, lowered, self.stats), time.perf_counter() - t0, compiled
 
     def _trace(self, flat_fun, in_avals, names, spec, leaves):
         """Trace with numpy.random's global-state calls recorded as host draws, and with the
@@ -883,8 +884,8 @@ class JittedFunction(aot.Introspection):
 
     def cache_info(self):
         info = self.stats.as_dict()
-        info["size"] = len(self._cache)
-        info["max_size"] = self.cache_size
+        info["size"], info["max_size"] = len(self._cache), self.cache_size
+        info["climbing"] = sum(entry.ladder is not None for entry in list(self._cache.values()))  # tiering.Ladder
         return info
 
     def clear_cache(self):

@@ -130,8 +130,9 @@ class View:
     / 112; 2000x500 305 / 141 / 113; 5000x100 129 / 108 / 58 (E's 5000 short rows cost
     ~25 µs a dot: lowering.VIEW_DOT_ROW_BYTES). Its program takes XLA 30-110 ms longer to
     compile (each `case` and extra dot costs XLA:CPU 20-60 ms; the quadratic 0.5 x'Ax - b'x
-    with A an argument: 140-153 ms against 57 ms copied), so only a hot signature's second
-    program uses it (lowering.lower's dot_views, api.HOT_CALLS)."""
+    with A an argument: 140-153 ms against 57 ms copied), so only a later program of a
+    signature whose calls have cost a compile uses it, if it runs faster (lowering.lower's
+    dot_views, tiering.Ladder)."""
 
     def __init__(self, main, rest, offset, shape):
         self.main, self.rest, self.offset, self.shape = main, rest, offset, tuple(shape)

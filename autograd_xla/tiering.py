@@ -15,13 +15,20 @@ is the reference the compiled program is checked against, so both tiers give its
 XLA's compile releases the GIL (measured: 18 plain MLP gradient calls ran in the caller
 during one 0.42 s compile), so the caller is slowed only by sharing the cores.
 
-This module holds the process default, the plain budget and the compile thread; api.py
-decides what to hand it.
+A compiled signature climbs too (`Ladder`): its first program is the one XLA compiles
+fastest, and programs that may run faster are made on the compile thread once its calls
+have cost that compile, each tried against the one in use and kept only if faster.
+
+This module holds the process default, the plain budget, the ladder and the compile thread;
+api.py decides what to hand them.
 """
 import atexit
 import collections
 import contextlib
+import functools
+import logging
 import os
+import statistics
 import threading
 import time
 
@@ -114,6 +121,117 @@ def default_tiered():
     if _default is not None:
         return _default
     return os.environ.get(TIERED_ENV, "").strip().lower() in _ON
+
+
+#: A compiled signature's next program (Ladder) is made once its calls have taken UPGRADE_RENT
+#: times as long as its first program took to compile: rent before buying again, so a job
+#: shorter than a compile never pays for a second one. None: never (one program per signature).
+UPGRADE_RENT = 1.0
+#: Calls each of the two programs of a trial runs, in turn, before the faster (by median)
+#: stays: the machine's drift (the same call 3-12 ms within minutes here) is shared by both.
+#: 0: the new program replaces the one in use untried (tests use it).
+TRIAL_CALLS = 5
+
+log = logging.getLogger(__name__)
+
+
+class Ladder:
+    """The programs a compiled signature may still move to. Its calls run through `run`,
+    timed; once they have cost UPGRADE_RENT times `cost` (the seconds its first program took
+    to compile) the next of its `steps` is made on the compile thread, `make()(entry, step)`
+    returning (executable, lowered, options): a program of the same graph that may run
+    faster (api.JittedFunction._faster_program). The two then run in turn for TRIAL_CALLS
+    calls each (a `Trial`); the faster stays in the entry (`executable`, `lowered`,
+    `options`), the other is let go, and the ladder goes on to the next step. When it is
+    done the entry's `ladder` is None and `settled()()` is called (the owner's
+    _forget_fast_paths: C++'s fast path may take its calls now). `make` and `settled` are
+    weakref.WeakMethods: the entry is the owner's, and a cycle back to it would keep its
+    executables alive until the garbage collector runs. A step that fails leaves the
+    program in use, with a warning."""
+
+    __slots__ = ("steps", "cost", "make", "settled", "spent", "trial", "_started", "_lock")
+
+    def __init__(self, steps, cost, make, settled):
+        self.steps, self.cost, self.make, self.settled, self.spent = list(steps), cost, make, settled, 0.0
+        self.trial, self._started, self._lock = None, False, threading.Lock()
+
+    def run(self, entry, args, keep_on_device):
+        """One call of the signature: its executable's outputs."""
+        trial = self.trial
+        if trial is not None:
+            return trial.run(self, entry, args, keep_on_device)
+        t0 = time.perf_counter()
+        outs = entry.executable(args, keep_on_device)
+        self.spent += time.perf_counter() - t0
+        if not self._started and UPGRADE_RENT is not None and self.spent >= self.cost * UPGRADE_RENT:
+            with self._lock:
+                start, self._started = not self._started, True
+            if start:
+                compile_thread.submit(functools.partial(self._make, entry))
+        return outs
+
+    def _make(self, entry):
+        """On the compile thread: the next step's program, then tried (or, with TRIAL_CALLS
+        0, put in use)."""
+        make = self.make()
+        if make is None:  # its function is gone
+            return
+        try:
+            made = make(entry, self.steps.pop(0))
+        except Exception as e:  # the program in use stays
+            log.warning("a faster program of a compiled signature failed to compile; keeping the one in use: %s", e)
+            self._next(entry)
+            return
+        if TRIAL_CALLS:
+            self.trial = Trial(made)
+        else:
+            self.settle(entry, made, keep_new=True)
+
+    def settle(self, entry, made, keep_new):
+        """End a step: `made` (executable, lowered, options) replaces the entry's program, or
+        is let go; then the next step, if any."""
+        executable, lowered, options = made
+        loser = entry.executable if keep_new else executable
+        if keep_new:
+            entry.executable, entry.lowered, entry.options = executable, lowered, options
+        loser.backend.forget([loser.program])  # a call running it keeps it alive until it returns
+        self._next(entry)
+
+    def _next(self, entry):
+        self.trial, self.spent, self._started = None, 0.0, False
+        if not self.steps:
+            entry.ladder = None
+            settled = self.settled()
+            if settled is not None:
+                settled()
+
+
+class Trial:
+    """Two programs of one signature run in turn, each call timed; after TRIAL_CALLS calls of
+    each, the faster by median stays (Ladder.settle). Both compute the signature's results,
+    so any call may run either."""
+
+    __slots__ = ("made", "times", "_calls", "_lock")
+
+    def __init__(self, made):
+        self.made, self.times, self._calls, self._lock = made, ([], []), 0, threading.Lock()
+
+    def run(self, ladder, entry, args, keep_on_device):
+        with self._lock:
+            new = self._calls % 2 == 1
+            self._calls += 1
+        executable = self.made[0] if new else entry.executable
+        t0 = time.perf_counter()
+        outs = executable(args, keep_on_device)
+        seconds = time.perf_counter() - t0
+        with self._lock:
+            times = self.times[new]
+            times.append(seconds)
+            done = len(times) == TRIAL_CALLS and len(self.times[not new]) >= TRIAL_CALLS
+        if done:  # exactly one call sees this
+            old_median, new_median = (statistics.median(t) for t in self.times)
+            ladder.settle(entry, self.made, keep_new=new_median < old_median)
+        return outs
 
 
 class Job:

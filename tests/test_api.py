@@ -373,28 +373,35 @@ def products(X, w, g, W):
 
 
 def hot(f, *args):
-    """f once its signature for `args` is hot (api.HOT_CALLS, 1 here): its faster program,
-    which reads large matrices in place, made and in use."""
-    f(*args)
-    assert tiering.compile_thread.wait(60)
+    """f once its signature for `args` is hot (one call pays the rent here, and each new
+    program replaces the one in use untried): its faster programs, the one reading large
+    matrices in place last (tiering.Ladder), made and in use."""
+    for _ in range(3):  # each call past the rent starts the next step
+        f(*args)
+        assert tiering.compile_thread.wait(60)
     return f
 
 
 @pytest.fixture
 def one_call_is_hot(monkeypatch):
-    monkeypatch.setattr(api, "HOT_CALLS", 1)
+    monkeypatch.setattr(tiering, "UPGRADE_RENT", 0.0)
+    monkeypatch.setattr(tiering, "TRIAL_CALLS", 0)
 
 
 def test_a_hot_signature_reads_its_matrix_in_place_once_made_faster(monkeypatch):
-    """The first program copies a misaligned matrix a dot reads (it compiles faster); after
-    HOT_CALLS calls one that reads it in place replaces it, with the same results."""
-    monkeypatch.setattr(api, "HOT_CALLS", 3)
+    """The first program copies a misaligned matrix a dot reads (it compiles faster); once the
+    signature's calls have cost a compile, one that reads it in place replaces it, with the
+    same results."""
+    monkeypatch.setattr(tiering, "UPGRADE_RENT", 1e6)
+    monkeypatch.setattr(tiering, "TRIAL_CALLS", 0)
     X, w = placed((256, 1024), offset=16), rs.randn(1024)
     f = jit_ps(lambda X, w: np.tanh(X @ w))
     for k in range(3):
         assert_close(f(X, w + k), onp.tanh(X @ (w + k)))
         assert "%tail" not in f.stablehlo(X, w)
-    assert tiering.compile_thread.wait(60)
+    assert tiering.compile_thread.idle()
+    monkeypatch.setattr(tiering, "UPGRADE_RENT", 0.0)
+    hot(f, X, w)
     assert "%view0" in f.stablehlo(X, w) and "%tail1" in f.stablehlo(X, w)
     for k in range(3):
         X[k] += 1.0
@@ -402,8 +409,8 @@ def test_a_hot_signature_reads_its_matrix_in_place_once_made_faster(monkeypatch)
     assert f.cache_info()["traces"] == 1
 
 
+@pytest.mark.usefixtures("one_call_is_hot")
 def test_a_faster_program_that_fails_to_compile_leaves_the_first(monkeypatch, caplog):
-    monkeypatch.setattr(api, "HOT_CALLS", 1)
     X, w = placed((256, 1024), offset=16), rs.randn(1024)
     f = jit_ps(lambda X, w: X @ w)
     compile_first = backend.Backend.compile
@@ -413,13 +420,16 @@ def test_a_faster_program_that_fails_to_compile_leaves_the_first(monkeypatch, ca
             raise CompileError("refused")
         return compile_first(self, text, *a, **k)
     monkeypatch.setattr(backend.Backend, "compile", refuse_views)
-    with caplog.at_level("WARNING", logger="autograd_xla.api"):
+    with caplog.at_level("WARNING", logger="autograd_xla.tiering"):
         assert_close(hot(f, X, w)(X, w), X @ w)
-    assert "keeping the first" in caplog.text and "%tail" not in f.stablehlo(X, w)
+    assert "keeping the one in use" in caplog.text and "%tail" not in f.stablehlo(X, w)
 
 
 def test_threads_calling_a_signature_as_it_turns_hot(monkeypatch):
-    monkeypatch.setattr(api, "HOT_CALLS", 5)
+    """Four threads call while the signature's faster programs are made and tried against
+    the one in use (tiering.Trial, 3 calls each): every result right, the ladder climbed."""
+    monkeypatch.setattr(tiering, "UPGRADE_RENT", 0.0)
+    monkeypatch.setattr(tiering, "TRIAL_CALLS", 3)
     X = placed((256, 1024), offset=32)
     f = jit_ps(lambda X, w: np.tanh(X @ w))
     ws = [rs.randn(1024) for _ in range(4)]
@@ -431,7 +441,12 @@ def test_threads_calling_a_signature_as_it_turns_hot(monkeypatch):
                 errors.append(w)
     run_threads(work, [(w,) for w in ws])
     assert tiering.compile_thread.wait(60)
-    assert not errors and "%tail1" in f.stablehlo(X, ws[0]) and f.cache_info()["traces"] == 1
+    for _ in range(20):  # what is left of a trial
+        work(ws[0])
+        assert tiering.compile_thread.wait(60)
+    (entry,) = f._cache.values()
+    assert not errors and entry.ladder is None and f.cache_info()["traces"] == 1
+    assert f.cache_info()["upgrades"] == 2
 
 
 VIEWED = [(onp.float64, offset) for offset in range(0, 64, 8)] + [(onp.float32, offset) for offset in (0, 4, 28, 60)]

@@ -11,11 +11,37 @@ import pytest
 
 import autograd.numpy as np
 from autograd import grad
-from autograd_xla import DeviceArray, backend, dispatch, jit_ps
+from autograd_xla import DeviceArray, backend, dispatch, jit_ps, tiering
 from helpers import assert_close, run_threads
 
 pytestmark = pytest.mark.skipif(not dispatch.available(), reason="this jaxlib offers no C++ dispatch")
 rs = onp.random.RandomState(11)
+
+
+@pytest.fixture(autouse=True)
+def one_program(monkeypatch):
+    """One program per signature (no tiering.Ladder, whose calls stay in Python while it
+    climbs): C++ takes the calls it can from the second on."""
+    monkeypatch.setattr(tiering, "UPGRADE_RENT", None)
+
+
+def test_cpp_takes_the_calls_once_the_ladder_is_done(monkeypatch):
+    """While a signature may still move to a faster program its calls are timed in Python;
+    once it has settled, C++ takes them."""
+    monkeypatch.setattr(tiering, "UPGRADE_RENT", 0.0)
+    monkeypatch.setattr(tiering, "TRIAL_CALLS", 2)
+    jf = jit_ps(lambda x: np.tanh(x) * 2.0)
+    calls = counting(jf)
+    x = rs.randn(3)
+    for k in range(8):
+        assert_close(jf(x + k), onp.tanh(x + k) * 2.0)
+        assert tiering.compile_thread.wait(60)
+    (entry,) = jf._cache.values()
+    assert entry.ladder is None and jf.cache_info()["upgrades"] == 1
+    n = len(calls)
+    for k in range(5):
+        assert_close(jf(x - k), onp.tanh(x - k) * 2.0)
+    assert len(calls) == n
 
 
 def counting(jf):

@@ -1,0 +1,166 @@
+"""A compiled signature's ladder (tiering.Ladder): its first program is the one XLA compiles
+fastest (backend.fast_compile_options), and once its calls have cost that compile
+(tiering.UPGRADE_RENT, 0 here where said) programs that may run faster are made on the
+compile thread and tried against it (tiering.TRIAL_CALLS calls each); the faster stays.
+Timing is only the trial's: the trial itself is tested with executables whose speed is set."""
+import logging
+import time
+import types
+
+import numpy as onp
+import pytest
+
+import autograd.numpy as np
+import autograd.scipy.special as sp
+from autograd import grad
+from autograd_xla import backend, jit_ps, tiering
+from helpers import assert_close
+
+rs = onp.random.RandomState(5)
+
+
+@pytest.fixture
+def climbing(monkeypatch):
+    """Every call pays the rent; trials of two calls each."""
+    monkeypatch.setattr(tiering, "UPGRADE_RENT", 0.0)
+    monkeypatch.setattr(tiering, "TRIAL_CALLS", 2)
+    assert tiering.compile_thread.wait(60)
+    yield
+    assert tiering.compile_thread.wait(60)
+
+
+def settle(f, *args):
+    """Call f until its signature's ladder is done; the results of every call."""
+    results = []
+    for _ in range(40):
+        results.append(f(*args))
+        assert tiering.compile_thread.wait(60)
+        (entry,) = f._cache.values()
+        if entry.ladder is None:
+            return entry, results
+    raise AssertionError("the ladder did not settle in 40 calls")
+
+
+@pytest.mark.usefixtures("climbing")
+def test_the_first_program_compiles_fast_and_the_default_is_tried_once_the_rent_is_paid():
+    f = jit_ps(grad(lambda x: np.sum(np.tanh(x) * np.exp(-x * x))))
+    x = rs.randn(3000)
+    f(x)
+    (entry,) = f._cache.values()
+    assert entry.options.env_option_overrides == backend.FAST_COMPILE_OVERRIDES
+    assert (f.cache_info()["compiles"], f.cache_info()["upgrades"]) == (1, 0)
+    entry, results = settle(f, x)
+    info = f.cache_info()
+    assert (info["compiles"], info["upgrades"], info["traces"]) == (1, 1, 1) and info["upgrade_seconds"] > 0
+    assert entry.options is None or entry.options.env_option_overrides == backend.FAST_COMPILE_OVERRIDES
+    want = grad(lambda x: np.sum(np.tanh(x) * np.exp(-x * x)))(x)
+    for got in results:  # both programs ran, in turn, during the trial
+        onp.testing.assert_array_equal(got, results[0])
+    assert_close(results[0], want)
+
+
+def test_a_short_job_compiles_once(monkeypatch):
+    """Until its calls have cost its first compile, a signature has one program."""
+    monkeypatch.setattr(tiering, "UPGRADE_RENT", 1.0)
+    f = jit_ps(lambda x: np.sin(x) + 1.0)
+    x = rs.randn(10)
+    for _ in range(5):
+        assert_close(f(x), onp.sin(x) + 1.0)
+    assert tiering.compile_thread.wait(60)
+    assert f.cache_info()["upgrades"] == 0 and next(iter(f._cache.values())).ladder is not None
+
+
+def test_no_ladder_when_the_rent_is_none(monkeypatch):
+    monkeypatch.setattr(tiering, "UPGRADE_RENT", None)
+    f = jit_ps(lambda x: x * 2.0)
+    f(rs.randn(4))
+    assert next(iter(f._cache.values())).ladder is None
+
+
+def test_xla_flags_choosing_the_emitters_are_left_alone(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=true")
+    assert backend.get_backend("cpu").fast_compile_options() is None
+    monkeypatch.delenv("XLA_FLAGS")
+    assert backend.get_backend("cpu").fast_compile_options().env_option_overrides == backend.FAST_COMPILE_OVERRIDES
+
+
+# The functions the two programs were measured to compute the same bits of (backend.py's
+# FAST_COMPILE_OVERRIDES), on a length where XLA's loops are vectorised, and those an ulp
+# or two apart.
+SAME_BITS = {
+    "exp": np.exp, "tanh": np.tanh, "log1p": lambda x: np.log1p(x * x), "sqrt": lambda x: np.sqrt(np.abs(x)),
+    "power": lambda x: np.abs(x) ** 1.7, "sin": np.sin, "arcsinh": np.arcsinh, "erf": sp.erf, "expit": sp.expit,
+    "gammaln": lambda x: sp.gammaln(np.abs(x) + 0.5), "logsumexp": lambda x: sp.logsumexp(x.reshape(-1, 100), axis=1),
+    "sum": lambda x: np.sum(x * x), "max": lambda x: np.max(x.reshape(-1, 100), axis=0), "cumsum": np.cumsum,
+    "dot": lambda x: np.dot(x.reshape(-1, 100), x[:100]), "where": lambda x: np.where(x > 0, x, 0.1 * np.exp(x)),
+    "grad": grad(lambda x: np.sum(np.tanh(x) ** 2 * np.log1p(x * x))),
+}
+ULPS_APART = {"tan": np.tan, "arctan": np.arctan, "cbrt": np.cbrt}
+
+
+@pytest.mark.parametrize("dtype", [onp.float64, onp.float32])
+@pytest.mark.parametrize("name", sorted(SAME_BITS) + sorted(ULPS_APART))
+def test_both_programs_compute_the_same_bits(monkeypatch, name, dtype):
+    monkeypatch.setattr(tiering, "UPGRADE_RENT", 0.0)
+    monkeypatch.setattr(tiering, "TRIAL_CALLS", 0)  # the default options' program replaces the first untried
+    fun = SAME_BITS.get(name) or ULPS_APART[name]
+    x = (rs.randn(30000) * 3).astype(dtype)
+    f = jit_ps(fun)
+    first = f(x)
+    entry, results = settle(f, x)
+    assert entry.options is None
+    if name in SAME_BITS:
+        onp.testing.assert_array_equal(results[-1], first)
+    else:
+        onp.testing.assert_allclose(results[-1], first, rtol=4 * onp.finfo(dtype).eps)
+
+
+# ----- the trial, with executables of set speed ----------------------------------------------
+class Timed:
+    """An executable taking `seconds` a call and returning [name]."""
+
+    def __init__(self, name, seconds, forgotten):
+        self.name, self.seconds, self.program = name, seconds, name
+        self.backend = types.SimpleNamespace(forget=forgotten.extend)
+
+    def __call__(self, args, keep_on_device):
+        time.sleep(self.seconds)
+        return [self.name]
+
+
+def trial(old_seconds, new_seconds, monkeypatch, step=None):
+    monkeypatch.setattr(tiering, "UPGRADE_RENT", 1.0)
+    monkeypatch.setattr(tiering, "TRIAL_CALLS", 3)
+    forgotten, settled = [], []
+    entry = types.SimpleNamespace(executable=Timed("old", old_seconds, forgotten), lowered="lowered", options="fast")
+    step = step or (lambda: (Timed("new", new_seconds, forgotten), "lowered 2", None))
+    entry.ladder = tiering.Ladder([step], 0.01, lambda: lambda entry, step: step(), lambda: lambda: settled.append(1))
+    ran = []
+    for _ in range(40):
+        ran += entry.ladder.run(entry, (), False)
+        assert tiering.compile_thread.wait(60)
+        if entry.ladder is None:
+            break
+    assert settled == [1]
+    return entry, ran, forgotten
+
+
+def test_a_trial_keeps_the_faster_new_program(monkeypatch):
+    entry, ran, forgotten = trial(0.004, 0.0005, monkeypatch)
+    assert (entry.executable.name, entry.lowered, entry.options) == ("new", "lowered 2", None)
+    assert forgotten == ["old"] and ran.count("new") == 3 and ran.count("old") >= 3 + 3  # the rent, then the trial
+
+
+def test_a_trial_keeps_the_program_in_use_when_the_new_is_slower(monkeypatch):
+    entry, ran, forgotten = trial(0.0005, 0.004, monkeypatch)
+    assert (entry.executable.name, entry.lowered, entry.options) == ("old", "lowered", "fast")
+    assert forgotten == ["new"] and ran.count("new") == 3
+
+
+def test_a_step_that_fails_leaves_the_program_in_use(monkeypatch, caplog):
+    def fails():
+        raise RuntimeError("XLA said no")
+    with caplog.at_level(logging.WARNING, logger="autograd_xla.tiering"):
+        entry, ran, forgotten = trial(0.0005, None, monkeypatch, step=fails)
+    assert entry.executable.name == "old" and set(ran) == {"old"} and forgotten == []
+    assert "XLA said no" in caplog.text and "keeping the one in use" in caplog.text
