@@ -246,7 +246,7 @@ def run_workload(wl, args, jax, jnp):
     result["first_call"]["jit_ps"] = {"total": t, "trace": st.trace_seconds, "lower": st.lower_seconds,
                                       "compile": st.compile_seconds}
     result["errors"]["jit_ps"] = compare(ref, out, dtype, who="jit_ps")
-    result["first_call"]["settled"] = settle(jf, inputs)
+    result["first_call"]["settled"] = timing.settle(jf, inputs)
     contenders = {"autograd": (plain, inputs), "jit_ps": (jf, inputs)}
 
     if jax is not None:
@@ -280,21 +280,6 @@ def run_workload(wl, args, jax, jnp):
     if args.hlo_dir:
         dump_hlo(args.hlo_dir, wl.name, jf, jax and jitted, inputs)
     return result
-
-
-def settle(jf, inputs, limit=60.0):
-    """Call jf until its signature has settled on its program (cache_info()["climbing"]: its
-    later programs made and tried, tiering.Ladder), so that the steady state is that program's.
-    Returns (calls, seconds) it took after the first."""
-    from autograd_xla import tiering
-
-    t0, calls = time.perf_counter(), 0
-    while jf.cache_info()["climbing"] and time.perf_counter() - t0 < limit:
-        jf(*inputs)
-        calls += 1
-        if not tiering.compile_thread.idle():
-            tiering.compile_thread.wait(limit)
-    return calls, time.perf_counter() - t0
 
 
 def add_diagnostics(contenders, result, jf, jitted, inputs, ref, dtype, args):

@@ -17,8 +17,9 @@ Problems:
              stablehlo.while under jit_ps (jax: lax.scan)
   logreg     L2-regularised logistic regression, N = 5000, D = 100
 
-Reported: whole-optimisation time (median of --runs runs), per-call medians of value,
-gradient and Hessian-vector product (interleaved samples), first-call time (trace +
+Reported: whole-optimisation time (median of --runs runs, with the programs jit_ps has by
+then), per-call medians of value, gradient and Hessian-vector product (interleaved samples;
+jit_ps's of the programs it settles on, autograd_xla.tiering.Ladder), first-call time (trace +
 compile of all three functions), and the optimiser's results, which must agree across
 columns. Run: python benchmarks/table1.py [--quick] [--only hmm] [--no-jax]
 """
@@ -38,7 +39,7 @@ from autograd import grad, hessian_tensor_product  # noqa: E402
 from autograd.scipy.special import logsumexp  # noqa: E402
 
 from autograd_xla import jit_ps, scan  # noqa: E402
-from timing import format_seconds, interleaved, summarize  # noqa: E402
+from timing import format_seconds, interleaved, settle, summarize  # noqa: E402
 
 
 # ----- the three problems, as autograd code -----------------------------------------------------
@@ -190,15 +191,17 @@ def run_problem(name, jax, args):
             results[k] = minimize(triples[k], x0, maxiter)
             opt_times[k].append(time.perf_counter() - t0)
 
-    # per-call times at the optimum's neighbourhood (x0 perturbed, fixed)
+    # per-call times at the optimum's neighbourhood (x0 perturbed, fixed), of the programs
+    # jit_ps settles on (timing.settle; the optimisation above ran what it had by then)
     x = x0 + 0.01 * onp.random.RandomState(2).randn(x0.size)
-    per_call = {}
+    per_call, settled = {}, {}
     for i, what in enumerate(("value", "grad", "hvp")):
+        settled[what] = settle(triples["jit_ps"][i], (x, p) if what == "hvp" else (x,))
         contenders = {k: (t[i], (x, p) if what == "hvp" else (x,)) for k, t in triples.items()}
         samples, _ = interleaved(contenders, args.repeat, args.target)
         per_call[what] = {k: summarize(v)["median"] for k, v in samples.items()}
     return {"results": results, "opt": {k: statistics.median(v) for k, v in opt_times.items()},
-            "per_call": per_call, "first": first, "check": check_results(results)}
+            "per_call": per_call, "first": first, "check": check_results(results), "settled": settled}
 
 
 def check_results(results):
@@ -238,6 +241,8 @@ def report(all_results, jax):
         print(f"{prob}:")
         for note in res["check"]:
             print(f"  - {note}")
+        print("  - jit_ps settled (value / grad / hvp) after " + " / ".join(
+            f"{calls} more calls, {seconds:.2f} s" for calls, seconds in res["settled"].values()))
 
 
 def main(argv=None):

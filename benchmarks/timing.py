@@ -51,6 +51,21 @@ def calibrate(fn, args, target, max_number=1_000_000):
         number = min(max_number, max(2 * number, int(number * 1.2 * target / t) + 1))
 
 
+def settle(jf, args, limit=60.0):
+    """Call a jit_ps function until its signature has settled on its program
+    (cache_info()["climbing"]: the later programs made and tried, autograd_xla.tiering.Ladder),
+    so that a steady state measured next is that program's. Returns (calls, seconds) it took."""
+    from autograd_xla import tiering
+
+    t0, calls = _clock(), 0
+    while jf.cache_info()["climbing"] and _clock() - t0 < limit:
+        jf(*args)
+        calls += 1
+        if not tiering.compile_thread.idle():
+            tiering.compile_thread.wait(limit)
+    return calls, _clock() - t0
+
+
 def warm_up(fn, args, seconds, min_calls=2):
     t0 = _clock()
     n = 0
