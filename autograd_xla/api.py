@@ -625,7 +625,10 @@ class JittedFunction(aot.Introspection):
     def _faster_program(self, entry, views):
         """A tiering.Ladder step, on the compile thread: the entry's program with XLA's default
         options (the first had backend.fast_compile_options), or (`views`) the one reading the
-        matrices its products take in place (context.View; nothing donated: that turns views off)."""
+        matrices its products take in place (context.View; nothing donated: that turns views off).
+        None for an entry that has left the cache."""
+        if all(e is not entry for e in list(self._cache.values())):
+            return None
         lowered, options = (self._lowering(entry, (), dot_views=True), entry.options) if views else (entry.lowered, None)
         executable, seconds, compiled = self._compile_program(entry, lowered, options)
         self.stats.upgrades += compiled

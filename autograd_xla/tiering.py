@@ -140,7 +140,7 @@ class Ladder:
     timed; once they have cost UPGRADE_RENT times `cost` (the seconds its first program took
     to compile) the next of its `steps` is made on the compile thread, `make()(entry, step)`
     returning (executable, lowered, options): a program of the same graph that may run
-    faster (api.JittedFunction._faster_program). The two then run in turn for TRIAL_CALLS
+    faster (api.JittedFunction._faster_program; None: the entry is no longer used). The two then run in turn for TRIAL_CALLS
     calls each (a `Trial`); the faster stays in the entry (`executable`, `lowered`,
     `options`), the other is let go, and the ladder goes on to the next step. When it is
     done the entry's `ladder` is None and `settled()()` is called (the owner's
@@ -174,13 +174,13 @@ class Ladder:
         """On the compile thread: the next step's program, then tried (or, with TRIAL_CALLS
         0, put in use)."""
         make = self.make()
-        if make is None:  # its function is gone
-            return
         try:
-            made = make(entry, self.steps.pop(0))
+            made = None if make is None else make(entry, self.steps.pop(0))  # None: its function is gone
         except Exception as e:  # the program in use stays
             log.warning("a faster program of a compiled signature failed to compile; keeping the one in use: %s", e)
             self._next(entry)
+            return
+        if made is None:
             return
         if TRIAL_CALLS:
             self.trial = Trial(made)

@@ -59,6 +59,18 @@ def test_the_first_program_compiles_fast_and_the_default_is_tried_once_the_rent_
     assert_close(results[0], want)
 
 
+@pytest.mark.usefixtures("climbing")
+def test_a_signature_forgotten_before_its_turn_is_not_compiled_again():
+    f = jit_ps(lambda x: np.cos(x) * 3.0)
+    x = rs.randn(5)
+    with tiering.compile_thread.paused():
+        f(x)  # pays the rent: the next program's compile waits for the thread
+        f.clear_cache()
+    assert tiering.compile_thread.wait(60)
+    assert f.cache_info()["upgrades"] == 0
+    assert_close(f(x), onp.cos(x) * 3.0)
+
+
 def test_a_short_job_compiles_once(monkeypatch):
     """Until its calls have cost its first compile, a signature has one program."""
     monkeypatch.setattr(tiering, "UPGRADE_RENT", 1.0)
