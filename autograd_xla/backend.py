@@ -57,14 +57,15 @@ RECYCLE_PER_TYPE = 2
 #: calls, where jit_ps warns, make about 2 MiB; their compile was measured at minutes).
 LONG_COMPILE_BYTES = 8 << 20
 #: XLA:CPU's older code generator for fused loops (its "legacy IR emitters"), in place of the
-#: fusion emitters it uses by default: measured on the benchmarks' programs, it compiles in
-#: 0.62-0.86 of the time (MLP step 199 -> 144 ms, logistic regression value and gradient 64 ->
-#: 39 ms, the HMM's scan gradient 373 -> 259 ms) and computes the same bits (compared on 40
+#: fusion emitters it uses by default. Measured on the benchmarks' programs
+#: (benchmarks/emitters.py), it compiles in 0.62-0.89 of the time (MLP step 330 -> 240 ms, the
+#: HMM's scan gradient 584 -> 375 ms) and computes the same bits (also compared on 40
 #: elementwise functions, reductions, sorts and products, float32 and float64, 7 to 300,000
-#: elements; tan, arctan, cbrt and scipy's beta differ by an ulp or two). Its loops run
-#: 0.87x (logistic regression's gradient) to 1.5x (exp and tanh on 30,000 elements, the HMM's
-#: scan) the time of the default's: a signature's first program uses it, and the default's is
-#: tried once the signature's calls have cost a compile (tiering.Ladder).
+#: elements), except for a few ulps in tan, arctan, cbrt, scipy's beta and 2 of the 440
+#: elements of the HMM's Hessian-vector product (9e-16 relative). Its loops take 0.80
+#: (logistic regression's gradient) to 1.5 (exp and tanh on 30,000 elements, the HMM's scan)
+#: times as long: a signature's first program uses it, and the default's is tried once the
+#: signature's calls have cost a compile (tiering.Ladder).
 FAST_COMPILE_OVERRIDES = [("xla_cpu_use_fusion_emitters", False)]
 
 log = logging.getLogger(__name__)
