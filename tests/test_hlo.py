@@ -177,6 +177,20 @@ def test_constant_printing():
     assert 'dense<"0x01000001"> : tensor<4xi1>' in constant_text(onp.array([True, False, False, True]))
 
 
+REPEATS = [  # (array, whether every element has the first one's bytes)
+    (onp.zeros((256, 1024)), True), (onp.array([0.0, -0.0]), False), (onp.full(70, onp.nan, f32), True),
+    (onp.array([0x7FC00000] * 65 + [0x7FC00001], onp.uint32).view(f32), False), (onp.full(3, 1 + 2j), True),
+    (onp.array([1 + 2j, 1 + 3j]), False), (onp.array([2 - 1j] * 100, onp.complex64), True),
+    (onp.r_[onp.ones(100), 2.0], False), (onp.array([True, True]), True), (onp.array([True, False]), False),
+    (onp.zeros(5, ml_dtypes.bfloat16), True), (onp.zeros((0, 3), f32), True), (onp.array(-7, onp.int8), True),
+]
+
+
+@pytest.mark.parametrize("array,repeats", REPEATS, ids=[f"{a.dtype}{a.shape}-{r}" for a, r in REPEATS])
+def test_repeats_one_value_compares_each_elements_bytes(array, repeats):
+    assert hlo.repeats_one_value(array) is repeats
+
+
 CONSTANTS = [onp.array([1.5, -2.25, 1e30], f32), onp.arange(6, dtype=onp.int64).reshape(2, 3) - 3,
              onp.full((3, 2), 7, onp.uint16), onp.array([1 + 2j, -3j], onp.complex128), onp.array([[True, False]]),
              onp.array([0.5, -4], ml_dtypes.bfloat16), onp.array([onp.nan, 1.0, onp.inf, -onp.inf], onp.float16),
