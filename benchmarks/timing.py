@@ -12,6 +12,8 @@ import gc
 import statistics
 import time
 
+from autograd_xla import tiering
+
 _clock = time.perf_counter
 
 
@@ -55,8 +57,6 @@ def settle(jf, args, limit=60.0):
     """Call a jit_ps function until its signature has settled on its program
     (cache_info()["climbing"]: the later programs made and tried, autograd_xla.tiering.Ladder),
     so that a steady state measured next is that program's. Returns (calls, seconds) it took."""
-    from autograd_xla import tiering
-
     t0, calls = _clock(), 0
     while jf.cache_info()["climbing"] and _clock() - t0 < limit:
         jf(*args)
