@@ -87,8 +87,7 @@ class CacheStats:
     def __init__(self):
         self.hits = self.traces = self.compiles = self.fallbacks = self.evictions = self.plain_tier_calls = 0
         self.host_to_device = self.device_to_host = self.persistent_hits = self.upgrades = 0
-        self.trace_seconds = self.lower_seconds = self.compile_seconds = self.persistent_load_seconds = 0.0
-        self.upgrade_seconds = 0.0
+        self.trace_seconds = self.lower_seconds = self.compile_seconds = self.persistent_load_seconds = self.upgrade_seconds = 0.0
 
     def as_dict(self):
         return {k: getattr(self, k) for k in self.__slots__}
@@ -630,7 +629,7 @@ class JittedFunction(aot.Introspection):
         if all(e is not entry for e in list(self._cache.values())):
             return None
         lowered, options = (self._lowering(entry, (), dot_views=True), entry.options) if views else (entry.lowered, None)
-        executable, seconds, compiled = self._compile_program(entry, lowered, options)
+        executable, seconds, compiled = self._compile_program(entry, lowered, options, entry.executable)
         self.stats.upgrades += compiled
         self.stats.upgrade_seconds += seconds
         return executable, lowered, options
@@ -679,17 +678,17 @@ class JittedFunction(aot.Introspection):
         entry.stage = COMPILED  # last: a call on another thread (tiered) uses the entry once it reads this
         return seconds, compiled
 
-    def _compile_program(self, entry, lowered, options):
+    def _compile_program(self, entry, lowered, options, share=None):
         """XLA compiles `lowered` (a lowering of the entry's graph) with `options`; returns
-        (backend.Executable, seconds, whether it compiled rather than reused)."""
-        t0 = time.perf_counter()
-        backend = self._backend()
+        (backend.Executable sharing `share`'s constants, seconds, whether it compiled or reused)."""
+        t0, backend = time.perf_counter(), self._backend()
         try:
             exe, compiled = backend.compile(lowered.text, options, expect_long=len(entry.graph.eqns) > LARGE_PROGRAM_WARN_AFTER,
                                            stats=self.stats)
         except CompileError as e:
             raise aot.explain_compile_error(self, e, entry.graph, lowered, backend, self._x64(backend)) from None
-        return backend_mod.Executable.from_lowered(backend, exe, lowered, self.stats), time.perf_counter() - t0, compiled
+        return (backend_mod.Executable.from_lowered(backend, exe, lowered, self.stats, share), time.perf_counter() - t0,
+                compiled)
 
     def _trace(self, flat_fun, in_avals, names, spec, leaves):
         """Trace with numpy.random's global-state calls recorded as host draws, and with the

@@ -359,17 +359,21 @@ COST_KEYS = {"flops": "flops", "transcendentals": "transcendentals", "bytes acce
 class Executable:
     """One compiled signature, with everything the call path needs prepared up front."""
 
-    __slots__ = ("backend", "program", "exe", "in_avals", "consts", "handlers", "out_avals", "_put_args",
-                 "converters", "text", "stats", "_placements", "sources", "recycled", "views", "tails")
+    __slots__ = ("backend", "program", "exe", "in_avals", "consts", "const_arrays", "handlers", "out_avals",
+                 "_put_args", "converters", "text", "stats", "_placements", "sources", "recycled", "views", "tails")
 
     def __init__(self, backend, program, in_avals, out_avals, consts, text, stats=None, sources=None, recycled=(),
-                 views=(), tails=()):
+                 views=(), tails=(), share=None):
         self.backend, self.program, self.exe, self.text = backend, program, program.exe, text
         self.in_avals = [Aval(s, d) for s, d in in_avals]
         # what each parameter is made of: an argument index, or a list of them packed together
         self.sources = list(range(len(in_avals))) if sources is None else sources
         self.out_avals = [Aval(s, d) for s, d in out_avals]
-        self.consts = [backend.put(c) for c in consts]
+        # lifted constants on the device, those `share` (another program of the graph) has put reused:
+        # a dataset the function closes over is not copied again for a signature's later program
+        shared = dict(zip(map(id, share.const_arrays), share.consts)) if share is not None else {}
+        self.const_arrays = list(consts)
+        self.consts = [shared[id(c)] if id(c) in shared else backend.put(c) for c in consts]
         # parameters that are views and views' last elements, results written into buffers
         # passed in (lowering.Lowered)
         self.recycled, self.views, self.tails = list(recycled), list(views), list(tails)
@@ -383,10 +387,10 @@ class Executable:
         self.stats = stats if stats is not None else TransferStats()
 
     @classmethod
-    def from_lowered(cls, backend, program, lowered, stats=None):
-        """The executable of `program`, compiled from a lowering.Lowered."""
+    def from_lowered(cls, backend, program, lowered, stats=None, share=None):
+        """The executable of `program`, compiled from a lowering.Lowered (`share`: __init__'s)."""
         return cls(backend, program, lowered.in_avals, lowered.out_avals, lowered.consts, lowered.text, stats,
-                   lowered.sources, lowered.recycled, lowered.views, lowered.tails)
+                   lowered.sources, lowered.recycled, lowered.views, lowered.tails, share)
 
     def __call__(self, leaves, keep_on_device=False):
         sharding, devices = self._put_args

@@ -71,6 +71,23 @@ def test_a_signature_forgotten_before_its_turn_is_not_compiled_again():
     assert_close(f(x), onp.cos(x) * 3.0)
 
 
+def test_a_later_program_shares_the_constants_the_first_put_on_the_device(monkeypatch):
+    """A dataset the function closes over (lifted into a parameter) is put on the device once."""
+    monkeypatch.setattr(tiering, "UPGRADE_RENT", 0.0)
+    monkeypatch.setattr(tiering, "TRIAL_CALLS", 0)
+    data = rs.randn(300, 200)
+    f = jit_ps(lambda w: np.tanh(data @ w))
+    w = rs.randn(200)
+    f(w)
+    (entry,) = f._cache.values()
+    first, consts = entry.executable, list(entry.executable.consts)
+    assert len(consts) == 1
+    entry, _ = settle(f, w)
+    assert entry.executable is not first and len(entry.executable.consts) == 1
+    assert all(a is b for a, b in zip(entry.executable.consts, consts))
+    assert_close(f(w), onp.tanh(data @ w))
+
+
 def test_a_short_job_compiles_once(monkeypatch):
     """Until its calls have cost its first compile, a signature has one program."""
     monkeypatch.setattr(tiering, "UPGRADE_RENT", 1.0)
