@@ -56,6 +56,8 @@ RECYCLE_PER_TYPE = 2
 #: StableHLO text from this size on is expected to take XLA long to compile (10,000 primitive
 #: calls, where jit_ps warns, make about 2 MiB; their compile was measured at minutes).
 LONG_COMPILE_BYTES = 8 << 20
+#: Device buffers of views' offsets an executable keeps (Executable._offsets_buffer).
+OFFSET_BUFFERS = 64
 #: XLA:CPU's older code generator for fused loops (its "legacy IR emitters"), in place of the
 #: fusion emitters it uses by default. Measured on the benchmarks' programs
 #: (benchmarks/emitters.py), it compiles in 0.62-0.89 of the time (MLP step 330 -> 240 ms, the
@@ -360,7 +362,8 @@ class Executable:
     """One compiled signature, with everything the call path needs prepared up front."""
 
     __slots__ = ("backend", "program", "exe", "in_avals", "consts", "const_arrays", "handlers", "out_avals",
-                 "_put_args", "converters", "text", "stats", "_placements", "sources", "recycled", "views", "tails")
+                 "_put_args", "converters", "text", "stats", "_placements", "sources", "recycled", "views", "tails",
+                 "_offsets")
 
     def __init__(self, backend, program, in_avals, out_avals, consts, text, stats=None, sources=None, recycled=(),
                  views=(), tails=(), share=None):
@@ -377,6 +380,7 @@ class Executable:
         # parameters that are views and views' last elements, results written into buffers
         # passed in (lowering.Lowered)
         self.recycled, self.views, self.tails = list(recycled), list(views), list(tails)
+        self._offsets = {}  # the views' offsets (a tuple) -> their device buffer, put once (8 µs a put)
         sharding = backend.sharding()
         self.handlers = [xc.array_result_handler(a, sharding, True, _skip_checks=True) for a in self.out_avals]
         self._put_args = (sharding, [backend.default_device])
@@ -431,7 +435,7 @@ class Executable:
         stats.host_to_device += moved
         try:
             if offsets:
-                buffers.append(self.backend.put(np.array(offsets, np.int32)))
+                buffers.append(self._offsets_buffer(tuple(offsets)))
             for k in self.recycled:
                 buffers.append(self.backend.take(self.out_avals[k]))
             outs = self.exe.execute_sharded(buffers).consume_with_handlers(self.handlers)
@@ -444,6 +448,16 @@ class Executable:
             return [DeviceArray(o, a, self.backend) for o, a in zip(outs, self.out_avals)]
         stats.device_to_host += len(outs)
         return [convert(o) for convert, o in zip(self.converters, outs)]
+
+    def _offsets_buffer(self, offsets):
+        """The device buffer of the views' offsets: one per combination met (at most 8 per
+        view; OFFSET_BUFFERS kept), never donated nor written, so calls share it."""
+        buffer = self._offsets.get(offsets)
+        if buffer is None:
+            if len(self._offsets) >= OFFSET_BUFFERS:
+                self._offsets.clear()
+            buffer = self._offsets[offsets] = self.backend.put(np.array(offsets, np.int32))
+        return buffer
 
     def _stage(self, x, aval, staged):
         """`x` copied into reused aligned memory of type `aval` (a view's is `x` and its pad)."""

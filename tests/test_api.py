@@ -325,6 +325,19 @@ def test_large_arguments_read_elementwise_are_views_at_any_alignment(offset):
     assert_close(g(x), onp.cos(x) * x + onp.sin(x))
 
 
+def test_one_signature_called_with_its_views_at_changing_offsets(monkeypatch):
+    """The views' offsets travel in one small buffer, put once per combination and kept
+    (backend.OFFSET_BUFFERS of them): every combination reads its own offsets."""
+    monkeypatch.setattr(backend, "OFFSET_BUFFERS", 3)
+    f = jit_ps(lambda x, y: x * 2.0 - y)
+    arrays = {offset: placed(offset=offset) for offset in (0, 8, 24, 56)}
+    for a, b in [(0, 8), (8, 0), (24, 56), (56, 24), (0, 8), (8, 8), (56, 0)]:
+        x, y = arrays[a], arrays[b]
+        assert_close(f(x, y), x * 2.0 - y)
+    (entry,) = f._cache.values()
+    assert 1 <= len(entry.executable._offsets) <= 3
+
+
 def test_a_view_never_reads_into_the_next_page():
     """An array ending at a mapping's end, where a view's pad would read on into whatever
     follows (unmapped here), is copied instead; so is one at an offset of no whole element."""
