@@ -67,7 +67,7 @@ OFFSET_BUFFERS = 64
 #: elements of the HMM's Hessian-vector product (9e-16 relative). Its loops take 0.80
 #: (logistic regression's gradient) to 1.5 (exp and tanh on 30,000 elements, the HMM's scan)
 #: times as long: a signature's first program uses it, and the default's is tried once the
-#: signature's calls have cost a compile (tiering.Ladder).
+#: signature's calls have cost a few compiles (tiering.Ladder).
 FAST_COMPILE_OVERRIDES = [("xla_cpu_use_fusion_emitters", False)]
 
 log = logging.getLogger(__name__)

@@ -131,7 +131,7 @@ class View:
     ~25 µs a dot: lowering.VIEW_DOT_ROW_BYTES). Its program takes XLA 30-110 ms longer to
     compile (each `case` and extra dot costs XLA:CPU 20-60 ms; the quadratic 0.5 x'Ax - b'x
     with A an argument: 140-153 ms against 57 ms copied), so only a later program of a
-    signature whose calls have cost a compile uses it, if it runs faster (lowering.lower's
+    signature whose calls have cost a few compiles uses it, if it runs faster (lowering.lower's
     dot_views, tiering.Ladder)."""
 
     def __init__(self, main, rest, offset, shape):

@@ -17,7 +17,7 @@ during one 0.42 s compile), so the caller is slowed only by sharing the cores.
 
 A compiled signature climbs too (`Ladder`): its first program is the one XLA compiles
 fastest, and programs that may run faster are made on the compile thread once its calls
-have cost that compile, each tried against the one in use and kept only if faster.
+have cost a few times that compile, each tried against the one in use and kept only if faster.
 
 This module holds the process default, the plain budget, the ladder and the compile thread;
 api.py decides what to hand them.
@@ -124,9 +124,14 @@ def default_tiered():
 
 
 #: A compiled signature's next program (Ladder) is made once its calls have taken UPGRADE_RENT
-#: times as long as its first program took to compile: rent before buying again, so a job
-#: shorter than a compile never pays for a second one. None: never (one program per signature).
-UPGRADE_RENT = 1.0
+#: times as long as its first program took to compile: rent before buying again. The next
+#: program is not free: on 2 cores its compile slowed the calls beside it, and what it gains
+#: is unknown until tried (0.8 of the time to 1.5x). Measured with cold jobs of the MLP
+#: gradient (benchmarks' 784-200-100-10; first compile ~0.2 s, calls 4-5 ms), against one
+#: program only: at 1.0, 100 calls took 786 ms against 631 and 300 calls 1652 against 1590; at
+#: 4.0, 100 calls made no second program, 300 took 1588 against 1502 and 1000 took 3649
+#: against 4450. None: never (one program per signature).
+UPGRADE_RENT = 4.0
 #: Calls each of the two programs of a trial runs, in turn, before the faster (by median)
 #: stays: the machine's drift (the same call 3-12 ms within minutes here) is shared by both.
 #: 0: the new program replaces the one in use untried (tests use it).
