@@ -15,7 +15,6 @@ finish. Calls that carry autograd boxes go through one autograd primitive (autod
 import collections
 import contextlib
 import functools
-import logging
 import sys
 import threading
 import time
@@ -37,7 +36,6 @@ from .signatures import (PlainArgument, Static, aval_of, describe_change, distan
                          sig_str, signature_of, suspicious)
 
 _trace_state = tracing.state
-log = logging.getLogger(__name__)
 _FLAT_SPECS = {}
 # Arguments that a thread's differentiated call (autograd running jit_call's forward pass)
 # must keep: its backward pass reads them again, so donated device arrays are not consumed.
@@ -968,8 +966,8 @@ def jit_ps(fun=None, *, static_argnums=(), static_argnames=(), fallback="python"
     long as a compile is expected to (tiering.plain_budget); then it is traced and lowered in
     the call, and XLA compiles it on a background thread (tiering.py), its calls running as
     plain autograd until that is done, then the executable. Both tiers give plain autograd's
-    numbers, and draws from numpy.random stay exactly plain autograd's sequence (the compiled program replays the same calls on the
-    same state). A compile error surfaces at the next call as it would have at the first
+    numbers, and draws from numpy.random stay exactly plain autograd's sequence (the compiled
+    program replays the same calls on the same state). A compile error surfaces at the next call as it would have at the first
     (FallbackWarning, or raised under fallback="error"). While plain: results are numpy arrays
     even with keep_on_device=True and nothing is donated, as for a signature that falls back.
     `stats.plain_tier_calls` counts those calls. None follows set_default_tiered, else

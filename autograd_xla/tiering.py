@@ -145,9 +145,10 @@ class Ladder:
     timed; once they have cost UPGRADE_RENT times `cost` (the seconds its first program took
     to compile) the next of its `steps` is made on the compile thread, `make()(entry, step)`
     returning (executable, lowered, options): a program of the same graph that may run
-    faster (api.JittedFunction._faster_program; None: the entry is no longer used). The two then run in turn for TRIAL_CALLS
-    calls each (a `Trial`); the faster stays in the entry (`executable`, `lowered`,
-    `options`), the other is let go, and the ladder goes on to the next step. When it is
+    faster (api.JittedFunction._faster_program; None: the entry is no longer used). The two
+    then run in turn for TRIAL_CALLS calls each (a `Trial`); the faster stays in the entry
+    (`executable`, `lowered`, `options`), the other is let go, and the ladder goes on to the
+    next step. When it is
     done the entry's `ladder` is None and `settled()()` is called (the owner's
     _forget_fast_paths: C++'s fast path may take its calls now). `make` and `settled` are
     weakref.WeakMethods: the entry is the owner's, and a cycle back to it would keep its

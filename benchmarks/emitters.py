@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from autograd import grad, hessian_tensor_product  # noqa: E402
 
 from autograd_xla import backend, jit_ps, tiering  # noqa: E402
+import run  # noqa: E402
 import table1  # noqa: E402
 import timing  # noqa: E402
 import workloads  # noqa: E402
@@ -70,14 +71,8 @@ def compiled_pair(fun, args, repeat):
 
 
 def same_bits(a, b):
-    la, lb = jit_leaves(a), jit_leaves(b)
-    return all(onp.array_equal(x, y, equal_nan=True) for x, y in zip(la, lb))
-
-
-def jit_leaves(x):
-    if isinstance(x, (list, tuple)):
-        return [leaf for item in x for leaf in jit_leaves(item)]
-    return [onp.asarray(x)]
+    return all(onp.array_equal(onp.asarray(x), onp.asarray(y), equal_nan=True)
+               for x, y in zip(run.leaves_of(a), run.leaves_of(b)))
 
 
 def main(argv=None):
