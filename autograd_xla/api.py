@@ -611,22 +611,23 @@ class JittedFunction(aot.Introspection):
         self.stats.lower_seconds += seconds
         return seconds
 
-    def _lowering(self, entry, donate, dot_views=False):
+    def _lowering(self, entry, donate, **variant):
         backend, graph = self._backend(), entry.graph
         # small arguments travel packed, unless the call could be C++'s, which puts each alone faster
         small = all(v.aval.size * v.aval.dtype.itemsize < backend_mod.IN_PLACE_MIN_BYTES for v in graph.invars)
         pack = not self.keep_on_device and not (self._fast is not None and small)
         return lowering.lower(graph, getattr(self._fun, "__name__", "jit_fn"), backend.platform, self._x64(backend),
-                              pack=pack, donate=donate, recycle=not self.keep_on_device, dot_views=dot_views)
+                              pack=pack, donate=donate, recycle=not self.keep_on_device, **variant)
 
-    def _faster_program(self, entry, views):
+    def _faster_program(self, entry, variant):
         """A tiering.Ladder step, on the compile thread: the entry's program with XLA's default
-        options (the first had backend.fast_compile_options), or (`views`) the one reading the
-        matrices its products take in place (context.View; nothing donated: that turns views off).
+        options (`variant` None; the first had backend.fast_compile_options), or another lowering
+        (`variant`: lowering.lower's dot_views and blas; nothing donated: that turns views off).
         None for an entry that has left the cache."""
         if all(e is not entry for e in list(self._cache.values())):
             return None
-        lowered, options = (self._lowering(entry, (), dot_views=True), entry.options) if views else (entry.lowered, None)
+        lowered, options = ((entry.lowered, None) if variant is None
+                            else (self._lowering(entry, (), **variant), entry.options))
         executable, seconds, compiled = self._compile_program(entry, lowered, options, entry.executable)
         self.stats.upgrades += compiled
         self.stats.upgrade_seconds += seconds
@@ -664,7 +665,8 @@ class JittedFunction(aot.Introspection):
         whether it compiled rather than reused)."""
         entry.options = self._backend().fast_compile_options()
         executable, seconds, compiled = self._compile_program(entry, entry.lowered, entry.options)
-        steps = [views for views, wanted in ((False, entry.options is not None), (True, entry.lowered.dot_views)) if wanted]
+        steps = [variant for variant, wanted in ((None, entry.options is not None), (lowering.VIEWS, entry.lowered.dot_views),
+                                                 (lowering.XLA_DOTS, entry.lowered.blas)) if wanted]
         if steps and tiering.UPGRADE_RENT is not None:
             entry.ladder = tiering.Ladder(steps, seconds, weakref.WeakMethod(self._faster_program),
                                           weakref.WeakMethod(self._forget_fast_paths))

@@ -30,7 +30,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # jaxlib's INFO lines; must 
 
 from jaxlib import xla_client as xc  # noqa: E402
 
-from . import hlo, persistent_cache  # noqa: E402
+from . import blas, hlo, persistent_cache  # noqa: E402
 from .lowering import LARGE_ARRAY_BYTES  # noqa: E402
 from .core import Aval  # noqa: E402
 from .errors import CompileError, PlatformUnavailableError, ProcessLostError  # noqa: E402
@@ -728,6 +728,7 @@ def _make_cpu():
     _check_jaxlib()
     client = xc.make_cpu_client(asynchronous=False, num_devices=cpu_device_count(), **_cpu_client_options)
     _register_lapack()
+    blas.register()
     return Backend("cpu", client)
 
 

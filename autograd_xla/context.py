@@ -11,7 +11,7 @@ import functools
 
 import numpy as np
 
-from . import hlo
+from . import blas, hlo
 from .errors import ConcreteValueRequired, UnsupportedDtypeError
 
 #: Constants larger than this (and not a single repeated value) become executable
@@ -74,7 +74,7 @@ class ModuleState:
     source locations of its ops (an hlo.Locations, or None for none); the named axes its
     collectives may reduce over (`axes`: name -> size), each a pmap's devices."""
 
-    def __init__(self, platform="cpu", locations=None, axes=None):
+    def __init__(self, platform="cpu", locations=None, axes=None, blas=False):
         self.platform = platform
         self.lifted = {}  # id(array) -> (array, Value)
         self.locations = locations
@@ -83,6 +83,10 @@ class ModuleState:
         # transpose's uses are its operand's
         self.uses = None
         self.views = {}  # value name -> View, the arguments lowering reads through views
+        # whether matrix-vector products go to BLAS (blas.py: a single-device CPU program), and
+        # value name -> (memory, offset) for the arguments read through views they may read in place
+        self.blas, self.blas_products = blas, 0
+        self.in_place = {}
 
     def lift(self, array):
         hit = self.lifted.get(id(array))
@@ -201,6 +205,11 @@ def _dot(ctx, a, a_dim, w, w_dim, first):
     return ctx.dot_general(a, w, ([a_dim], [w_dim])) if first else ctx.dot_general(w, a, ([w_dim], [a_dim]))
 
 
+#: The call_target_name attribute of a BLAS product -> the kind of use it makes of its
+#: matrix (Uses.ops): one that reads an argument's view where it is (lowering.FUSED_USES).
+_BLAS_USES = {hlo.string(t): t for t in (blas.ROWS, blas.COLUMNS)}
+
+
 class LoweringContext(hlo.Builder):
     """A builder with numpy semantics: the `ctx` of every translation rule."""
 
@@ -219,6 +228,8 @@ class LoweringContext(hlo.Builder):
         uses = self.module.uses
         seen = [uses[v.name] for v in operands if v.name in uses] if uses else ()
         outs = super().op(name, operands, results, attrs, regions)
+        if seen and name == "stablehlo.custom_call":  # a BLAS product is a use of its own kind
+            name = _BLAS_USES.get(attrs["call_target_name"], name)
         for u in seen:
             if name == "stablehlo.transpose":  # dots read through it (hlo.Builder.fold_transpose)
                 uses[outs[0].name] = u
@@ -228,10 +239,36 @@ class LoweringContext(hlo.Builder):
 
     def dot_general(self, x, y, contracting, batching=((), ()), dtype=None):
         """hlo.Builder.dot_general, multiplying an argument read through a view (View) where
-        it is."""
+        it is, and a large matrix by a vector with BLAS (blas.py) where the module may."""
         (lc, rc), (lb, rb) = contracting, batching
         x, lc, lb = self.fold_transpose(x, lc, lb)
         y, rc, rb = self.fold_transpose(y, rc, rb)
+        if self.module.blas and not lb:
+            product = self._gemv(x, lc, y, rc, dtype)
+            if product is not None:
+                return product
+        return self._dot_general(x, y, (lc, rc), (lb, rb), dtype)
+
+    def _gemv(self, x, lc, y, rc, dtype):
+        """dot_general(x, y) as BLAS's matrix-vector product, when it is one blas.applies to:
+        blas.ROWS contracts the matrix's columns, blas.COLUMNS its rows; an argument read
+        through a view (ModuleState.in_place) is passed as its memory and offset there."""
+        for matrix, dims, vector in ((x, lc, y), (y, rc, x)):
+            real = hlo.canonical_dtype(matrix.dtype)
+            if (len(dims) != 1 or matrix.dtype != vector.dtype or (dtype is not None and np.dtype(dtype) != real)
+                    or not blas.applies(matrix.shape, vector.shape, dims[0], real)):
+                continue
+            if matrix.name in self.module.views:  # a View multiplies it where it is (a dot_views program)
+                continue
+            place = self.module.in_place.get(matrix.name)
+            operands = [matrix, vector] if place is None else [*place, vector]
+            target, free = (blas.ROWS, 0) if dims[0] == 1 else (blas.COLUMNS, 1)
+            self.module.blas_products += 1
+            return self.custom_call(target, operands, [((matrix.shape[free],), vector.dtype)])[0]
+        return None
+
+    def _dot_general(self, x, y, contracting, batching, dtype):
+        (lc, rc), (lb, rb) = contracting, batching
         views, uses = self.module.views, self.module.uses
         for v, dims, first in ((x, lc, True), (y, rc, False)):
             view = views.get(v.name)

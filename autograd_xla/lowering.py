@@ -6,7 +6,7 @@ numpy semantics they share, live below this module: rules/ and context.py).
 """
 import numpy as np
 
-from . import hlo, registry
+from . import blas, hlo, registry
 from .context import LoweringContext, ModuleState, Uses, View, view_pad
 from .core import Var, map_vars, prim_name
 from .errors import annotate
@@ -113,6 +113,15 @@ class Lowered:
         self.sources = list(range(len(in_avals))) if sources is None else sources
         self.recycled, self.views, self.tails = list(recycled), list(views), list(tails)
         self.dot_views = False  # lower(dot_views=True) would read more arguments in place
+        self.blas = False  # BLAS multiplies some of its matrices by vectors (lower(blas=False): XLA)
+
+
+#: Other lowerings of a graph (lower's keywords) a signature's ladder tries after its first
+#: program (tiering.Ladder, api): VIEWS also reads in place the misaligned matrices XLA's dots
+#: multiply (context.View); XLA_DOTS leaves matrix-vector products to XLA, whose one thread
+#: beats BLAS's two when another process holds a core (measured, 2 cores, one busy: logistic
+#: regression's value and gradient 279-296 µs against 468-543; idle: 294-329 against 216-258).
+VIEWS, XLA_DOTS = {"dot_views": True}, {"dot_views": True, "blas": False}
 
 
 def _packs(avals, platform, pack):
@@ -129,7 +138,7 @@ def _packs(avals, platform, pack):
 
 
 def lower(graph, name="jit_fn", platform="cpu", x64=True, pack=True, donate=(), locations=True, recycle=False,
-          dot_views=False):
+          dot_views=False, blas=True):
     """Emit `graph` as a module. With x64=False every 64-bit value is computed in 32 bits;
     `Lowered.in_avals` / `out_avals` then give the dtypes the executable really takes and
     returns. `pack` allows sending small arguments together (PACK_MAX_BYTES). `donate`: indices
@@ -141,29 +150,34 @@ def lower(graph, name="jit_fn", platform="cpu", x64=True, pack=True, donate=(), 
     that only elementwise ops read are taken as views (LARGE_ARRAY_BYTES), and with
     `dot_views` those matrix products read too (context.View); not with `donate`, whose donors
     XLA may alias to the same results. `Lowered.dot_views` says whether lowering again with
-    dot_views would read an argument in place that this program copies."""
+    dot_views would read an argument in place that this program copies. `blas`: on the CPU,
+    BLAS multiplies large matrices by vectors (blas.py; `Lowered.blas` says whether it does)."""
     with hlo.narrow_64_bit(not x64):
         recycle = recycle and platform == "cpu" and not donate
-        main = _Main(graph, platform, locations, pack, recycle)
+        blas = blas and platform == "cpu"
+        main = _Main(graph, platform, locations, pack, recycle, blas=blas)
         worth = any(main.viewable.values())
         views = main.viewable if dot_views else {i: d for i, d in main.viewable.items() if not d}
         if views:  # emit again, with those arguments read through views
-            main = _Main(graph, platform, locations, pack, recycle, views)
+            main = _Main(graph, platform, locations, pack, recycle, views, blas=blas)
         donors = {k: "{jax.buffer_donor = true}" for k, s in enumerate(main.sources) if type(s) is int and s in donate}
         lowered = _assemble(name, main.ctx, main.params, main.outs, main.sources, recycle, main.views, main.tails,
                             arg_attrs=donors)
         lowered.dot_views = worth and not dot_views
+        lowered.blas = main.ctx.module.blas_products > 0
         return lowered
 
 
 #: The ops an argument read through a view may feed for XLA to fuse the view's dynamic_slice
 #: into their loops (measured: x + x*x + x*x*x on a 5000x5000 float32 view, 19 ms against
-#: 23 ms aligned in place and 68 ms copied). Any other use (a dot, a reduction, a loop, a
-#: result) would make XLA copy the slice out first, so such arguments are not viewed; but a
+#: 23 ms aligned in place and 68 ms copied), and BLAS's matrix-vector products, which read
+#: it where it is (blas.py; logistic regression's X@w and X.T@r, 5000x100 float64 at 16 mod
+#: 64, then cost no copy of X). Any other use (an XLA dot, a reduction, a loop, a result)
+#: would make XLA copy the slice out first, so such arguments are not viewed; but a
 #: matrix's dot reads the view where it is (context.View).
 FUSED_USES = frozenset({f"stablehlo.{n}" for n in hlo.UNARY_OPS | hlo.BINARY_OPS
                         | {"compare", "select", "convert", "clamp", "real", "imag", "complex"}}
-                       | {f"chlo.{n}" for n in hlo.CHLO_OPS - {"top_k"}})
+                       | {f"chlo.{n}" for n in hlo.CHLO_OPS - {"top_k"}} | {blas.ROWS, blas.COLUMNS})
 
 
 #: A matrix argument is viewed for the dots a context.View does when its rows have this many
@@ -185,8 +199,8 @@ class _Main:
     `views` read through views), the body, and which large arguments it only reads
     elementwise or multiplies as a context.View can (`viewable`), found by watching their uses."""
 
-    def __init__(self, graph, platform, locations, pack, recycle, views=()):
-        self.ctx = ctx = LoweringContext(ModuleState(platform, hlo.Locations() if locations else None))
+    def __init__(self, graph, platform, locations, pack, recycle, views=(), blas=False):
+        self.ctx = ctx = LoweringContext(ModuleState(platform, hlo.Locations() if locations else None, blas=blas))
         avals = [v.aval for v in graph.invars]
         packs = _packs(avals, platform, pack)
         packed = {i for _, members in packs for i in members}
@@ -236,7 +250,9 @@ class _Main:
         offsets = hlo.Value("%offsets", (count,), np.int32)
         start = ctx.reshape(ctx.slice(offsets, [k], [k + 1]), ())
         if not dot:
-            return ctx.reshape(ctx.dynamic_slice(flat, [start], [a.size]), a.shape).with_weak_type(a.weak_type)
+            value = ctx.reshape(ctx.dynamic_slice(flat, [start], [a.size]), a.shape).with_weak_type(a.weak_type)
+            ctx.module.in_place[value.name] = (flat, start)  # BLAS's products read it there
+            return value
         self.tails.append(len(self.params))
         self.sources.append(i)
         tail = hlo.Value(f"%tail{len(self.params)}", (pad,), a.dtype)  # the argument's last elements

@@ -151,3 +151,16 @@ def run_threads(target, args, timeout=120):
         t.join(timeout)
     assert not any(t.is_alive() for t in threads), "a thread did not finish"
 
+
+
+_placed_rs = onp.random.RandomState(0)
+
+
+def placed(shape, dtype=onp.float64, offset=0):
+    """A random array whose data starts `offset` bytes past a 64-byte boundary."""
+    n, itemsize = int(onp.prod(shape)), onp.dtype(dtype).itemsize
+    raw = onp.empty(n * itemsize + 128, onp.uint8)
+    start = -raw.ctypes.data % 64 + offset
+    out = raw[start:start + n * itemsize].view(dtype).reshape(shape)
+    out[:] = _placed_rs.rand(*shape)
+    return out

@@ -5,7 +5,8 @@ import pytest
 
 import autograd.numpy as np
 from autograd import grad, value_and_grad
-from autograd_xla import ArgumentError, CompileError, api, backend, context, jit_ps, lowering, tiering, vmap
+from autograd_xla import ArgumentError, CompileError, api, backend, blas, context, jit_ps, lowering, tiering, vmap
+import helpers
 from helpers import assert_close, run_threads
 
 rs = onp.random.RandomState(0)
@@ -261,13 +262,7 @@ def poly(x):
 
 
 def placed(shape=BIG, dtype=onp.float64, offset=0):
-    """A random array whose data starts `offset` bytes past a 64-byte boundary."""
-    n, itemsize = int(onp.prod(shape)), onp.dtype(dtype).itemsize
-    raw = onp.empty(n * itemsize + 128, onp.uint8)
-    start = -raw.ctypes.data % 64 + offset
-    out = raw[start:start + n * itemsize].view(dtype).reshape(shape)
-    out[:] = rs.rand(*shape)
-    return out
+    return helpers.placed(shape, dtype, offset)
 
 
 def test_large_results_reuse_dead_results_buffers():
@@ -401,6 +396,14 @@ def one_call_is_hot(monkeypatch):
     monkeypatch.setattr(tiering, "TRIAL_CALLS", 0)
 
 
+@pytest.fixture
+def xla_dots(monkeypatch):
+    """Matrix-vector products are XLA's, as off the CPU (on it BLAS does them, blas.py, reading
+    a viewed matrix where it is without a View: tests/test_blas.py)."""
+    monkeypatch.setattr(blas, "MIN_ELEMENTS", None)
+
+
+@pytest.mark.usefixtures("xla_dots")
 def test_a_hot_signature_reads_its_matrix_in_place_once_made_faster(monkeypatch):
     """The first program copies a misaligned matrix a dot reads (it compiles faster); once the
     signature's calls have cost a compile, one that reads it in place replaces it, with the
@@ -422,6 +425,7 @@ def test_a_hot_signature_reads_its_matrix_in_place_once_made_faster(monkeypatch)
     assert f.cache_info()["traces"] == 1
 
 
+@pytest.mark.usefixtures("xla_dots")
 @pytest.mark.usefixtures("one_call_is_hot")
 def test_a_faster_program_that_fails_to_compile_leaves_the_first(monkeypatch, caplog):
     X, w = placed((256, 1024), offset=16), rs.randn(1024)
@@ -438,6 +442,7 @@ def test_a_faster_program_that_fails_to_compile_leaves_the_first(monkeypatch, ca
     assert "keeping the one in use" in caplog.text and "%tail" not in f.stablehlo(X, w)
 
 
+@pytest.mark.usefixtures("xla_dots")
 def test_threads_calling_a_signature_as_it_turns_hot(monkeypatch):
     """Four threads call while the signature's faster programs are made and tried against
     the one in use (tiering.Trial, 3 calls each): every result right, the ladder climbed."""
@@ -465,6 +470,7 @@ def test_threads_calling_a_signature_as_it_turns_hot(monkeypatch):
 VIEWED = [(onp.float64, offset) for offset in range(0, 64, 8)] + [(onp.float32, offset) for offset in (0, 4, 28, 60)]
 
 
+@pytest.mark.usefixtures("xla_dots")
 @pytest.mark.usefixtures("one_call_is_hot")
 @pytest.mark.parametrize("dtype,offset", VIEWED, ids=[f"{d.__name__}-{o}" for d, o in VIEWED])
 def test_large_matrices_are_multiplied_where_they_are(dtype, offset):
@@ -485,6 +491,7 @@ def test_large_matrices_are_multiplied_where_they_are(dtype, offset):
         onp.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * 10)
 
 
+@pytest.mark.usefixtures("xla_dots")
 @pytest.mark.usefixtures("one_call_is_hot")
 def test_a_vmapped_product_multiplies_the_matrix_where_it_is():
     """Under vmap the other operand carries the batch; the matrix is still read in place."""
@@ -495,6 +502,7 @@ def test_a_vmapped_product_multiplies_the_matrix_where_it_is():
     assert_close(f(W, X), onp.stack([onp.tanh(X @ w) for w in W]))
 
 
+@pytest.mark.usefixtures("xla_dots")
 @pytest.mark.usefixtures("one_call_is_hot")
 @pytest.mark.parametrize("offset", [0, 8, 56])
 def test_a_matrix_multiplied_where_it_is_keeps_nan_and_infinity_where_numpy_has_them(offset):

@@ -56,6 +56,7 @@ FLOORS = [
     ("foundation: the graph, errors, containers", ["core", "errors", "tree"]),
     ("the primitive registry", ["registry"]),
     ("StableHLO text; pictures of XLA's HLO text", ["hlo", "hlo_picture"]),
+    ("BLAS's matrix-vector products, XLA FFI custom calls on the CPU", ["blas"]),
     ("what a translation rule's ctx offers", ["context"]),
     ("translation rules", ["rules"]),
     ("interpreters: tracing, lowering, batching, partial evaluation; the runtime, its C++ dispatch, its processes",

@@ -66,6 +66,8 @@ def matmul(ctx, a, b):
     if a2.shape[-1] != b2.shape[-2]:
         raise ValueError(f"matmul: Input operand 1 has a mismatch in its core dimension 0, with gufunc signature "
                          f"(n?,k),(k,m?)->(n?,m?) (size {b2.shape[-2]} is different from {a2.shape[-1]})")
+    if max(a.ndim, b.ndim) <= 2:  # np.dot's product: a vector stays one (a matrix-vector product, blas.py)
+        return dot(ctx, a, b)
     batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
     nb = len(batch)
     a3 = ctx.broadcast_to(a2, batch + a2.shape[-2:])

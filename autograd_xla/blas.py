@@ -1,0 +1,195 @@
+"""Matrix-vector products on the CPU by the BLAS numpy runs them with, as XLA FFI custom calls.
+
+XLA:CPU multiplies a matrix by a vector on one thread; numpy's OpenBLAS uses every core.
+Measured on this 2-core machine (µs, float64, a 1000x1000 matrix the function closes over,
+C++'s call path): XLA's dot 100-145, this custom call 67-75, numpy 59-64. On one thread the
+two kernels are equal (OPENBLAS_NUM_THREADS=1: XLA 84, OpenBLAS 93-107), and splitting the
+product into row blocks XLA runs side by side did not help (a batch of 2 or 4 blocks:
+103-126). So lowering (context.LoweringContext.dot_general) sends here the product of a
+matrix of at least MIN_ELEMENTS elements and a vector; the paper's Table 1 quadratic's
+value went from 0.41-0.63 of plain autograd's speed to 0.81. But OpenBLAS's threads wait
+for each other spinning, and when another process holds a core XLA's one thread wins
+(logistic regression's value and gradient, one core busy: 279-296 µs against 468-543), so
+a signature's ladder tries a program leaving its products to XLA (lowering.XLA_DOTS,
+tiering.Ladder) and keeps the faster.
+
+The handler is Python, called through ctypes: XLA calls it with a pointer to its call frame
+(xla/ffi/api/c_api.h, the ABI of jaxlib 0.10.2's headers; only the fields used are read).
+It wraps the buffers as numpy arrays and multiplies them with np.dot (`out=` the result's
+buffer), so the product runs in numpy's BLAS and numpy's threads. XLA releases the GIL while
+a program runs and the ctypes callback takes it again, so threads calling compiled functions
+cannot deadlock on it; np.dot releases it while BLAS runs. The handler costs about 4-5 µs a
+call (a 10x10 matrix: 10.8-12.0 against 6.4 µs).
+
+A matrix argument only these products and elementwise ops read is read where numpy keeps
+it: lowering passes the memory from the 64-byte boundary below it (a view,
+lowering.LARGE_ARRAY_BYTES) and its offset there as a middle operand, and BLAS, which needs
+no alignment, starts at the offset: no copy, no correction (lowering.FUSED_USES).
+
+A module naming these targets runs only in a process that registered them (`register`,
+done when the CPU backend starts; the persistent cache's entries load after that).
+"""
+import ctypes
+
+import numpy as np
+from jaxlib import xla_client as xc
+
+#: y[i] = sum_j A[i, j] x[j] (A @ x) and y[j] = sum_i A[i, j] x[i] (x @ A), A row-major;
+#: with three operands the second is A's offset in elements from where the first starts.
+ROWS, COLUMNS = "autograd_xla_gemv_rows", "autograd_xla_gemv_columns"
+#: The smallest matrix (elements) lowering gives BLAS; None: never. Measured (µs, C++'s call
+#: path, float64, XLA / BLAS / numpy): 512x512 37-46 / 41-48 / 26-30, 256x1024 38-52 / 40-54 / 28-37,
+#: 5000x100 52-64 / 42-61 / 36-42, 1000x1000 80-128 / 67-125 / 59-72 (this machine is noisy).
+MIN_ELEMENTS = 1 << 18
+DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+_P = ctypes.c_void_p
+_F32, _F64 = 11, 12  # XLA_FFI_DataType
+_EXECUTE = 3  # XLA_FFI_ExecutionStage
+_METADATA = 1  # XLA_FFI_Extension_Type
+_INVALID_ARGUMENT = 3  # XLA_FFI_Error_Code
+
+
+class _Extension(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("type", ctypes.c_int), ("next", _P)]
+
+
+class _ApiVersion(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("extension_start", _P), ("major", ctypes.c_int),
+                ("minor", ctypes.c_int)]
+
+
+class _Metadata(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("api_version", _ApiVersion), ("traits", ctypes.c_uint32),
+                ("state_type_id", ctypes.c_int64)]
+
+
+class _MetadataExtension(ctypes.Structure):
+    _fields_ = [("extension_base", _Extension), ("metadata", ctypes.POINTER(_Metadata))]
+
+
+class _Buffer(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("extension_start", _P), ("dtype", ctypes.c_int), ("data", _P),
+                ("rank", ctypes.c_int64), ("dims", ctypes.POINTER(ctypes.c_int64))]
+
+
+class _Values(ctypes.Structure):  # XLA_FFI_Args and XLA_FFI_Rets
+    _fields_ = [("struct_size", ctypes.c_size_t), ("extension_start", _P), ("size", ctypes.c_int64), ("types", _P),
+                ("values", ctypes.POINTER(_P))]
+
+
+class _Attrs(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("extension_start", _P), ("size", ctypes.c_int64), ("types", _P),
+                ("names", _P), ("attrs", _P)]
+
+
+class _CallFrame(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("extension_start", _P), ("api", _P), ("ctx", _P),
+                ("stage", ctypes.c_int), ("args", _Values), ("rets", _Values), ("attrs", _Attrs), ("future", _P)]
+
+
+class _ErrorCreateArgs(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_size_t), ("extension_start", _P), ("message", ctypes.c_char_p),
+                ("errc", ctypes.c_int)]
+
+
+class _Api(ctypes.Structure):  # its head: XLA_FFI_Error_Create is the first function
+    _fields_ = [("struct_size", ctypes.c_size_t), ("extension_start", _P), ("api_version", _ApiVersion),
+                ("internal_api", _P), ("error_create", ctypes.CFUNCTYPE(_P, ctypes.POINTER(_ErrorCreateArgs)))]
+
+
+#: XLA_FFI_DataType -> numpy dtype, of the buffers a handler multiplies
+_DTYPES = {_F32: np.dtype(np.float32), _F64: np.dtype(np.float64)}
+
+
+class _Memory:
+    """Memory at an address, as numpy reads it (`__array_interface__`)."""
+
+    __slots__ = ("__array_interface__",)
+
+
+#: (address, shape, dtype) -> an ndarray of the memory there; such an array does not own it,
+#: and is used only while a handler runs, when that memory is its operand's
+_arrays = {}
+ARRAYS_KEPT = 256
+
+
+def _array(address, shape, dtype):
+    key = (address, shape, dtype)
+    array = _arrays.get(key)
+    if array is None:
+        memory = _Memory()
+        memory.__array_interface__ = {"shape": shape, "typestr": dtype.str, "data": (address, False), "version": 3}
+        array = np.asarray(memory)
+        if len(_arrays) >= ARRAYS_KEPT:
+            _arrays.clear()
+        _arrays[key] = array
+    return array
+
+
+def _metadata(address):
+    """Answer XLA's question which FFI version the handler speaks (asked when it is registered)."""
+    if _Extension.from_address(address).type == _METADATA:
+        version = _MetadataExtension.from_address(address).metadata.contents.api_version
+        version.major, version.minor = 0, 1
+    return None
+
+
+def _error(frame, message):
+    create = _Api.from_address(frame.api).error_create
+    args = _ErrorCreateArgs(ctypes.sizeof(_ErrorCreateArgs), None, message.encode(), _INVALID_ARGUMENT)
+    return create(ctypes.byref(args))
+
+
+def _handler(columns):
+    """The FFI handler of ROWS or (`columns`) COLUMNS: numpy's own np.dot on the buffers, so
+    that the product runs in the BLAS (and the threads) numpy's calls around it use. Two
+    OpenBLAS libraries, scipy's called here and numpy's, measured slower by 15-30 µs a
+    1000x1000 product: the threads of the one just used still spin while the other's work."""
+    def gemv(address):
+        frame = _CallFrame.from_address(address)
+        if frame.extension_start:
+            return _metadata(frame.extension_start)
+        if frame.stage != _EXECUTE:
+            return None
+        args, n_args = frame.args.values, frame.args.size
+        x, y = _Buffer.from_address(args[n_args - 1]), _Buffer.from_address(frame.rets.values[0])
+        dtype = _DTYPES.get(y.dtype)
+        if dtype is None or x.dtype != y.dtype or n_args not in (2, 3):
+            return _error(frame, f"{COLUMNS if columns else ROWS}: float32 or float64 (matrix[, offset], vector) "
+                                 f"expected, got {n_args} operands of types {x.dtype} -> {y.dtype}")
+        data = _Buffer.from_address(args[0]).data
+        if n_args == 3:
+            data += ctypes.c_int32.from_address(_Buffer.from_address(args[1]).data).value * dtype.itemsize
+        n_x, n_y = x.dims[0], y.dims[0]
+        vector, result = _array(x.data, (n_x,), dtype), _array(y.data, (n_y,), dtype)
+        if columns:
+            np.dot(vector, _array(data, (n_x, n_y), dtype), out=result)
+        else:
+            np.dot(_array(data, (n_y, n_x), dtype), vector, out=result)
+        return None
+    return ctypes.CFUNCTYPE(_P, _P)(gemv)
+
+
+_handlers = {}  # target -> its ctypes function, kept alive as long as XLA may call it
+
+
+def register():
+    """Register ROWS and COLUMNS with XLA:CPU (once per process, before the first compile
+    or executable load that names them)."""
+    if _handlers:
+        return
+    new_capsule = ctypes.pythonapi.PyCapsule_New
+    new_capsule.restype, new_capsule.argtypes = ctypes.py_object, [_P, ctypes.c_char_p, _P]
+    for target, columns in ((ROWS, False), (COLUMNS, True)):
+        _handlers[target] = handler = _handler(columns)
+        capsule = new_capsule(ctypes.cast(handler, _P).value, b"xla._CUSTOM_CALL_TARGET", None)
+        xc.register_custom_call_target(target, capsule, platform="cpu", api_version=1)
+
+
+def applies(matrix_shape, vector_shape, dim, dtype):
+    """Whether a dot of a matrix contracting its `dim` with a vector, both of `dtype`, goes to
+    BLAS: float32 or float64, the matrix at least MIN_ELEMENTS."""
+    return (MIN_ELEMENTS is not None and len(matrix_shape) == 2 and len(vector_shape) == 1
+            and matrix_shape[dim] == vector_shape[0] and np.prod(matrix_shape) >= MIN_ELEMENTS
+            and np.dtype(dtype) in DTYPES)

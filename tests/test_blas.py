@@ -1,0 +1,247 @@
+"""BLAS's matrix-vector products (blas.py): which dots lowering gives BLAS, that their results
+are numpy's in every form a program reaches them (closed over, an argument read in place at
+any offset, in derivatives, loops, vmap, threads, a second process's cached executable), and
+that the handler refuses what it was not made for."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as onp
+import pytest
+
+import autograd.numpy as np
+from autograd import grad, hessian_vector_product, value_and_grad
+from autograd_xla import backend, blas, fori_loop, jit_ps, tiering, vmap
+from helpers import assert_close, placed, run_threads
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+rs = onp.random.RandomState(0)
+M, N = 48, 40  # small matrices, given BLAS here by the fixture below
+
+
+@pytest.fixture(autouse=True)
+def small_matrices_too(monkeypatch):
+    monkeypatch.setattr(blas, "MIN_ELEMENTS", M * N)
+
+
+def targets(f, *args):
+    """The BLAS products in f's program for `args`, ROWS and COLUMNS counted."""
+    text = f.stablehlo(*args)
+    return text.count(blas.ROWS), text.count(blas.COLUMNS)
+
+
+#: (label, function of (A, x, g), BLAS products (ROWS, COLUMNS)); A is M x N, x has N
+#: elements, g M: each form numpy code writes a matrix-vector product in
+FORMS = [
+    ("matmul", lambda A, x, g: A @ x, (1, 0)),
+    ("dot", lambda A, x, g: np.dot(A, x), (1, 0)),
+    ("vector_first", lambda A, x, g: g @ A, (0, 1)),
+    ("dot_vector_first", lambda A, x, g: np.dot(g, A), (0, 1)),
+    ("transposed", lambda A, x, g: A.T @ g, (0, 1)),
+    ("vector_first_transposed", lambda A, x, g: x @ A.T, (1, 0)),
+    ("inner", lambda A, x, g: np.inner(A, x), (1, 0)),
+    ("tensordot", lambda A, x, g: np.tensordot(A, x, 1), (1, 0)),
+    ("einsum", lambda A, x, g: np.einsum("ij,j->i", A, x), (1, 0)),
+    ("quadratic", lambda A, x, g: g @ (A @ x), (1, 0)),
+    ("both_ways_and_elementwise", lambda A, x, g: np.tanh(A) @ x + A @ (g @ A) * 2.0 + np.sum(A * A), (2, 1)),
+]
+DTYPES = [onp.float64, onp.float32]
+
+
+def operands(dtype, offset=0):
+    return placed((M, N), dtype, offset), rs.randn(N).astype(dtype), rs.randn(M).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.__name__)
+@pytest.mark.parametrize("label,form,products", FORMS, ids=[f[0] for f in FORMS])
+def test_every_form_of_the_product_is_numpys(label, form, products, dtype):
+    A, x, g = operands(dtype)
+    f = jit_ps(form)
+    assert targets(f, A, x, g) == products, label
+    assert_close(f(A, x, g), form(A, x, g), path=label)
+    closed = jit_ps(lambda x, g: form(A, x, g))      # a closed-over matrix: a lifted constant (A.T
+    assert sum(targets(closed, x, g)) == sum(products), label  # is one too, so other targets)
+    assert_close(closed(x, g), form(A, x, g), path=label)
+
+
+@pytest.mark.parametrize("dtype,offset", [(onp.float64, o) for o in range(0, 64, 8)]
+                         + [(onp.float32, o) for o in (0, 4, 28, 60)])
+def test_a_large_argument_is_multiplied_where_it_is(dtype, offset, monkeypatch):
+    """A misaligned large matrix that only BLAS's products and elementwise ops read is read
+    in place (a view: lowering.FUSED_USES), at any offset; its later changes are seen."""
+    monkeypatch.setattr(blas, "MIN_ELEMENTS", 1)
+    shape = (512, 256) if dtype == onp.float64 else (512, 512)  # 1 MiB: lowering.LARGE_ARRAY_BYTES
+    X = placed(shape, dtype, offset)
+    w, r = rs.randn(shape[1]).astype(dtype), rs.randn(shape[0]).astype(dtype)
+    form = FORMS[-1][1]
+    f = jit_ps(form)
+    text = f.stablehlo(X, w, r)
+    assert "%view0" in text and "%tail" not in text and targets(f, X, w, r) == (2, 1)
+    for k in range(3):
+        X[k] += 1.0
+        assert_close(f(X, w, r), form(X, w, r))
+    assert_close(f(onp.ascontiguousarray(X), w, r), form(X, w, r))    # another address, same program
+    Xt = onp.asfortranarray(X)                          # not C-contiguous: copied, to offset 0
+    assert_close(f(Xt, w, r), form(Xt, w, r))
+
+
+def logistic_loss(w, X, y):
+    z = np.dot(X, w)
+    return np.mean(np.logaddexp(0, z) - y * z)
+
+
+def test_derivatives_through_blas_are_autograds():
+    """logistic regression's value and gradient (X@w and its transpose X.T@r), the
+    quadratic's gradient and Hessian-vector product, and a second derivative."""
+    X, w = placed((M, N), offset=16), rs.randn(N)
+    y = (rs.rand(M) > 0.5) * 1.0
+    vg = jit_ps(value_and_grad(logistic_loss))
+    assert targets(vg, w, X, y) == (1, 1)
+    for got, want in zip(vg(w, X, y), value_and_grad(logistic_loss)(w, X, y)):
+        assert_close(got, want)
+    B = rs.randn(2 * N, 2 * N)                          # 2N x 2N: above MIN_ELEMENTS here
+    A, b, v = B @ B.T / N + onp.eye(2 * N), rs.randn(2 * N), rs.randn(2 * N)
+
+    def quadratic(x):
+        return 0.5 * np.dot(x, np.dot(A, x)) - np.dot(b, x)
+    for f, args in ((grad(quadratic), (b,)), (hessian_vector_product(quadratic), (b, v)),
+                    (grad(lambda x: np.sum(grad(quadratic)(x) ** 2)), (b,))):
+        jf = jit_ps(f)
+        assert sum(targets(jf, *args)) >= 2
+        assert_close(jf(*args), f(*args))
+
+
+def test_in_a_loop_and_under_vmap():
+    A, x, g = operands(onp.float64)
+
+    square = rs.randn(N, N) / N                         # N x N: made BLAS's by the bound below
+    blas.MIN_ELEMENTS = N * N
+    f = jit_ps(lambda x: fori_loop(0, 5, lambda i, v: np.tanh(square @ v), x))
+    assert targets(f, x) == (1, 0)
+    v = x
+    for _ in range(5):
+        v = onp.tanh(square @ v)
+    assert_close(f(x), v)
+    xs = rs.randn(3, N)
+    batched = jit_ps(vmap(lambda x: A @ x * 2.0))      # a batch of vectors: a matrix product, XLA's
+    assert targets(batched, xs) == (0, 0)
+    assert_close(batched(xs), xs @ A.T * 2.0)
+    shared = jit_ps(vmap(lambda s, x: s * (A @ x), in_axes=(0, None)))  # the product unbatched: BLAS's
+    assert targets(shared, onp.arange(3.0), x) == (1, 0)
+    assert_close(shared(onp.arange(3.0), x), onp.arange(3.0)[:, None] * (A @ x))
+
+
+def test_a_later_program_leaves_the_products_to_xla(monkeypatch):
+    """A signature with BLAS products climbs to a program leaving them to XLA
+    (lowering.XLA_DOTS), tried against the one in use (here: put in use untried); same results."""
+    monkeypatch.setattr(tiering, "UPGRADE_RENT", 0.0)
+    monkeypatch.setattr(tiering, "TRIAL_CALLS", 0)
+    A, x, g = operands(onp.float64, offset=16)
+    label, form, products = FORMS[-1]
+    f = jit_ps(form)
+    assert targets(f, A, x, g) == products
+    for _ in range(3):
+        assert_close(f(A, x, g), form(A, x, g))
+        assert tiering.compile_thread.wait(60)
+    (entry,) = f._cache.values()
+    assert entry.ladder is None and f.cache_info()["upgrades"] == 2 and not entry.lowered.blas
+    assert targets(f, A, x, g) == (0, 0)
+    assert_close(f(A, x, g), form(A, x, g))
+
+
+def test_non_finite_values_reach_what_numpys_reach():
+    A, x, g = operands(onp.float64, offset=8)
+    A[3, 0], A[7, -1], A[0, 5] = onp.inf, onp.nan, -onp.inf
+    f = jit_ps(lambda A, x, g: (A @ x, g @ A))
+    for got, want in zip(f(A, x, g), (A @ x, g @ A)):
+        onp.testing.assert_array_equal(onp.isnan(got), onp.isnan(want))
+        assert_close(got, want)
+
+
+def test_threads_multiply_at_once():
+    """The handler runs under the GIL XLA released: four threads, the C++ call path (a matrix
+    closed over) and the Python one (an argument), every result right."""
+    A, _, _ = operands(onp.float64)
+    closed = jit_ps(lambda x: np.tanh(A @ x))
+    argument = jit_ps(lambda A, x: A @ x)
+    errors = []
+
+    def work(seed):
+        x = onp.random.RandomState(seed).randn(N)
+        for _ in range(200):
+            if not (onp.allclose(closed(x), onp.tanh(A @ x), rtol=1e-12)
+                    and onp.allclose(argument(A, x), A @ x, rtol=1e-12)):
+                errors.append(seed)
+    run_threads(work, [(s,) for s in range(4)])
+    assert not errors
+
+
+def test_what_stays_xlas():
+    """Below MIN_ELEMENTS, matrix products, complex and integer operands, batched dots, and
+    with MIN_ELEMENTS None: XLA's dot_general."""
+    A, x, g = operands(onp.float64)
+    cases = [(lambda A, x: A[:4, :4] @ x[:4], (A, x)),                  # too small
+             (lambda A, x: A @ A.T, (A, x)),                            # a matrix product
+             (lambda A, x: (A * 1j) @ x, (A, x)),                       # complex
+             (lambda A, x: A.astype(int) @ x.astype(int), (A, x)),      # integers
+             (lambda A, x: np.matmul(A[None], x[None, :, None]), (A, x))]  # batched
+    for f, args in cases:
+        jf = jit_ps(f)
+        assert targets(jf, *args) == (0, 0)
+        assert_close(jf(*args), f(*args))
+    blas.MIN_ELEMENTS = None
+    jf = jit_ps(lambda A, x: A @ x)
+    assert targets(jf, A, x) == (0, 0) and "dot_general" in jf.stablehlo(A, x)
+
+
+def test_off_the_cpu_xlas_dot_is_emitted():
+    from autograd_xla import lowering
+    A, x, _ = operands(onp.float64)
+    graph = jit_ps(lambda A, x: A @ x).graph(A, x)
+    assert blas.ROWS in lowering.lower(graph, platform="cpu").text
+    assert blas.ROWS not in lowering.lower(graph, platform="cuda").text
+
+
+def test_the_handler_refuses_operands_it_was_not_made_for():
+    """An integer product reaching the handler is refused with XLA's error, not computed."""
+    cpu = backend.get_backend("cpu")
+    text = f"""module @m {{
+  func.func public @main(%a: tensor<4x3xi32>, %x: tensor<3xi32>) -> tensor<4xi32> {{
+    %r = stablehlo.custom_call @{blas.ROWS}(%a, %x) {{api_version = 4 : i32}} : (tensor<4x3xi32>, tensor<3xi32>) -> tensor<4xi32>
+    return %r : tensor<4xi32>
+  }}
+}}"""
+    program, _ = cpu.compile(text)
+    exe = backend.Executable(cpu, program, [((4, 3), onp.int32), ((3,), onp.int32)], [((4,), onp.int32)], [], text)
+    with pytest.raises(Exception, match="float32 or float64"):
+        exe([onp.ones((4, 3), onp.int32), onp.ones(3, onp.int32)])
+
+
+CHILD = """
+import json
+import numpy as np
+import autograd.numpy as anp
+from autograd_xla import jit_ps
+A = np.random.RandomState(1).randn(600, 600)
+f = jit_ps(lambda x: anp.tanh(A @ x))
+x = np.linspace(-1.0, 1.0, 600)
+out = f(x)
+info = f.cache_info()
+print(json.dumps({"blas": "autograd_xla_gemv_rows" in f.stablehlo(x), "error": float(np.max(abs(out - np.tanh(A @ x)))),
+                  "compiles": info["compiles"], "hits": info["persistent_hits"]}))
+"""
+
+
+def test_a_second_process_loads_the_cached_program_and_multiplies(tmp_path):
+    """The cached executable names the targets; a new process registers them before it loads."""
+    env = dict(os.environ, PYTHONPATH=ROOT, AUTOGRAD_XLA_CACHE_DIR=str(tmp_path / "cache"),
+               AUTOGRAD_XLA_CACHE_MIN_COMPILE_SECONDS="0", AUTOGRAD_XLA_CACHE_KEY_FILE=str(tmp_path / "key"))
+    runs = []
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                           env=env)
+        assert r.returncode == 0, r.stderr
+        runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    assert all(r["blas"] and r["error"] < 1e-12 for r in runs)
+    assert (runs[0]["compiles"], runs[0]["hits"]) == (1, 0) and (runs[1]["compiles"], runs[1]["hits"]) == (0, 1)
