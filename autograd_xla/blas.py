@@ -127,12 +127,14 @@ def _array(address, shape, dtype):
     return array
 
 
-def _metadata(address):
-    """Answer XLA's question which FFI version the handler speaks (asked when it is registered)."""
-    if _Extension.from_address(address).type == _METADATA:
-        version = _MetadataExtension.from_address(address).metadata.contents.api_version
-        version.major, version.minor = 0, 1
-    return None
+def _metadata_asked(address):
+    """Whether the call is XLA's question which FFI version the handler speaks (asked when it
+    is registered, with a metadata extension), answered."""
+    if not address or _Extension.from_address(address).type != _METADATA:
+        return False
+    version = _MetadataExtension.from_address(address).metadata.contents.api_version
+    version.major, version.minor = 0, 1
+    return True
 
 
 def _error(frame, message):
@@ -148,9 +150,7 @@ def _handler(columns):
     1000x1000 product: the threads of the one just used still spin while the other's work."""
     def gemv(address):
         frame = _CallFrame.from_address(address)
-        if frame.extension_start:
-            return _metadata(frame.extension_start)
-        if frame.stage != _EXECUTE:
+        if _metadata_asked(frame.extension_start) or frame.stage != _EXECUTE:
             return None
         args, n_args = frame.args.values, frame.args.size
         x, y = _Buffer.from_address(args[n_args - 1]), _Buffer.from_address(frame.rets.values[0])

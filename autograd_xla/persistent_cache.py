@@ -7,7 +7,7 @@ is in the cache then loads the executable (tens of milliseconds) instead of reco
 
 What is cached, and when (backend.Backend.compile looks in its in-process cache first, then
 here, then asks XLA and stores the result): programs whose compile took at least
-`min_compile_seconds` (default 0.2 s; env AUTOGRAD_XLA_CACHE_MIN_COMPILE_SECONDS), zlib
+`min_compile_seconds` (default 0.1 s; env AUTOGRAD_XLA_CACHE_MIN_COMPILE_SECONDS), zlib
 compressed, while the directory holds at most `max_bytes` (default 1 GiB; env
 AUTOGRAD_XLA_CACHE_MAX_BYTES): the least recently used entries (file mtime, touched on each
 hit) are deleted to stay within it.
@@ -52,8 +52,9 @@ LOWERING_VERSION = 1
 JAXLIB_VERSION = f"{jaxlib.version.__version__}/{xc._version}"
 FORMAT_VERSION = 1
 #: Programs that compiled faster than this are not stored: a load costs 9-35 ms in a fresh process
-#: (../shared/notes/parallel-and-cache.md (d)), an MLP gradient's compile ~0.3 s here.
-MIN_COMPILE_SECONDS = 0.2
+#: (../shared/notes/parallel-and-cache.md (d)), an MLP gradient's first program (the fast
+#: options, backend.FAST_COMPILE_OVERRIDES) compiles in 0.15-0.24 s here.
+MIN_COMPILE_SECONDS = 0.1
 MAX_BYTES = 1 << 30
 
 #: Prefixes of the XLA flags (and DebugOptions fields) that do not change the executable.
@@ -244,7 +245,7 @@ def set_cache_dir(path, min_compile_seconds=None, max_bytes=None):
     """Keep compiled executables in `path` so later processes load them instead of compiling
     (None turns the cache off; it is off unless this or env AUTOGRAD_XLA_CACHE_DIR sets it).
 
-    Only programs whose compile took at least `min_compile_seconds` (default 0.2 s) are
+    Only programs whose compile took at least `min_compile_seconds` (default 0.1 s) are
     stored; the directory is kept under `max_bytes` (default 1 GiB) by deleting the least
     recently used entries. The directory is created with mode 0700 and refused, with a warning,
     if others can write it or another user owns it. Entries are authenticated with an
