@@ -622,7 +622,7 @@ class JittedFunction(aot.Introspection):
     def _faster_program(self, entry, variant):
         """A tiering.Ladder step, on the compile thread: the entry's program with XLA's default
         options (`variant` None; the first had backend.fast_compile_options), or another lowering
-        (`variant`: lowering.lower's dot_views and blas; nothing donated: that turns views off).
+        (`variant`: lowering.lower's dot_views and use_blas; nothing donated: that turns views off).
         None for an entry that has left the cache."""
         if all(e is not entry for e in list(self._cache.values())):
             return None

@@ -162,11 +162,14 @@ def _handler(columns):
         if n_args == 3:
             data += ctypes.c_int32.from_address(_Buffer.from_address(args[1]).data).value * dtype.itemsize
         n_x, n_y = x.dims[0], y.dims[0]
-        vector, result = _array(x.data, (n_x,), dtype), _array(y.data, (n_y,), dtype)
-        if columns:
-            np.dot(vector, _array(data, (n_x, n_y), dtype), out=result)
-        else:
-            np.dot(_array(data, (n_y, n_x), dtype), vector, out=result)
+        try:  # an exception must not escape: ctypes would print it and XLA see success
+            vector, result = _array(x.data, (n_x,), dtype), _array(y.data, (n_y,), dtype)
+            if columns:
+                np.dot(vector, _array(data, (n_x, n_y), dtype), out=result)
+            else:
+                np.dot(_array(data, (n_y, n_x), dtype), vector, out=result)
+        except Exception as e:
+            return _error(frame, f"{COLUMNS if columns else ROWS}: {type(e).__name__}: {e}")
         return None
     return ctypes.CFUNCTYPE(_P, _P)(gemv)
 

@@ -74,7 +74,7 @@ class ModuleState:
     source locations of its ops (an hlo.Locations, or None for none); the named axes its
     collectives may reduce over (`axes`: name -> size), each a pmap's devices."""
 
-    def __init__(self, platform="cpu", locations=None, axes=None, blas=False):
+    def __init__(self, platform="cpu", locations=None, axes=None, use_blas=False):
         self.platform = platform
         self.lifted = {}  # id(array) -> (array, Value)
         self.locations = locations
@@ -85,7 +85,7 @@ class ModuleState:
         self.views = {}  # value name -> View, the arguments lowering reads through views
         # whether matrix-vector products go to BLAS (blas.py: a single-device CPU program), and
         # value name -> (memory, offset) for the arguments read through views they may read in place
-        self.blas, self.blas_products = blas, 0
+        self.blas, self.blas_products = use_blas, 0
         self.in_place = {}
 
     def lift(self, array):

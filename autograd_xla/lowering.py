@@ -113,7 +113,7 @@ class Lowered:
         self.sources = list(range(len(in_avals))) if sources is None else sources
         self.recycled, self.views, self.tails = list(recycled), list(views), list(tails)
         self.dot_views = False  # lower(dot_views=True) would read more arguments in place
-        self.blas = False  # BLAS multiplies some of its matrices by vectors (lower(blas=False): XLA)
+        self.blas = False  # BLAS multiplies some of its matrices by vectors (lower(use_blas=False): XLA)
 
 
 #: Other lowerings of a graph (lower's keywords) a signature's ladder tries after its first
@@ -121,7 +121,7 @@ class Lowered:
 #: multiply (context.View); XLA_DOTS leaves matrix-vector products to XLA, whose one thread
 #: beats BLAS's two when another process holds a core (measured, 2 cores, one busy: logistic
 #: regression's value and gradient 279-296 µs against 468-543; idle: 294-329 against 216-258).
-VIEWS, XLA_DOTS = {"dot_views": True}, {"dot_views": True, "blas": False}
+VIEWS, XLA_DOTS = {"dot_views": True}, {"dot_views": True, "use_blas": False}
 
 
 def _packs(avals, platform, pack):
@@ -138,7 +138,7 @@ def _packs(avals, platform, pack):
 
 
 def lower(graph, name="jit_fn", platform="cpu", x64=True, pack=True, donate=(), locations=True, recycle=False,
-          dot_views=False, blas=True):
+          dot_views=False, use_blas=True):
     """Emit `graph` as a module. With x64=False every 64-bit value is computed in 32 bits;
     `Lowered.in_avals` / `out_avals` then give the dtypes the executable really takes and
     returns. `pack` allows sending small arguments together (PACK_MAX_BYTES). `donate`: indices
@@ -150,16 +150,16 @@ def lower(graph, name="jit_fn", platform="cpu", x64=True, pack=True, donate=(), 
     that only elementwise ops read are taken as views (LARGE_ARRAY_BYTES), and with
     `dot_views` those matrix products read too (context.View); not with `donate`, whose donors
     XLA may alias to the same results. `Lowered.dot_views` says whether lowering again with
-    dot_views would read an argument in place that this program copies. `blas`: on the CPU,
+    dot_views would read an argument in place that this program copies. `use_blas`: on the CPU,
     BLAS multiplies large matrices by vectors (blas.py; `Lowered.blas` says whether it does)."""
     with hlo.narrow_64_bit(not x64):
         recycle = recycle and platform == "cpu" and not donate
-        blas = blas and platform == "cpu"
-        main = _Main(graph, platform, locations, pack, recycle, blas=blas)
+        use_blas = use_blas and platform == "cpu"
+        main = _Main(graph, platform, locations, pack, recycle, use_blas=use_blas)
         worth = any(main.viewable.values())
         views = main.viewable if dot_views else {i: d for i, d in main.viewable.items() if not d}
         if views:  # emit again, with those arguments read through views
-            main = _Main(graph, platform, locations, pack, recycle, views, blas=blas)
+            main = _Main(graph, platform, locations, pack, recycle, views, use_blas=use_blas)
         donors = {k: "{jax.buffer_donor = true}" for k, s in enumerate(main.sources) if type(s) is int and s in donate}
         lowered = _assemble(name, main.ctx, main.params, main.outs, main.sources, recycle, main.views, main.tails,
                             arg_attrs=donors)
@@ -199,8 +199,9 @@ class _Main:
     `views` read through views), the body, and which large arguments it only reads
     elementwise or multiplies as a context.View can (`viewable`), found by watching their uses."""
 
-    def __init__(self, graph, platform, locations, pack, recycle, views=(), blas=False):
-        self.ctx = ctx = LoweringContext(ModuleState(platform, hlo.Locations() if locations else None, blas=blas))
+    def __init__(self, graph, platform, locations, pack, recycle, views=(), use_blas=False):
+        self.ctx = ctx = LoweringContext(ModuleState(platform, hlo.Locations() if locations else None,
+                                                     use_blas=use_blas))
         avals = [v.aval for v in graph.invars]
         packs = _packs(avals, platform, pack)
         packed = {i for _, members in packs for i in members}

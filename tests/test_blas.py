@@ -218,6 +218,18 @@ def test_the_handler_refuses_operands_it_was_not_made_for():
         exe([onp.ones((4, 3), onp.int32), onp.ones(3, onp.int32)])
 
 
+def test_an_error_inside_the_product_is_raised_not_ignored(monkeypatch):
+    """An exception in the handler becomes XLA's error (the call raises), never a result."""
+    def broken(*args, **kwargs):
+        raise MemoryError("no memory here")
+    A, x, g = operands(onp.float64)
+    f = jit_ps(lambda x: A @ x)
+    f(x)
+    monkeypatch.setattr(blas.np, "dot", broken)
+    with pytest.raises(Exception, match="MemoryError: no memory here"):
+        f(x + 1.0)
+
+
 CHILD = """
 import json
 import numpy as np
