@@ -148,8 +148,7 @@ class Ladder:
     faster (api.JittedFunction._faster_program; None: the entry is no longer used). The two
     then run in turn for TRIAL_CALLS calls each (a `Trial`); the faster stays in the entry
     (`executable`, `lowered`, `options`), the other is let go, and the ladder goes on to the
-    next step. When it is
-    done the entry's `ladder` is None and `settled()()` is called (the owner's
+    next step. When it is done the entry's `ladder` is None and `settled()()` is called (the owner's
     _forget_fast_paths: C++'s fast path may take its calls now). `make` and `settled` are
     weakref.WeakMethods: the entry is the owner's, and a cycle back to it would keep its
     executables alive until the garbage collector runs. A step that fails leaves the

@@ -12,7 +12,7 @@ import pytest
 
 import autograd.numpy as np
 from autograd import grad, hessian_vector_product, value_and_grad
-from autograd_xla import backend, blas, fori_loop, jit_ps, tiering, vmap
+from autograd_xla import backend, blas, fori_loop, jit_ps, lowering, tiering, vmap
 from helpers import assert_close, placed, run_threads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -196,7 +196,6 @@ def test_what_stays_xlas():
 
 
 def test_off_the_cpu_xlas_dot_is_emitted():
-    from autograd_xla import lowering
     A, x, _ = operands(onp.float64)
     graph = jit_ps(lambda A, x: A @ x).graph(A, x)
     assert blas.ROWS in lowering.lower(graph, platform="cpu").text
