@@ -333,6 +333,59 @@ def test_one_signature_called_with_its_views_at_changing_offsets(monkeypatch):
     assert 1 <= len(entry.executable._offsets) <= 3
 
 
+@pytest.mark.parametrize("offset", [0, 16])
+def test_arguments_read_in_place_are_put_once_per_place(monkeypatch, offset):
+    """The device buffer reading a large argument where it is (Backend.alias) is made once per
+    address and size and holds no reference to the array: every call reads the memory as it
+    is then (the same array changed, or another array in the same memory), the array dies
+    when the caller drops it, and numpy may still resize it in place."""
+    import gc
+    import weakref
+    monkeypatch.setattr(backend, "ALIASES_KEPT", 3)
+    cpu = backend.get_backend("cpu")
+    cpu._aliases.clear()
+    f = jit_ps(lambda x: x * 2.0 + 1.0)
+    raw = onp.empty(onp.prod(BIG) * 8 + 128, onp.uint8)
+    start = -raw.ctypes.data % 64 + offset
+
+    def in_raw():  # a new array object on the same memory at each call
+        return raw[start:start + onp.prod(BIG) * 8].view(onp.float64).reshape(BIG)
+
+    in_raw()[:] = rs.rand(*BIG)
+    for k in range(3):
+        x = in_raw()
+        x[k] += 1.0
+        assert_close(f(x), x * 2.0 + 1.0)
+    assert len(cpu._aliases) == 1
+    others = [placed(offset=offset) for _ in range(4)]
+    for y in others:
+        assert_close(f(y), y * 2.0 + 1.0)
+    assert len(cpu._aliases) == 3                      # ALIASES_KEPT, the oldest dropped
+    assert_close(f(in_raw()), in_raw() * 2.0 + 1.0)
+
+    x = rs.rand(*BIG)
+    f(x)
+    x.resize(BIG[0] * BIG[1] + 8, refcheck=True)       # no reference left behind
+    dead = weakref.ref(x)
+    assert_close(f(x[:-8].reshape(BIG)), x[:-8].reshape(BIG) * 2.0 + 1.0)
+    del x
+    gc.collect()
+    assert dead() is None
+
+
+def test_a_donated_argument_is_never_read_from_a_kept_buffer():
+    """Donation may consume the buffer an argument was put into; the next call then makes
+    another (the caller's array is never written)."""
+    x = placed(offset=0)
+    expected = x * 2.0
+    f = jit_ps(lambda x: x * 2.0, donate_argnums=0)
+    g = jit_ps(lambda x: x * 2.0)
+    for _ in range(3):
+        assert_close(g(x), expected)
+        assert_close(f(x), expected)
+    assert_close(x * 2.0, expected)
+
+
 def test_a_view_never_reads_into_the_next_page():
     """An array ending at a mapping's end, where a view's pad would read on into whatever
     follows (unmapped here), is copied instead; so is one at an offset of no whole element."""
@@ -345,13 +398,14 @@ def test_a_view_never_reads_into_the_next_page():
     x[:] = rs.rand(*shape)
     assert x.ctypes.data % 64 == 8 and (x.ctypes.data + x.nbytes) % mmap.PAGESIZE == 0
     aval = backend.Aval((x.size + context.view_pad(x.dtype),), x.dtype)
-    assert backend._view(x, aval) == (None, 0)
+    cpu = backend.get_backend("cpu")
+    assert cpu.alias(x, aval, view=True) == (None, 0)
     f = jit_ps(lambda x: x * 3.0)
     assert_close(f(x), x * 3.0)
     odd = onp.frombuffer(mmap.mmap(-1, 8 * 1000 * 200 + 64), onp.uint8)[4:4 + 8 * 1000 * 200]
     odd = odd.view(onp.float64).reshape(1000, 200)
     odd[:] = rs.rand(1000, 200)
-    assert backend._view(odd, backend.Aval((odd.size + 7,), odd.dtype)) == (None, 0)
+    assert cpu.alias(odd, backend.Aval((odd.size + 7,), odd.dtype), view=True) == (None, 0)
     assert_close(f(odd), odd * 3.0)
     del x, odd, whole
 
