@@ -8,7 +8,7 @@ import numpy as np
 
 from . import blas, hlo, registry
 from .context import LoweringContext, ModuleState, Uses, View, view_pad
-from .core import Var, map_vars, prim_name
+from .core import Var, map_vars, prim_name, walk_vars
 from .errors import annotate
 
 
@@ -23,30 +23,109 @@ def flatten_values(out):
 def lower_eqns(ctx, eqns, env):
     """Emit `eqns` into `ctx`; `env` maps Vars to Values and is extended in place. Each
     equation's ops carry its primitive and user's line as their location (when the module
-    has locations); one without a source keeps that of the equation around it (a loop's)."""
+    has locations); one without a source keeps that of the equation around it (a loop's).
+    Calls of a primitive whose registry entry says `merge` that do not depend on each other
+    are emitted as one (`schedule`)."""
     locations, outer = ctx.module.locations, ctx.location
-    for eqn in eqns:
+    for group in schedule(eqns):
+        eqn = group[0]
         if locations is not None:
             source = eqn.source
             ctx.location = outer if source is None else locations.alias(prim_name(eqn.prim), source.filename,
                                                                         source.lineno)
-        args, kwargs = map_vars((eqn.args, eqn.kwargs), env.__getitem__)
         try:
-            out = ctx.rule(registry.lookup(eqn.prim))(ctx, *args, **kwargs)
+            if len(group) == 1:
+                args, kwargs = map_vars((eqn.args, eqn.kwargs), env.__getitem__)
+                _bind(eqn, flatten_values(ctx.rule(registry.lookup(eqn.prim))(ctx, *args, **kwargs)), env)
+            else:
+                _lower_together(ctx, group, env)
         except Exception as e:
             where = f"\n{eqn.source}" if eqn.source else ""
             raise annotate(e, f"while lowering primitive '{prim_name(eqn.prim)}'{where}")
-        leaves = flatten_values(out)
-        for var, value in zip(eqn.outvars, leaves):
-            if var is not None:
-                if value.shape != var.aval.shape or value.dtype != var.aval.dtype:
-                    raise AssertionError(
-                        f"translation rule for '{prim_name(eqn.prim)}' produced {value.type}, "
-                        f"but at trace time it produced {hlo.tensor_type(var.aval.shape, var.aval.dtype)}")
-                if var.aval.weak_type != value.weak_type:  # the tracer's weak typing (s * 2 of a Python scalar)
-                    value = value.with_weak_type(var.aval.weak_type)
-                env[var] = value
     ctx.location = outer
+
+
+def _bind(eqn, leaves, env):
+    for var, value in zip(eqn.outvars, leaves):
+        if var is not None:
+            if value.shape != var.aval.shape or value.dtype != var.aval.dtype:
+                raise AssertionError(
+                    f"translation rule for '{prim_name(eqn.prim)}' produced {value.type}, "
+                    f"but at trace time it produced {hlo.tensor_type(var.aval.shape, var.aval.dtype)}")
+            if var.aval.weak_type != value.weak_type:  # the tracer's weak typing (s * 2 of a Python scalar)
+                value = value.with_weak_type(var.aval.weak_type)
+            env[var] = value
+
+
+def schedule(eqns):
+    """`eqns` as groups to emit in turn: each a list of one equation, or of calls of one
+    `merge` primitive (registry.Entry) with operands of the same types, at the same depth
+    (the longest path to them from the inputs), so none needs another's result. When some
+    are grouped, equations are emitted by depth. Measured on lifelines'
+    GeneralizedGammaRegressionFitter, whose scipy.special.gammainc(c) derivatives are
+    central differences (four calls side by side, and sixteen in its Hessian): the
+    Hessian's program ... (see the closing note)."""
+    keys = [_merge_key(eqn) for eqn in eqns]
+    if sum(k is not None for k in keys) < 2:
+        return [[eqn] for eqn in eqns]
+    depth, placed, groups = {}, [], {}
+    for eqn, key in zip(eqns, keys):
+        inputs = []
+        walk_vars((eqn.args, eqn.kwargs), inputs.append)
+        d = 1 + max([depth.get(v, 0) for v in inputs], default=0)
+        for v in eqn.outvars:
+            if v is not None:
+                depth[v] = d
+        group = groups.get((d, key)) if key is not None else None
+        if group is not None:
+            group.append(eqn)
+            continue
+        group = [eqn]
+        if key is not None:
+            groups[d, key] = group
+        placed.append((d, group))
+    if len(placed) == len(eqns):
+        return [[eqn] for eqn in eqns]
+    placed.sort(key=lambda p: p[0])  # stable: within a depth, the order they came in
+    return [group for _, group in placed]
+
+
+def _merge_key(eqn):
+    """What calls must share to be emitted as one: the primitive, and each operand's dtype and
+    weak type (a Python scalar's type); None for an equation that cannot be merged."""
+    entry = registry.lookup(eqn.prim)
+    if entry is None or not entry.merge or eqn.kwargs or len(eqn.outvars) != 1 or eqn.outvars[0] is None:
+        return None
+    types = []
+    for a in eqn.args:
+        if type(a) is Var:
+            types.append((a.aval.dtype, a.aval.weak_type))
+        elif type(a) in (int, float):
+            types.append(type(a))
+        else:
+            return None
+    return entry, tuple(types)
+
+
+def _lower_together(ctx, group, env):
+    """Calls of one elementwise primitive (schedule's group) as one call: each operand
+    broadcast to its call's result shape, flattened, and concatenated with the others'; the
+    result cut back into each call's."""
+    shapes = [eqn.outvars[0].aval.shape for eqn in group]
+    sizes = [int(np.prod(shape)) for shape in shapes]
+    operands = []
+    for k in range(len(group[0].args)):
+        pieces = []
+        for eqn, shape, size in zip(group, shapes, sizes):
+            a = eqn.args[k]
+            v = env[a] if type(a) is Var else ctx.asvalue(a).with_weak_type(True)  # a Python scalar
+            pieces.append(ctx.reshape(ctx.broadcast_to(v, shape), (size,)).with_weak_type(v.weak_type))
+        operands.append(ctx.concatenate(pieces, 0).with_weak_type(pieces[0].weak_type))
+    (out,) = flatten_values(ctx.rule(registry.lookup(group[0].prim))(ctx, *operands))
+    start = 0
+    for eqn, shape, size in zip(group, shapes, sizes):
+        _bind(eqn, [ctx.reshape(ctx.slice(out, [start], [start + size]), shape).with_weak_type(out.weak_type)], env)
+        start += size
 
 
 def lower_subgraph(ctx, graph, args, captured):

@@ -22,6 +22,10 @@ wrapper (`autograd.numpy.tanh`) works too. Each interpreter reads one face:
   autograd's own wrapper of the raw function is used.
 * `interceptor`: what runs in place of the raw function inside autograd's wrapper while a
   trace is active (numpy.random's global-state functions become host-drawn inputs).
+* `merge`: True for an elementwise primitive whose rule emits loops (scipy.special's
+  incomplete gamma and beta functions, Bessel functions): lowering emits its calls that do
+  not need each other's results as one call on their operands concatenated
+  (`lowering.schedule`), so that XLA compiles its loops once.
 * `batching(ctx, *args, **kwargs)`: the vmap rule, optional. Under vmap a primitive's
   translation rule runs on a `batching.BatchingContext`, which batches every builder op it
   emits, so most primitives need none; a batching rule replaces that for one primitive
@@ -51,14 +55,15 @@ from .core import UfuncMethod
 class Entry:
     """Every face of one primitive (see the module docstring); absent faces are None."""
 
-    __slots__ = ("prim", "lowering", "trace", "metadata", "replay", "interceptor", "batching")
+    __slots__ = ("prim", "lowering", "trace", "metadata", "replay", "interceptor", "batching", "merge")
 
     def __init__(self, prim):
         self.prim = prim
         self.lowering = self.trace = self.metadata = self.replay = self.interceptor = self.batching = None
+        self.merge = False
 
     def __repr__(self):
-        faces = [f for f in self.__slots__[1:] if getattr(self, f) is not None]
+        faces = [f for f in self.__slots__[1:] if getattr(self, f) not in (None, False)]
         return f"<Entry {self.prim!r}: {', '.join(faces) or 'no faces'}>"
 
 

@@ -16,7 +16,7 @@ import scipy.special as sc
 from autograd import grad, make_jvp
 
 import autograd.scipy.special as sp
-from autograd_xla import jit_ps
+from autograd_xla import jit_ps, registry, vmap
 from helpers import assert_close, check, check_falls_back, check_grad, check_value, dtypes_of, scalarize
 
 F64, F32 = onp.float64, onp.float32
@@ -356,3 +356,46 @@ def test_polygamma_sweep():
     # condition number there: 1e-12
     sweep_check(lambda x: tuple(sp.polygamma(n, x) for n in (1, 2, 3)),
                 lambda x: tuple(sc.polygamma(n, x) for n in (1, 2, 3)), x)
+
+
+def central_difference(f, x, h=1e-4):
+    """autograd_gamma's way to differentiate gammainc in `a`: four calls side by side."""
+    return (-f(x + 2 * h) + 8 * f(x + h) - 8 * f(x - h) + f(x - 2 * h)) / (12 * h)
+
+
+def test_independent_calls_of_a_looping_function_are_emitted_as_one(monkeypatch):
+    """Calls of gammainc / gammaincc / jv that need no other's result become one call per kind
+    and depth (registry.Entry.merge, lowering.schedule): the module has the loops of one
+    call each; values are the individual calls' (shapes, broadcasting, Python scalars,
+    float32 kept apart, under vmap and grad). Calls at different depths stay apart."""
+    a, x = A[0], X[0]                                    # 3 elements each
+    m = rs.rand(2, 3) * 4 + 0.5
+
+    def f(a, x, m):
+        da = central_difference(lambda s: sp.gammainc(s, x), a)
+        both = sp.gammainc(2.0, m) + sp.gammainc(3.0, x)   # Python scalars, other shapes
+        upper = sp.gammaincc(a, x) * sp.gammaincc(m, x)
+        later = sp.gammainc(da * 0 + a, x)                 # needs da: the next depth
+        narrow = sp.gammainc(a.astype(F32), x.astype(F32))  # another dtype: a call of its own
+        return da, both, upper, later, narrow, sc.jv(a, x) + sc.jv(a, m)
+
+    jitted = jit_ps(f, fallback="error")
+    text = jitted.stablehlo(a, x, m)
+    one = jit_ps(lambda a, x: sp.gammainc(a, x)).stablehlo(a, x).count("stablehlo.while")
+    upper_one = jit_ps(lambda a, x: sp.gammaincc(a, x)).stablehlo(a, x).count("stablehlo.while")
+    jv_one = jit_ps(lambda a, x: sc.jv(a, x)).stablehlo(a, x).count("stablehlo.while")
+    # gammainc: side by side, with scalars, at the next depth, in float32
+    assert text.count("stablehlo.while") == 4 * one + upper_one + jv_one
+    merged = jitted(a, x, m)
+    for name in ("gammainc", "gammaincc", "jv"):
+        monkeypatch.setattr(registry.entry(getattr(sc, name)), "merge", False)
+    apart = jit_ps(f, fallback="error")
+    assert apart.stablehlo(a, x, m).count("stablehlo.while") == 8 * one + 2 * upper_one + 2 * jv_one
+    for got, alone, want, rtol in zip(merged, apart(a, x, m), f(a, x, m), [1e-10] + [1e-13] * 5):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert_close(got, alone, rtol=1e-15)
+        assert_close(got, want, rtol=rtol)    # central differences: XLA's and scipy's last bits, over h
+    batched = jit_ps(vmap(lambda a: f(a, x, m)[0]))(onp.stack([a, a + 0.25]))
+    assert_close(batched, onp.stack([f(a, x, m)[0], f(a + 0.25, x, m)[0]]), rtol=1e-10)
+    g = lambda x: onp.sum(sp.gammainc(a, x) * sp.gammainc(a + 1.0, 2.0 * x))  # noqa: E731
+    assert_close(jit_ps(grad(g))(x), grad(g)(x), rtol=1e-12)

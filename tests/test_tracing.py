@@ -263,3 +263,48 @@ def test_a_tracer_used_after_its_trace_leaks():
         tracing.trace_function(lambda y: y + kept[0], [F3])
     with pytest.raises(TracerLeakError):
         tracing.bind(onp.sin, (kept[0],), {})
+
+
+@primitive
+def scaled_pair(x, y, scale):
+    """(x, x * y * scale): its first result passes x through."""
+    return x, x * y * scale
+
+
+_pair_rule_runs = []
+
+
+def _scaled_pair_rule(ctx, x, y, scale):
+    _pair_rule_runs.append(scale)
+    x, y = ctx.asvalue(x), ctx.asvalue(y)
+    product = ctx.binary("multiply", x, y)
+    return x, ctx.binary("multiply", product, ctx.broadcast_to(ctx.asvalue(scale, product.dtype), product.shape))
+
+
+register_translation_rule(scaled_pair, _scaled_pair_rule)
+
+
+def test_abstract_evaluations_are_remembered_per_operands_signature():
+    """A rule runs once per operands' signature while tracing (the avals of its Vars, which
+    of them are the same Var, static values by type and value); a hit still says which
+    result passes an input through, and small constants are keyed by value."""
+    x, y, y4 = onp.arange(3.0), onp.arange(3.0) + 1.0, onp.arange(4.0)
+
+    def f(x, y, y4):
+        a, b = scaled_pair(x, y, 2.0)          # runs the rule
+        c, d = scaled_pair(y, x, 2.0)          # the same signature: remembered
+        e, g = scaled_pair(x, x, 2.0)          # the same Var twice: another signature
+        h, k = scaled_pair(x, y, 2)            # an int, not a float
+        m, n = scaled_pair(y4, y4, 2.0)        # other avals
+        p, q = scaled_pair(x, onp.array([1.0, 2.0, 3.0]), 2.0)
+        r, s = scaled_pair(x, onp.array([1.0, 2.0, 4.0]), 2.0)  # another constant
+        return a + b + c + d + e + g + h + k + p + q + r + s, m + n
+
+    del _pair_rule_runs[:]
+    tracing._abstract.clear()
+    graph = jit_ps(f).graph(x, y, y4)
+    assert len(_pair_rule_runs) == 6
+    assert all(eqn.outvars[0] is None for eqn in graph.eqns if eqn.prim is scaled_pair)  # x passed through
+    expected = f(x, y, y4)
+    for got, want in zip(jit_ps(f, fallback="error")(x, y, y4), expected):
+        assert onp.allclose(got, want, rtol=1e-15)

@@ -24,7 +24,7 @@ import math
 import numpy as np
 
 from ..context import normalize_axes, result_type
-from ..registry import LazyModule, lowers, when_imported
+from ..registry import LazyModule, entry, lowers, when_imported
 from .special_kernels import (F64, LOG_2PI, N, beta_parts, betaln, chlo2, complex_erf, erfcinv, exp_times, expit,
                               gammasgn, ibeta, igamma, is_integer, is_odd, ive_parts, jv, lgamma_diff, logit, polyval,
                               scalar, where, while_, y01, yn)
@@ -211,6 +211,10 @@ UFUNCS = {
     "stdtr": lambda ctx, df, t: stdtr(ctx, df, t),
     "poch": lambda ctx, z, m: poch(z, m),
 }
+#: The UFUNCS whose rules emit `while` loops (special_kernels.while_): their independent
+#: calls in one program are emitted as one call (registry.Entry.merge, lowering.schedule).
+LOOPING = frozenset({"gammainc", "gammaincc", "betainc", "j0", "j1", "jv", "y0", "y1", "yn", "i0", "iv", "ive",
+                     "stdtr"})
 #: ufuncs computed in the loop dtype numpy resolves, not in float64
 NATIVE_UFUNCS = {
     "expit": lambda ctx, x: expit(x),
@@ -338,6 +342,7 @@ def _logsumexp_unweighted(ctx, x, total, axes, kept, out_shape):
 def _register(special):
     for name, body in UFUNCS.items():
         special_ufunc(getattr(special, name), body)
+        entry(getattr(special, name)).merge = name in LOOPING
     for name, body in NATIVE_UFUNCS.items():
         special_ufunc(getattr(special, name), body, native=True)
     lowers(special.polygamma)(_polygamma)
