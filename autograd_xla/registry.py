@@ -22,6 +22,9 @@ wrapper (`autograd.numpy.tanh`) works too. Each interpreter reads one face:
   autograd's own wrapper of the raw function is used.
 * `interceptor`: what runs in place of the raw function inside autograd's wrapper while a
   trace is active (numpy.random's global-state functions become host-drawn inputs).
+* `shape(*args, **kwargs) -> [Aval]`: the result types, for a primitive whose translation
+  rule costs much to run (vmap's batch, whose rule lowers the example's whole graph): the
+  tracer asks this instead of running the rule (lowering checks that the two agree).
 * `merge`: True for an elementwise primitive whose rule emits loops (scipy.special's
   incomplete gamma and beta functions, Bessel functions): lowering emits its calls that do
   not need each other's results as one call on their operands concatenated
@@ -55,11 +58,11 @@ from .core import UfuncMethod
 class Entry:
     """Every face of one primitive (see the module docstring); absent faces are None."""
 
-    __slots__ = ("prim", "lowering", "trace", "metadata", "replay", "interceptor", "batching", "merge")
+    __slots__ = ("prim", "lowering", "trace", "metadata", "replay", "interceptor", "batching", "shape", "merge")
 
     def __init__(self, prim):
         self.prim = prim
-        self.lowering = self.trace = self.metadata = self.replay = self.interceptor = self.batching = None
+        self.lowering = self.trace = self.metadata = self.replay = self.interceptor = self.batching = self.shape = None
         self.merge = False
 
     def __repr__(self):

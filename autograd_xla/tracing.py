@@ -194,7 +194,11 @@ def bind(prim, args, kwargs, entry=None, source=None):
     given = args
     args, kwargs = _replace_tracers((args, kwargs), trace)
     try:
-        leaves, out_tree, passthrough = abstract_eval(entry.lowering, args, kwargs)
+        if entry.shape is None:
+            leaves, out_tree, passthrough = abstract_eval(entry.lowering, args, kwargs)
+        else:  # declared, where running the rule would cost much (registry.Entry.shape)
+            leaves, out_tree = tree.flatten(tuple(entry.shape(*args, **kwargs)))
+            passthrough = [None] * len(leaves)
     except Exception as e:
         # the rule made an array of a list holding traced values (np.dot([a, b], x)): numpy's
         # asarray of it, traced, is what it meant
