@@ -634,27 +634,22 @@ class JittedFunction(aot.Introspection):
         return executable, lowered, options
 
     def _compile_later(self, key, entry):
-        """Hand XLA's compile of a lowered entry to the compile thread (tiered execution)."""
-        entry.background = job = tiering.Job()
-        tiering.compile_thread.submit(functools.partial(self._compile_in_background, key, entry, job))
+        """Hand XLA's compile of a lowered entry to the compile thread (tiered execution); an
+        error is kept for the next call of the signature to report (or raise)."""
+        entry.background = tiering.Job.start(functools.partial(self._compile_in_background, key, entry))
 
     def _compile_in_background(self, key, entry, job):
-        """On the compile thread: compile `entry` unless it left the cache before its turn; an
-        error is kept for the next call of the signature to report (or raise)."""
-        try:
-            if self._cache.get(key) is entry:
-                seconds, compiled = self._compile_lowered(entry)
-                with self._lock:  # clear_cache marks its pending jobs under the lock
-                    forget = job.forgotten
-                if forget:
-                    self._backend().forget([entry.executable.program])
-                if aot.explaining(self.explain):
-                    what = f"compiled in {seconds:.3g} s" if compiled else "not compiled: identical to one compiled before"
-                    aot.report(f"{self!r} {what} in the background for {self._signature_text(key)}")
-        except Exception as e:
-            job.error = e
-        finally:
-            job.done.set()
+        """On the compile thread: compile `entry` unless it left the cache before its turn."""
+        if self._cache.get(key) is not entry:
+            return
+        seconds, compiled = self._compile_lowered(entry)
+        with self._lock:  # clear_cache marks its pending jobs under the lock
+            forget = job.forgotten
+        if forget:
+            self._backend().forget([entry.executable.program])
+        if aot.explaining(self.explain):
+            what = f"compiled in {seconds:.3g} s" if compiled else "not compiled: identical to one compiled before"
+            aot.report(f"{self!r} {what} in the background for {self._signature_text(key)}")
 
     def _tiers(self):
         return tiering.default_tiered() if self.tiered is None else bool(self.tiered)

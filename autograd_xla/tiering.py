@@ -251,6 +251,21 @@ class Job:
         self.error = None
         self.forgotten = False
 
+    @classmethod
+    def start(cls, work):
+        """A Job running `work(job)` on the compile thread, what it raises kept in `error`."""
+        job = cls()
+
+        def run():
+            try:
+                work(job)
+            except Exception as e:
+                job.error = e
+            finally:
+                job.done.set()
+        compile_thread.submit(run)
+        return job
+
     def running(self):
         return not self.done.is_set()
 
