@@ -36,7 +36,8 @@ def lower_eqns(ctx, eqns, env):
         try:
             if len(group) == 1:
                 args, kwargs = map_vars((eqn.args, eqn.kwargs), env.__getitem__)
-                _bind(eqn, flatten_values(ctx.rule(registry.lookup(eqn.prim))(ctx, *args, **kwargs)), env)
+                out = ctx.rule(registry.lookup(eqn.prim))(ctx, *args, **kwargs)
+                _set_results(eqn, flatten_values(out), env)
             else:
                 _lower_together(ctx, group, env)
         except Exception as e:
@@ -45,7 +46,7 @@ def lower_eqns(ctx, eqns, env):
     ctx.location = outer
 
 
-def _bind(eqn, leaves, env):
+def _set_results(eqn, leaves, env):
     for var, value in zip(eqn.outvars, leaves):
         if var is not None:
             if value.shape != var.aval.shape or value.dtype != var.aval.dtype:
@@ -62,9 +63,9 @@ def schedule(eqns):
     `merge` primitive (registry.Entry) with operands of the same types, at the same depth
     (the longest path to them from the inputs), so none needs another's result. When some
     are grouped, equations are emitted by depth. Measured on lifelines'
-    GeneralizedGammaRegressionFitter, whose scipy.special.gammainc(c) derivatives are
-    central differences (four calls side by side, and sixteen in its Hessian): the
-    Hessian's program ... (see the closing note)."""
+    GeneralizedGammaRegressionFitter, whose gammainc(c) derivatives in the first argument
+    are central differences (four calls side by side): its Hessian's program went from 481
+    loops in 11 MiB of StableHLO (27-37 s of XLA compile) to 16 loops in 1.1 MiB (3.2 s)."""
     keys = [_merge_key(eqn) for eqn in eqns]
     if sum(k is not None for k in keys) < 2:
         return [[eqn] for eqn in eqns]
@@ -124,7 +125,8 @@ def _lower_together(ctx, group, env):
     (out,) = flatten_values(ctx.rule(registry.lookup(group[0].prim))(ctx, *operands))
     start = 0
     for eqn, shape, size in zip(group, shapes, sizes):
-        _bind(eqn, [ctx.reshape(ctx.slice(out, [start], [start + size]), shape).with_weak_type(out.weak_type)], env)
+        piece = ctx.reshape(ctx.slice(out, [start], [start + size]), shape)
+        _set_results(eqn, [piece.with_weak_type(out.weak_type)], env)
         start += size
 
 

@@ -5,7 +5,7 @@ import pytest
 
 import autograd.numpy as np
 from autograd import grad, value_and_grad
-from autograd_xla import ArgumentError, CompileError, api, backend, blas, context, jit_ps, lowering, tiering, vmap
+from autograd_xla import ArgumentError, CompileError, backend, blas, context, jit_ps, lowering, tiering, vmap
 import helpers
 from helpers import assert_close, run_threads
 
