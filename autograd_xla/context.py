@@ -74,8 +74,11 @@ class ModuleState:
     source locations of its ops (an hlo.Locations, or None for none); the named axes its
     collectives may reduce over (`axes`: name -> size), each a pmap's devices."""
 
-    def __init__(self, platform="cpu", locations=None, axes=None, use_blas=False):
+    def __init__(self, platform="cpu", locations=None, axes=None, use_blas=False, merge=True):
         self.platform = platform
+        # whether independent calls of a looping primitive are emitted as one
+        # (lowering.schedule), and how many such groups were
+        self.merge, self.merged = merge, 0
         self.lifted = {}  # id(array) -> (array, Value)
         self.locations = locations
         self.axes = dict(axes or {})

@@ -27,7 +27,7 @@ def lower_eqns(ctx, eqns, env):
     Calls of a primitive whose registry entry says `merge` that do not depend on each other
     are emitted as one (`schedule`)."""
     locations, outer = ctx.module.locations, ctx.location
-    for group in schedule(eqns):
+    for group in schedule(eqns) if ctx.module.merge else [[eqn] for eqn in eqns]:
         eqn = group[0]
         if locations is not None:
             source = eqn.source
@@ -112,6 +112,7 @@ def _lower_together(ctx, group, env):
     """Calls of one elementwise primitive (schedule's group) as one call: each operand
     broadcast to its call's result shape, flattened, and concatenated with the others'; the
     result cut back into each call's."""
+    ctx.module.merged += 1
     shapes = [eqn.outvars[0].aval.shape for eqn in group]
     sizes = [int(np.prod(shape)) for shape in shapes]
     operands = []
@@ -195,14 +196,20 @@ class Lowered:
         self.recycled, self.views, self.tails = list(recycled), list(views), list(tails)
         self.dot_views = False  # lower(dot_views=True) would read more arguments in place
         self.blas = False  # BLAS multiplies some of its matrices by vectors (lower(use_blas=False): XLA)
+        self.merged = False  # some calls were emitted as one (lowering.schedule; lower(merge=False): apart)
+        self.variant = {}  # lower's keywords that chose among these: dot_views, use_blas, merge
 
 
-#: Other lowerings of a graph (lower's keywords) a signature's ladder tries after its first
-#: program (tiering.Ladder, api): VIEWS also reads in place the misaligned matrices XLA's dots
-#: multiply (context.View); XLA_DOTS leaves matrix-vector products to XLA, whose one thread
-#: beats BLAS's two when another process holds a core (measured, 2 cores, one busy: logistic
-#: regression's value and gradient 279-296 µs against 468-543; idle: 294-329 against 216-258).
-VIEWS, XLA_DOTS = {"dot_views": True}, {"dot_views": True, "use_blas": False}
+#: Other lowerings of a graph a signature's ladder tries after its first program
+#: (tiering.Ladder, api), each lower's keywords changed from those of the program in use
+#: (Lowered.variant): VIEWS also reads in place the misaligned matrices XLA's dots multiply
+#: (context.View); XLA_DOTS leaves matrix-vector products to XLA, whose one thread beats
+#: BLAS's two when another process holds a core (measured, 2 cores, one busy: logistic
+#: regression's value and gradient 279-296 µs against 468-543; idle: 294-329 against
+#: 216-258); APART emits the calls `schedule` merged one by one, each loop running only as
+#: long as its own elements need (lifelines' generalized-gamma regression's gradient: 644 µs
+#: a call apart, 786 merged, whose compile took 0.78 s against 3.5).
+VIEWS, XLA_DOTS, APART = {"dot_views": True}, {"use_blas": False}, {"merge": False}
 
 
 def _packs(avals, platform, pack):
@@ -219,7 +226,7 @@ def _packs(avals, platform, pack):
 
 
 def lower(graph, name="jit_fn", platform="cpu", x64=True, pack=True, donate=(), locations=True, recycle=False,
-          dot_views=False, use_blas=True):
+          dot_views=False, use_blas=True, merge=True):
     """Emit `graph` as a module. With x64=False every 64-bit value is computed in 32 bits;
     `Lowered.in_avals` / `out_avals` then give the dtypes the executable really takes and
     returns. `pack` allows sending small arguments together (PACK_MAX_BYTES). `donate`: indices
@@ -232,20 +239,24 @@ def lower(graph, name="jit_fn", platform="cpu", x64=True, pack=True, donate=(), 
     `dot_views` those matrix products read too (context.View); not with `donate`, whose donors
     XLA may alias to the same results. `Lowered.dot_views` says whether lowering again with
     dot_views would read an argument in place that this program copies. `use_blas`: on the CPU,
-    BLAS multiplies large matrices by vectors (blas.py; `Lowered.blas` says whether it does)."""
+    BLAS multiplies large matrices by vectors (blas.py; `Lowered.blas` says whether it does).
+    `merge`: independent calls of a looping primitive are emitted as one (`schedule`;
+    `Lowered.merged` says whether some were)."""
     with hlo.narrow_64_bit(not x64):
         recycle = recycle and platform == "cpu" and not donate
         use_blas = use_blas and platform == "cpu"
-        main = _Main(graph, platform, locations, pack, recycle, use_blas=use_blas)
+        main = _Main(graph, platform, locations, pack, recycle, use_blas=use_blas, merge=merge)
         worth = any(main.viewable.values())
         views = main.viewable if dot_views else {i: d for i, d in main.viewable.items() if not d}
         if views:  # emit again, with those arguments read through views
-            main = _Main(graph, platform, locations, pack, recycle, views, use_blas=use_blas)
+            main = _Main(graph, platform, locations, pack, recycle, views, use_blas=use_blas, merge=merge)
         donors = {k: "{jax.buffer_donor = true}" for k, s in enumerate(main.sources) if type(s) is int and s in donate}
         lowered = _assemble(name, main.ctx, main.params, main.outs, main.sources, recycle, main.views, main.tails,
                             arg_attrs=donors)
         lowered.dot_views = worth and not dot_views
         lowered.blas = main.ctx.module.blas_products > 0
+        lowered.merged = main.ctx.module.merged > 0
+        lowered.variant = {"dot_views": dot_views, "use_blas": use_blas, "merge": merge}
         return lowered
 
 
@@ -280,9 +291,9 @@ class _Main:
     `views` read through views), the body, and which large arguments it only reads
     elementwise or multiplies as a context.View can (`viewable`), found by watching their uses."""
 
-    def __init__(self, graph, platform, locations, pack, recycle, views=(), use_blas=False):
+    def __init__(self, graph, platform, locations, pack, recycle, views=(), use_blas=False, merge=True):
         self.ctx = ctx = LoweringContext(ModuleState(platform, hlo.Locations() if locations else None,
-                                                     use_blas=use_blas))
+                                                     use_blas=use_blas, merge=merge))
         avals = [v.aval for v in graph.invars]
         packs = _packs(avals, platform, pack)
         packed = {i for _, members in packs for i in members}

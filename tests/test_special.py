@@ -16,7 +16,7 @@ import scipy.special as sc
 from autograd import grad, make_jvp
 
 import autograd.scipy.special as sp
-from autograd_xla import jit_ps, registry, vmap
+from autograd_xla import jit_ps, registry, tiering, vmap
 from helpers import assert_close, check, check_falls_back, check_grad, check_value, dtypes_of, scalarize
 
 F64, F32 = onp.float64, onp.float32
@@ -399,3 +399,23 @@ def test_independent_calls_of_a_looping_function_are_emitted_as_one(monkeypatch)
     assert_close(batched, onp.stack([f(a, x, m)[0], f(a + 0.25, x, m)[0]]), rtol=1e-10)
     g = lambda x: onp.sum(sp.gammainc(a, x) * sp.gammainc(a + 1.0, 2.0 * x))  # noqa: E731
     assert_close(jit_ps(grad(g))(x), grad(g)(x), rtol=1e-12)
+
+
+def test_a_hot_signature_tries_its_merged_calls_apart(monkeypatch):
+    """A program with merged calls is its signature's first; once hot, the ladder tries the
+    program emitting them apart (lowering.APART; here put in use untried), whose loops each
+    run only as long as their own elements need."""
+    monkeypatch.setattr(tiering, "UPGRADE_RENT", 0.0)
+    monkeypatch.setattr(tiering, "TRIAL_CALLS", 0)
+    a, x = A[0], X[0]
+    f = jit_ps(lambda a, x: central_difference(lambda s: sp.gammainc(s, x), a))
+    first = f(a, x)
+    (entry,) = f._cache.values()
+    one = jit_ps(lambda a, x: sp.gammainc(a, x)).stablehlo(a, x).count("stablehlo.while")
+    assert entry.lowered.merged and entry.lowered.text.count("stablehlo.while") == one
+    for _ in range(3):  # each call past the rent starts the next step
+        f(a, x)
+        assert tiering.compile_thread.wait(60)
+    assert entry.ladder is None and entry.lowered.variant["merge"] is False
+    assert entry.lowered.text.count("stablehlo.while") == 4 * one
+    assert_close(f(a, x), first, rtol=1e-10)  # the emitters' last bits, over the difference's h
