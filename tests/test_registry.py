@@ -99,7 +99,8 @@ def test_numpy_random_draws_have_interceptors():
 def test_every_entry_has_one_way_of_recording_and_no_batching_yet():
     for key, entry in registry.entries().items():
         assert not (entry.lowering is not None and entry.trace is not None), key
-        assert entry.batching is None, key
+        ours = not getattr(key, "__module__", "").startswith("test_")  # other tests' user primitives have their own
+        assert entry.batching is None or not ours, key
         assert entry.prim is key
 
 
