@@ -159,11 +159,13 @@ class Backend:
         if not x.flags.c_contiguous:
             return None, 0
         address = x.ctypes.data
+        if not view and address % 64:
+            return None, 0
         key = (address, x.nbytes, aval.shape, aval.dtype)
         hit = self._aliases.get(key)
         if hit is not None and not hit[0].is_deleted():  # (deleted: donated)
             return hit
-        start, offset = _view_start(address, x.nbytes, aval) if view else (address, 0) if not address % 64 else (None, 0)
+        start, offset = _view_start(address, x.nbytes, aval) if view else (address, 0)
         if start is None:
             return None, 0
         holder = _ArrayInterface()
