@@ -32,8 +32,8 @@ from .backend import DeviceArray
 from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, ImpureFunctionError, JitError,
                      PlatformUnavailableError, ProgramTooLargeError, library_file, annotate)
 from .hlo import SUPPORTED_DTYPES as _SUPPORTED
-from .signatures import (PlainArgument, Static, aval_of, describe_change, distance, hashable, leaf_signature, short,
-                         sig_str, signature_of, suspicious)
+from .signatures import (Learned, PlainArgument, Static, aval_of, describe_change, distance, function_shape, hashable,
+                         leaf_signature, short, sig_str, signature_of, suspicious)
 
 _trace_state = tracing.state
 _FLAT_SPECS = {}
@@ -145,9 +145,10 @@ class JittedFunction(aot.Introspection):
         self._untraced = tiering.NewSignatures(cache_size)  # a tiered function's, run plainly first
         self._simple = {}  # (shape, dtype) per positional array -> entry needing no per-call work
         self._lock = threading.RLock()
-        self._auto_static = {}  # spec -> frozenset of leaf indices made static
+        shape = function_shape(fun)  # what traces learn is shared with same-shaped functions (fresh closures)
+        self._auto_static = Learned(shape, "static")  # spec -> frozenset of leaf indices made static
         self._static_seen = {}  # (spec, leaf index) -> keys of the values a float leaf was static with
-        self._parameters = set()  # (spec, leaf index) of float leaves with too many values to be static
+        self._parameters = Learned(shape, "parameters")  # spec -> float leaves with too many values to be static
         self._derivatives = {}
         self._warned = set()
         self._last_key = None
@@ -479,7 +480,7 @@ class JittedFunction(aot.Introspection):
                 dynamic = [i for i, sig in enumerate(key[1]) if i not in auto and type(sig) is not Static]
                 wanted = {dynamic[i] for i in e.static_candidates}
                 extra = wanted - auto
-                if not extra or any((spec, i) in self._parameters for i in wanted):
+                if not extra or wanted & self._parameters.get(spec, frozenset()):
                     return key, self._fallback(e)
                 if aot.explaining(self.explain):
                     names = self._leaf_names(spec)
@@ -499,14 +500,14 @@ class JittedFunction(aot.Introspection):
         """Whether float leaf i, about to be traced as the static `value`, has now had more
         than STATIC_FLOAT_VALUES values: then it is a parameter that changes every call
         (static, it would be traced every call), never to be made static again."""
-        if (spec, i) in self._parameters:
+        if i in self._parameters.get(spec, ()):
             return True
         if np.asarray(value.value).dtype.kind not in "fc":
             return False
         seen = self._static_seen.setdefault((spec, i), set())
         seen.add(value.key)
         if len(seen) > STATIC_FLOAT_VALUES:
-            self._parameters.add((spec, i))
+            self._parameters[spec] = self._parameters.get(spec, frozenset()) | {i}
             del self._static_seen[spec, i]
             return True
         return False

@@ -422,7 +422,7 @@ def _basis(like):
 
 def jacobian_reverse(fun, x):
     """autograd's `jacobian(fun)(x)` (shape: output's + x's), as one batched backward pass."""
-    _, ans = make_vjp(fun, x)  # the output's shape; the rows recompute the forward pass, once
+    ans = fun(getval(x))  # for the output's shape only: traced, never differentiated, pruned unused
     if not _real(ans):  # autograd's basis of a complex space has 1 and 1j per element
         return _autograd_jacobian(fun, x)
 

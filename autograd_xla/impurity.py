@@ -296,6 +296,11 @@ def _same(a, b):
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, (tuple, list)):
+        try:  # in C: Python's random state is 625 ints, 0.5 ms compared one by one
+            if a == b:
+                return True
+        except ValueError:  # an array inside, of many elements
+            pass
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
     if isinstance(a, np.ndarray):
         return a.shape == b.shape and bool(np.array_equal(a, b))

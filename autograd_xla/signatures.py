@@ -7,8 +7,12 @@ A call's signature is its arguments' container structure plus, per leaf, `leaf_s
 (`describe_change`, for the retrace warning and the compile log) and the argument shapes
 numpy would refuse (`suspicious`). Used by api; imports nothing of it.
 """
+import collections
+import functools
 import hashlib
 import inspect
+import threading
+import types
 
 import numpy as np
 from autograd.extend import VSpace
@@ -111,6 +115,106 @@ def _static_key(x):
     except TypeError:
         return ("identity", id(x))
     return (type(x), x)
+
+
+#: Learned.shared's entries at most (a few hundred bytes each); the oldest go first.
+LEARNED_KEPT = 1024
+_SHAPE_SCALARS = frozenset({int, float, complex, bool, str, bytes, type(None)})
+_SHAPE_BY_IDENTITY = frozenset({types.BuiltinFunctionType, np.ufunc, type, types.ModuleType})
+
+
+def function_shape(fun, depth=8, _seen=None):
+    """A hashable stand-in for what `fun` computes, for Learned: its code, and recursively the
+    functions, bound methods and partials it closes over or binds; scalars, builtins, ufuncs
+    and classes inside by value, other objects (a fitter instance, a closed-over array) by
+    type only. Two closures a library builds afresh per call (`value_and_grad(self._nll)` in
+    every fit) have the same shape. None inside for what is deeper than `depth` or seen."""
+    seen = set() if _seen is None else _seen
+    if depth < 0 or id(fun) in seen:
+        return None
+    seen.add(id(fun))
+    t = type(fun)
+    if t in _SHAPE_SCALARS:
+        return t, fun
+    if t is tuple or t is list:
+        return t, tuple(function_shape(x, depth - 1, seen) for x in fun)
+    if t is dict:
+        return t, tuple(sorted(((k, function_shape(v, depth - 1, seen)) for k, v in fun.items() if type(k) is str)))
+    if t is types.FunctionType:
+        cells = tuple(function_shape(c.cell_contents, depth - 1, seen) if _filled(c) else None
+                      for c in fun.__closure__ or ())
+        return fun.__code__, cells, function_shape(fun.__defaults__, depth - 1, seen)
+    if t is types.MethodType:
+        return t, function_shape(fun.__func__, depth - 1, seen), type(fun.__self__)
+    if t is functools.partial:
+        return t, function_shape((fun.func, fun.args, fun.keywords), depth - 1, seen)
+    if t in _SHAPE_BY_IDENTITY:  # np.sin's raw function inside autograd's wrapper: which one matters
+        return t, fun
+    inner = getattr(fun, "__wrapped__", None)  # functools.wraps, and jit_ps itself
+    if inner is not None and callable(fun):
+        return t, function_shape(inner, depth - 1, seen)
+    return ("type", t)
+
+
+def _filled(cell):
+    try:
+        cell.cell_contents
+    except ValueError:  # a cell not yet assigned
+        return False
+    return True
+
+
+class Learned:
+    """What a jitted function's traces learned per call structure (spec -> frozenset of leaf
+    indices: those found static, those found to be parameters), also kept process-wide for
+    the functions of the same `function_shape`: a fresh wrapper of a fresh closure (a
+    library's fit) starts from what the last one learned instead of tracing again to find
+    it. Measured on lifelines' WeibullFitter, whose likelihood needs its masks E and entry
+    static: each fresh value_and_grad traced three times, 30 ms, instead of once, 22 ms.
+    Only a hint: a leaf wrongly static is still computed right (by value), at worst traced
+    per value; what a function learns later overrides it."""
+
+    shared = collections.OrderedDict()  # (function shape, kind, spec) -> frozenset
+    _lock = threading.Lock()
+
+    def __init__(self, shape, kind):
+        self._own, self._shape, self._kind = {}, shape, kind
+
+    def get(self, spec, default=None):
+        found = self._own.get(spec)
+        if found is None:  # the shared table is asked once per spec (a call's key asks every call)
+            found = frozenset()
+            if self._shape is not None:
+                try:
+                    found = self.shared.get((self._shape, self._kind, spec), found)
+                except TypeError:  # an unhashable shape or spec: nothing shared
+                    self._shape = None
+            self._own[spec] = found
+        return found or default
+
+    def __contains__(self, spec):
+        return bool(self.get(spec))
+
+    def __getitem__(self, spec):
+        found = self.get(spec)
+        if found is None:
+            raise KeyError(spec)
+        return found
+
+    def __setitem__(self, spec, indices):
+        self._own[spec] = indices = frozenset(indices)
+        if self._shape is None:
+            return
+        key = (self._shape, self._kind, spec)
+        with self._lock:
+            try:
+                self.shared[key] = indices
+            except TypeError:  # an unhashable shape or spec: nothing shared
+                self._shape = None
+                return
+            self.shared.move_to_end(key)
+            while len(self.shared) > LEARNED_KEPT:
+                self.shared.popitem(last=False)
 
 
 def aval_of(x):

@@ -237,6 +237,48 @@ def test_a_fresh_function_finds_the_executable_of_the_same_program(monkeypatch):
     assert program() is None
 
 
+class Fitter:
+    """A library's model: its likelihood slices by a count, so `n` must be static."""
+
+    def __init__(self, scale):
+        self.scale = scale
+
+    def nll(self, w, n):
+        TRACE_RUNS.append(1)
+        return np.sum(np.tanh(w[:n] * self.scale) ** 2)
+
+
+TRACE_RUNS = []
+
+
+def test_a_fresh_closure_starts_with_what_the_last_one_learned():
+    """A fresh wrapper of a fresh closure of the same code (lifelines builds
+    value_and_grad(self.nll) in every fit) makes `n` static from its first trace, as the
+    previous wrapper learned: one trace instead of two; the results are still per value."""
+    from autograd_xla import signatures
+    x = rs.randn(6)
+    runs = []
+    for scale, n in [(1.5, 3), (2.5, 3), (2.5, 4)]:
+        fitter = Fitter(scale)
+        f = jit_ps(value_and_grad(fitter.nll))
+        del TRACE_RUNS[:]
+        value, g = f(x, n)
+        runs.append(len(TRACE_RUNS))
+        v0, g0 = value_and_grad(fitter.nll)(x, n)
+        assert_close(value, v0)
+        assert_close(g, g0)
+    assert runs[0] == 2 * runs[1] and runs[1] == runs[2]  # the first trace stopped at w[:n], then traced again
+
+    shape = signatures.function_shape
+    assert shape(value_and_grad(Fitter(1.0).nll)) == shape(value_and_grad(Fitter(2.0).nll))
+    assert shape(value_and_grad(Fitter(1.0).nll, 0)) != shape(value_and_grad(Fitter(1.0).nll, 1))  # argnum by value
+
+    def scaled(k, data):
+        return lambda w: np.sum(w * k * data)
+    assert shape(scaled(2, x)) == shape(scaled(2, x + 1)) != shape(scaled(3, x))  # arrays by type, numbers by value
+    assert shape(np.sin) != shape(np.cos) and shape(len) != shape(abs)
+
+
 @pytest.mark.parametrize("offset", [0, 8, 16, 48])
 def test_large_inputs_at_any_alignment(offset):
     """Large aligned arguments are read in place, others copied; both must be exact."""
