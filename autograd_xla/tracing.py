@@ -81,6 +81,8 @@ class Trace:
         self.boxed = set()  # Vars autograd has boxed: values being differentiated
         self.origins = {}   # input Var -> the enclosing trace's Tracer it stands for (captured values, and
         #                     arguments of a sub-trace equal to an enclosing value: vmap's unmapped ones)
+        self.example = None  # Var -> its value in the call being traced (outermost trace only): value_of
+        self.speculated = 0  # branches decided from `example` (speculated_bool)
         self._counter = parent._counter if parent is not None else itertools.count()
 
     def new_var(self, aval):
@@ -126,6 +128,33 @@ class Trace:
             if any(v in needed for v in eqn.outvars if v is not None):
                 needed.update(eqn.invars())
         return needed & (set(self.invars) | {inner for inner, _ in self.captured.values()})
+
+    def value_of(self, var):
+        """`var`'s value in the call being traced, computed by numpy from `example` along the
+        equations that lead to it (each prim called on values: autograd's raw functions are
+        numpy's); None where it cannot be: no example, a control-flow equation, a host draw,
+        a result of another shape than traced, an error."""
+        values = self.example
+        if values is None or var in values:
+            return None if values is None else values[var]
+        needed, chain = {var}, []
+        for eqn in reversed(self.eqns):
+            if any(v in needed for v in eqn.outvars if v is not None):
+                if not callable(eqn.prim):
+                    return None
+                chain.append(eqn)
+                needed.update(v for v in eqn.invars() if v not in values)
+        try:
+            for eqn in reversed(chain):
+                args, kwargs = map_vars((eqn.args, eqn.kwargs), values.__getitem__)
+                for v, out in zip(eqn.outvars, tree.flatten(eqn.prim(*args, **kwargs))[0]):
+                    if v is not None:
+                        if np.shape(out) != v.aval.shape:
+                            return None
+                        values[v] = out
+            return values[var]
+        except Exception:  # KeyError: an input not in the example (a host draw); or the prim refused
+            return None
 
     def to_graph(self, outs, out_tree=None):
         outvars = [self.output(x) for x in outs]
@@ -547,6 +576,82 @@ def _assign(target, result, what):
     target._var = result._var
 
 
+#: Python branches on traced floats (`if lambda_ > 0:`) decided per trace at most this many
+#: times (a `while` on one is unrolled that far); each is a guard the program checks per call.
+SPECULATED_BRANCHES = 16
+
+
+def speculated_bool(x):
+    """bool(x) of a traced value computed from float arguments: decided from the call being
+    traced (Trace.value_of), the branch taken compiled, and a guard added that x still
+    decides the same way (a call where it does not runs as plain autograd). lifelines'
+    generalized gamma model branches so on a parameter's sign. In a loop's or vmap's body,
+    x must depend only on values of the function around it (a vmap's unmapped arguments,
+    the values a body closes over): its computation is replayed there for the guard.
+    Integer, boolean and Python-number values raise instead, to be made static (one
+    program per value); so do values from random draws, and branches past
+    SPECULATED_BRANCHES."""
+    error = concretization_error(x, "bool(x), `if x:` or `while x:`")
+    outer = x._trace
+    while outer.parent is not None:
+        outer = outer.parent
+    value = None
+    if not (error.static_candidates or error.random_draws) and outer.speculated < SPECULATED_BRANCHES:
+        with _tracing_in(outer):
+            here = _replayed_outside(x, outer, {})
+            value = None if here is None else outer.value_of(here._var)
+            if value is not None:
+                taken = bool(value)  # numpy's own error for an array of several elements
+                truth = here if here.aval.dtype.kind == "b" else here != 0
+                ok = np.reshape(truth if taken else np.logical_not(truth), ())
+    if value is None:
+        raise error
+    outer.guards.append((ok, error.source, "a Python `if`, `while` or `assert` on a traced value went the other "
+                                           "way than when it was traced"))
+    outer.speculated += 1
+    return taken
+
+
+@contextlib.contextmanager
+def _tracing_in(trace):
+    """Bind into `trace` (an enclosing one) for a while."""
+    state.traces.append(trace)
+    try:
+        yield
+    finally:
+        state.traces.pop()
+
+
+def _replayed_outside(x, outer, memo):
+    """A Tracer of the outermost trace `outer` equal to `x`: x itself, the enclosing value a
+    body's input stands for (Trace.origins), or x's equations bound again in `outer` (the
+    caller makes it current); None where x depends on a body's own inputs (a mapped or
+    looped value) or on a control-flow equation."""
+    trace, var = x._trace, x._var
+    if trace is outer:
+        return x
+    found = memo.get((id(trace), var))
+    if found is not None:
+        return found
+    origin = trace.origins.get(var)
+    if origin is not None:
+        found = _replayed_outside(origin, outer, memo)
+    else:
+        eqn = next((e for e in reversed(trace.eqns) if var in e.outvars), None)
+        if eqn is None or not callable(eqn.prim):
+            return None
+        lifted = {}
+        for v in eqn.invars():
+            lifted[v] = _replayed_outside(Tracer(v, trace), outer, memo)
+            if lifted[v] is None:
+                return None
+        args, kwargs = map_vars((eqn.args, eqn.kwargs), lifted.__getitem__)
+        outs = tree.flatten(bind(eqn.prim, args, kwargs))[0]
+        found = outs[eqn.outvars.index(var)]
+    memo[id(trace), var] = found
+    return found
+
+
 def _concrete(kind, decides_shape=False, conversion=False):
     """A Tracer method that needs the data. `conversion`: one numpy's item assignment calls to
     store the value into a numpy array (float(), int(), complex(), bool())."""
@@ -682,7 +787,11 @@ class Tracer:
             raise store_error(self, hint=hint)
         raise concretization_error(self, "np.asarray(x) / np.array(x)", hint=hint)
 
-    __bool__ = _concrete("bool(x), `if x:` or `while x:`", conversion=True)
+    def __bool__(self):
+        if storing_into_array(sys._getframe(1)):
+            raise store_error(self)
+        return speculated_bool(self)
+
     __float__ = _concrete("float(x)", conversion=True)
     __int__ = _concrete("int(x)", conversion=True)
     __complex__ = _concrete("complex(x)", conversion=True)
@@ -1089,12 +1198,16 @@ def primitive_wrappers():
 
 
 # ----- tracing a whole function --------------------------------------------------------------
-def trace_function(fun, in_avals, arg_names=None, parent=None, origins=None):
+def trace_function(fun, in_avals, arg_names=None, parent=None, origins=None, example=None):
     """Trace `fun(*tracers)`; returns (Graph, out_tree). `origins`: argument index -> the
-    Tracer of an enclosing trace that argument equals (for errors: Trace.origins)."""
+    Tracer of an enclosing trace that argument equals (for errors: Trace.origins).
+    `example`: the arguments' values in the call being traced (Trace.value_of)."""
     with new_trace(parent) as trace:
         names = arg_names or [None] * len(in_avals)
         tracers = [trace.new_arg(aval, name) for aval, name in zip(in_avals, names)]
+        if example is not None and parent is None:
+            trace.example = {t._var: v if isinstance(v, (int, float, complex, np.ndarray, np.generic)) else np.asarray(v)
+                             for t, v in zip(tracers, example)}
         for k, outer in (origins or {}).items():
             trace.origins[trace.invars[k]] = parent.lift(outer)
         try:

@@ -8,7 +8,7 @@ import pytest
 
 import autograd.numpy as np
 from autograd import grad, value_and_grad
-from autograd_xla import ArgumentError, ConcretizationError, DeviceArray, backend, eval_shape, jit_ps
+from autograd_xla import ArgumentError, ConcretizationError, DeviceArray, backend, eval_shape, fori_loop, jit_ps
 from autograd_xla.aot import Compiled, Lowered
 from autograd_xla.core import Aval
 from helpers import assert_close
@@ -183,11 +183,14 @@ def test_eval_shape_values_made_static_and_x64_off(no_compiling):
 
 
 def test_eval_shape_raises_what_cannot_be_traced():
-    def branchy(x):
+    def branchy(x):  # decided from the arguments given, as a call would (tracing.speculated_bool)
         return np.sum(x) if np.sum(x) > 0 else -np.sum(x)
 
+    def loopy(x):  # a branch on a loop's carry cannot be
+        return fori_loop(0, 2, lambda i, c: c * 2.0 if np.sum(c) > 0 else c, x)
+    assert eval_shape(grad(branchy), X) == Aval(X.shape, X.dtype)
     with pytest.raises(ConcretizationError):
-        eval_shape(grad(branchy), X)
+        eval_shape(loopy, X)
 
 
 # ----- donate_argnums -------------------------------------------------------------------------

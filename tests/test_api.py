@@ -5,7 +5,7 @@ import pytest
 
 import autograd.numpy as np
 from autograd import grad, value_and_grad
-from autograd_xla import ArgumentError, CompileError, backend, blas, context, jit_ps, lowering, tiering, vmap
+from autograd_xla import ArgumentError, CompileError, backend, blas, context, jit_ps, lowering, tiering, vmap, while_loop
 import helpers
 from helpers import assert_close, run_threads
 
@@ -642,8 +642,8 @@ def _line_of(fn, text):
 
 
 def branchy(x, scale):
-    if np.sum(x) > 0:                         # Python control flow on a traced value
-        return x * scale
+    while np.sum(x) > 0:                      # Python control flow on a traced value, 50 steps
+        x = x - 0.01 * scale
     return x
 
 
@@ -663,7 +663,7 @@ def lookup(x):
 
 
 @pytest.mark.parametrize("fn, text, what", [
-    (branchy, "if np.sum(x) > 0", "bool(x), `if x:`"),
+    (branchy, "while np.sum(x) > 0", "bool(x), `if x:`"),
     (floaty, "float(np.sum(x))", "float(x)"),
     (asarrayish, "onp.asarray(x)", "np.asarray(x)"),
 ])
@@ -679,7 +679,8 @@ def test_untraceable_uses_name_the_argument_the_line_and_the_remedies(fn, text, 
     assert f'{__file__}", line {_line_of(fn, text)}' in msg
     assert "static_argnums" in msg and "cond" in msg and "fori_loop" in msg
     if fn is branchy:   # the suggested remedy works
-        assert_close(jit_ps(lambda x, s: np.where(np.sum(x) > 0, x * s, x))(*args), fn(*args))
+        assert_close(jit_ps(lambda x, s: while_loop(lambda x: np.sum(x) > 0, lambda x: x - 0.01 * s, x))(*args),
+                     fn(*args))
     with pytest.raises(ConcretizationError):        # the failure left nothing behind: it fails the same way
         f(*args)
 

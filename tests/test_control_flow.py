@@ -7,7 +7,8 @@ import numpy as onp
 import pytest
 from autograd import grad, hessian, hessian_tensor_product, make_jvp
 
-from autograd_xla import ConcretizationError, cond, fori_loop, jit_ps, scan, switch, tracing, while_loop
+from autograd_xla import (ConcretizationError, FallbackWarning, ImpureFunctionError, cond, fori_loop, jit_ps, scan, switch,
+                          tracing, while_loop)
 from autograd_xla.core import Aval
 from autograd_xla.partial_eval import PartialEval, cse
 from helpers import assert_close, check, dtypes_of, jit_strict, scalarize
@@ -755,3 +756,53 @@ def test_fixed_point_compiles_with_first_and_second_derivatives(iteration, tol):
     assert_close(grad(jit_ps(sqrt, fallback="error"))(a), grad(sqrt)(a), rtol=1e-13)
     assert_close(jit_ps(grad(grad(sqrt)), fallback="error")(a), grad(grad(sqrt))(a), rtol=1e-12)
     assert_close(jit_ps(grad(sqrts), fallback="error")(v), grad(sqrts)(v), rtol=1e-13)
+
+
+# ----- Python branches on traced floats: decided per trace, guarded per call ------------------
+def hazard(p, t):
+    """lifelines' generalized gamma model branches on a parameter's sign like this."""
+    lam = p[2]
+    if lam > 0:
+        return np.sum(np.exp(p[0] * t) * lam + p[1] ** 2)
+    return np.sum(np.log1p(t ** 2) * p[1] - lam)
+
+
+T = onp.linspace(0.1, 1.0, 5)
+POSITIVE, NEGATIVE = onp.array([0.3, 0.2, 0.5]), onp.array([0.3, 0.2, -0.5])
+
+
+@pytest.mark.parametrize("wrap", [lambda f: f, grad, hessian, lambda f: grad(lambda p, t: fori_loop(
+    0, 2, lambda i, c: c + f(p, t), 0.0))], ids=["value", "grad", "hessian", "in_a_loop_body"])
+def test_python_if_on_a_float_parameter_compiles_the_branch_taken_with_a_guard(wrap):
+    """`if lam > 0:` is decided from the call being traced (a Hessian's batched rows and a
+    loop body closing over p decide it outside their bodies); a call taking the other branch
+    runs as plain autograd once warned; a second trace is not made."""
+    fun = wrap(hazard)
+    jf = jit_ps(fun, fallback="error")
+    assert_close(jf(POSITIVE, T), fun(POSITIVE, T))
+    assert_close(jf(POSITIVE * 1.5, T), fun(POSITIVE * 1.5, T))
+    with pytest.warns(FallbackWarning, match="went the other way than when it was traced"):
+        assert_close(jf(NEGATIVE, T), fun(NEGATIVE, T))
+    info = jf.cache_info()
+    assert (info["traces"], info["compiles"], info["fallbacks"]) == (1, 1, 1)
+
+
+def test_speculation_stops_where_a_value_cannot_be_known_at_trace_time():
+    """A branch on a loop's carry, on a random draw, or past SPECULATED_BRANCHES (a Python
+    `while` unrolled) still raises the concretization error (an impure-function one for the
+    draw); under the bound a `while` compiles unrolled, guarded at each step."""
+    carry = lambda x: fori_loop(0, 3, lambda i, c: c * 2.0 if np.sum(c) > 0 else c, x)  # noqa: E731
+    drawn = lambda x: x * 2 if onp.random.randn() + np.sum(x) > 0 else x  # noqa: E731
+
+    def halve(x):
+        while np.max(np.abs(x)) > 1e-3:
+            x = x / 2
+        return x
+    for f, x in ((carry, X), (drawn, X), (halve, X * 2 ** 10)):  # the last: 20 steps
+        with pytest.raises((ConcretizationError, ImpureFunctionError)):
+            jit_strict(f)(x)
+    jf = jit_strict(halve)
+    assert_close(jf(X), halve(X))  # 10 steps, 11 guards
+    assert_close(jf(X * 1.1), halve(X * 1.1))
+    with pytest.warns(FallbackWarning):
+        assert_close(jf(X * 4), halve(X * 4))  # 12 steps

@@ -220,10 +220,10 @@ def test_float_that_decides_a_shape_but_changes_every_call_runs_plainly():
 
 
 # ----- what cannot compile runs plainly, with one warning that names the cause --------------------
-def python_if(x):
-    if np.sum(x) > 0:
-        return x * 2
-    return -x
+def python_while(x):
+    while np.sum(x) > 0:  # 75 steps: each decided per trace and guarded, up to tracing.SPECULATED_BRANCHES
+        x = x - 0.01
+    return x
 
 
 def data_dependent_shape(x):  # (x being differentiated cannot be made static)
@@ -240,7 +240,8 @@ def opaque(x):  # no translation rule, and its implementation needs data
 
 
 CAUSES = {  # label: (function, error under fallback="error", what the warning says)
-    "Python if on a traced value": (python_if, TypeError, r"(?s)`if x:`.*line \d+, in python_if.*if np.sum\(x\) > 0"),
+    "Python while on a traced value": (python_while, TypeError,
+                                       r"(?s)`if x:`.*line \d+, in python_while.*while np.sum\(x\) > 0"),
     "data-dependent shape": (data_dependent_shape, Exception, r"(?s)nonzero.*np.nonzero\(x > 0\)"),
     "concrete value": (concrete_value, TypeError, r"(?s)float\(x\).*float\(np.max\(x\)\)"),
     "primitive without a rule": (lambda x: opaque(x) + 1, NotImplementedError,
@@ -259,7 +260,7 @@ def test_each_fallback_cause_runs_as_plain_autograd(label):
 
 
 def test_fallback_differentiates_as_plain_autograd_both_ways():
-    f = lambda x: np.sum(python_if(x) ** 2)
+    f = lambda x: np.sum(python_while(x) ** 2)
     x = onp.array([0.5, -0.25, 2.0])
     with pytest.warns(FallbackWarning):
         assert_close(grad(jit_ps(f))(x), grad(f)(x))
