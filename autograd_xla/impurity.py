@@ -296,7 +296,7 @@ def _same(a, b):
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, (tuple, list)):
-        try:  # in C: Python's random state is 625 ints, 0.5 ms compared one by one
+        try:  # in C: Python's random state is 625 ints (one by one: 0.2 ms a trace)
             if a == b:
                 return True
         except ValueError:  # an array inside, of many elements
