@@ -598,7 +598,10 @@ def speculated_bool(x):
     value = None
     if not (error.static_candidates or error.random_draws) and outer.speculated < SPECULATED_BRANCHES:
         with _tracing_in(outer):
-            here = _replayed_outside(x, outer, {})
+            try:
+                here = _replayed_outside(x, outer, {})
+            except Exception:  # an equation that cannot be bound again outside its body
+                here = None
             value = None if here is None else outer.value_of(here._var)
             if value is not None:
                 taken = bool(value)  # numpy's own error for an array of several elements
