@@ -550,8 +550,9 @@ class JittedFunction(aot.Introspection):
             return self._apply(spec, full)
 
         t0 = time.perf_counter()
-        graph, out_tree, draws = self._trace(flat_fun, in_avals, [names[i] for i in dynamic], spec, leaves,
-                                             [leaves[i] for i in dynamic])
+        params = self._parameters.get(spec, ())  # too many values to be static: branches on them speculate
+        graph, out_tree, draws = self._trace(flat_fun, in_avals, [names[i] for i in dynamic], spec, leaves, [
+            leaves[i] for i in dynamic], [k for k, i in enumerate(dynamic) if i in params])
         seconds = time.perf_counter() - t0
         self.stats.traces += 1
         self.stats.trace_seconds += seconds
@@ -689,7 +690,7 @@ class JittedFunction(aot.Introspection):
         return (backend_mod.Executable.from_lowered(backend, exe, lowered, self.stats, share), time.perf_counter() - t0,
                 compiled)
 
-    def _trace(self, flat_fun, in_avals, names, spec, leaves, example):
+    def _trace(self, flat_fun, in_avals, names, spec, leaves, example, parameters):
         """Trace with numpy.random's global-state calls recorded as host draws, and with the
         random generators the function can reach watched: one that moved means draws that
         would be frozen (impurity.py). Returns (graph, out_tree, draws)."""
@@ -700,7 +701,8 @@ class JittedFunction(aot.Introspection):
 
         def trace(swapping):
             with impurity.recording() as draws, swapping:
-                return (*tracing.trace_function(flat_fun, in_avals, names, example=example), draws)
+                return (*tracing.trace_function(flat_fun, in_avals, names, example=example, parameters=parameters),
+                        draws)
         try:
             try:
                 graph, out_tree, draws = trace(stand_ins)

@@ -83,6 +83,7 @@ class Trace:
         #                     arguments of a sub-trace equal to an enclosing value: vmap's unmapped ones)
         self.example = None  # Var -> its value in the call being traced (outermost trace only): value_of
         self.speculated = 0  # branches decided from `example` (speculated_bool)
+        self.parameters = frozenset()  # input Vars never to be made static (api's parameters)
         self._counter = parent._counter if parent is not None else itertools.count()
 
     def new_var(self, aval):
@@ -953,6 +954,8 @@ def concretization_error(tracer, what, deps=None, decides_shape=False, hint=None
         names.append(f"'{name}' ({aval})")
         if getattr(name, "random_draw", False):  # a host-drawn input (impurity.py), not an argument
             draws.append(str(name))
+        elif named.invars[i] in named.parameters:  # too many values to be static: branches on it speculate
+            pass
         elif aval.weak_type or aval.dtype.kind in "biu" or decides_shape and named.invars[i] not in named.boxed:
             candidates.append(i)
     src = user_frame(2)
@@ -1201,13 +1204,16 @@ def primitive_wrappers():
 
 
 # ----- tracing a whole function --------------------------------------------------------------
-def trace_function(fun, in_avals, arg_names=None, parent=None, origins=None, example=None):
+def trace_function(fun, in_avals, arg_names=None, parent=None, origins=None, example=None,
+                   parameters=()):
     """Trace `fun(*tracers)`; returns (Graph, out_tree). `origins`: argument index -> the
     Tracer of an enclosing trace that argument equals (for errors: Trace.origins).
-    `example`: the arguments' values in the call being traced (Trace.value_of)."""
+    `example`: the arguments' values in the call being traced (Trace.value_of);
+    `parameters`: indices of arguments never to be made static (Trace.parameters)."""
     with new_trace(parent) as trace:
         names = arg_names or [None] * len(in_avals)
         tracers = [trace.new_arg(aval, name) for aval, name in zip(in_avals, names)]
+        trace.parameters = frozenset(tracers[i]._var for i in parameters)
         if example is not None and parent is None:
             trace.example = {t._var: v if isinstance(v, (int, float, complex, np.ndarray, np.generic)) else np.asarray(v)
                              for t, v in zip(tracers, example)}

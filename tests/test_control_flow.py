@@ -806,3 +806,21 @@ def test_speculation_stops_where_a_value_cannot_be_known_at_trace_time():
     assert_close(jf(X * 1.1), halve(X * 1.1))
     with pytest.warns(FallbackWarning):
         assert_close(jf(X * 4), halve(X * 4))  # 12 steps
+
+
+def test_python_float_branch_speculates_once_it_is_a_parameter():
+    """A Python float deciding a branch is static for its first STATIC_FLOAT_VALUES values
+    (one program each); then it is a parameter, and the branch is decided per trace with a
+    guard instead of the signature running plainly (autograd's test_falseyness)."""
+    from autograd_xla.api import STATIC_FLOAT_VALUES
+
+    def f(x):
+        return x * 2.0 if x > 0.5 else x ** 3
+    jf, gf = jit_strict(f), jit_strict(grad(f))
+    values = [0.9 + 0.2 * k for k in range(STATIC_FLOAT_VALUES + 3)]
+    for v in values:
+        assert_close(jf(v), f(v))
+        assert_close(gf(v), grad(f)(v))
+    assert jf.cache_info()["traces"] == STATIC_FLOAT_VALUES + 1 and jf.cache_info()["fallbacks"] == 0
+    with pytest.warns(FallbackWarning, match="went the other way"):
+        assert_close(jf(0.1), f(0.1))
