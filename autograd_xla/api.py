@@ -322,7 +322,7 @@ class JittedFunction(aot.Introspection):
 
     def _key(self, spec, leaves):
         """The cache key of these arguments (raises PlainArgument for an argument compiled code cannot take)."""
-        auto = self._auto_static.get(spec)
+        auto = self._auto_static[spec]
         sig = tuple(map(leaf_signature, leaves))
         return (spec, sig, tuple([Static(leaves[i]) for i in sorted(auto)])) if auto else (spec, sig)
 
@@ -468,7 +468,7 @@ class JittedFunction(aot.Introspection):
         holding its value; what cannot be traced becomes a plain-autograd entry (or raises,
         under fallback="error"). Returns (key, entry)."""
         while True:
-            auto = self._auto_static.get(spec, frozenset())
+            auto = self._auto_static[spec]
             statics = dict(zip(sorted(auto), key[2])) if auto else {}
             varying = {i for i, value in statics.items() if self._is_parameter(spec, i, value)}
             if varying:  # a parameter, not data: trace it (and, if the trace needs it, run plainly)
@@ -480,7 +480,7 @@ class JittedFunction(aot.Introspection):
                 dynamic = [i for i, sig in enumerate(key[1]) if i not in auto and type(sig) is not Static]
                 wanted = {dynamic[i] for i in e.static_candidates}
                 extra = wanted - auto
-                if not extra or wanted & self._parameters.get(spec, frozenset()):
+                if not extra or wanted & self._parameters[spec]:
                     return key, self._fallback(e)
                 if aot.explaining(self.explain):
                     names = self._leaf_names(spec)
@@ -500,14 +500,14 @@ class JittedFunction(aot.Introspection):
         """Whether float leaf i, about to be traced as the static `value`, has now had more
         than STATIC_FLOAT_VALUES values: then it is a parameter that changes every call
         (static, it would be traced every call), never to be made static again."""
-        if i in self._parameters.get(spec, ()):
+        if i in self._parameters[spec]:
             return True
         if np.asarray(value.value).dtype.kind not in "fc":
             return False
         seen = self._static_seen.setdefault((spec, i), set())
         seen.add(value.key)
         if len(seen) > STATIC_FLOAT_VALUES:
-            self._parameters[spec] = self._parameters.get(spec, frozenset()) | {i}
+            self._parameters[spec] = self._parameters[spec] | {i}
             del self._static_seen[spec, i]
             return True
         return False
@@ -550,9 +550,9 @@ class JittedFunction(aot.Introspection):
             return self._apply(spec, full)
 
         t0 = time.perf_counter()
-        params = self._parameters.get(spec, ())  # too many values to be static: branches on them speculate
-        graph, out_tree, draws = self._trace(flat_fun, in_avals, [names[i] for i in dynamic], spec, leaves, [
-            leaves[i] for i in dynamic], [k for k, i in enumerate(dynamic) if i in params])
+        parameters = [k for k, i in enumerate(dynamic) if i in self._parameters[spec]]  # branches on them speculate
+        graph, out_tree, draws = self._trace(flat_fun, in_avals, [names[i] for i in dynamic], spec, leaves,
+                                             [leaves[i] for i in dynamic], parameters)
         seconds = time.perf_counter() - t0
         self.stats.traces += 1
         self.stats.trace_seconds += seconds
@@ -812,7 +812,7 @@ class JittedFunction(aot.Introspection):
         """A signature for the compile log: `P: float64[3], n: static 2`."""
         names = self._leaf_names(key[0])
         parts = [f"{n}: {sig_str(s)}" for n, s in zip(names, key[1])]
-        for i, value in zip(sorted(self._auto_static.get(key[0], ())), key[2] if len(key) > 2 else ()):
+        for i, value in zip(sorted(self._auto_static[key[0]]), key[2] if len(key) > 2 else ()):
             parts[i] = f"{names[i]}: static {short(value.value)}"
         parts += [f"{name}: static {short(v)}" for name, v in self._static_items(key[0][2], key[0][3])]
         more = f", ... ({len(parts) - most} more)" if len(parts) > most else ""
@@ -834,7 +834,7 @@ class JittedFunction(aot.Introspection):
         if previous[0] != key[0]:
             return describe_change(previous, key)
         names = self._leaf_names(key[0])
-        return describe_change(previous, key, names, [names[i] for i in sorted(self._auto_static.get(key[0], ()))])
+        return describe_change(previous, key, names, [names[i] for i in sorted(self._auto_static[key[0]])])
 
     def _note_suspicious_arguments(self, error, spec, leaves):
         """A numpy error while tracing: name arguments that are None or ragged nested lists
@@ -854,7 +854,7 @@ class JittedFunction(aot.Introspection):
         if previous is None or n < RETRACE_WARN_AFTER or n % RETRACE_WARN_AFTER:
             return
         change = self._change(previous, key)
-        if key[0] in self._auto_static:
+        if self._auto_static[key[0]]:
             names = self._leaf_names(key[0])
             which = ", ".join(f"'{names[i]}'" for i in sorted(self._auto_static[key[0]]))
             advice = (f"The value of {which} is used where a concrete value is needed (a loop count such as "

@@ -207,7 +207,7 @@ def index_axes(comps, ndim):
     return axes
 
 
-_ATOMS = frozenset({int, float, complex, bool, str, type(None), np.ndarray, np.dtype})
+_ATOMS = frozenset({int, float, complex, bool, str, type(None), np.ndarray})
 
 
 def map_structure(obj, leaf_type, f):

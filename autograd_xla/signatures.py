@@ -164,45 +164,38 @@ def _filled(cell):
     return True
 
 
-class Learned:
+class Learned(dict):
     """What a jitted function's traces learned per call structure (spec -> frozenset of leaf
-    indices: those found static, those found to be parameters), also kept process-wide for
-    the functions of the same `function_shape`: a fresh wrapper of a fresh closure (a
-    library's fit) starts from what the last one learned instead of tracing again to find
-    it. Measured on lifelines' WeibullFitter, whose likelihood needs its masks E and entry
-    static: each fresh value_and_grad traced three times, 30 ms, instead of once, 22 ms.
-    Only a hint: a leaf wrongly static is still computed right (by value), at worst traced
-    per value; what a function learns later overrides it."""
+    indices: those found static, those found to be parameters; empty for a spec never seen),
+    also kept process-wide for the functions of the same `function_shape`: a fresh wrapper
+    of a fresh closure (a library's fit) starts from what the last one learned instead of
+    tracing again to find it. Measured on lifelines' WeibullFitter, whose likelihood needs
+    its masks E and entry static: each fresh value_and_grad traced three times, 30 ms,
+    instead of once, 22 ms. Only a hint: a leaf wrongly static is still computed right (by
+    value), at worst traced per value; what a function learns later overrides it. Read as
+    `learned[spec]`: a plain dict lookup once the spec is known (a call's key reads it every
+    call); the shared table is asked once per spec."""
 
     shared = collections.OrderedDict()  # (function shape, kind, spec) -> frozenset
     _lock = threading.Lock()
 
     def __init__(self, shape, kind):
-        self._own, self._shape, self._kind = {}, shape, kind
+        super().__init__()
+        self._shape, self._kind = shape, kind
 
-    def get(self, spec, default=None):
-        found = self._own.get(spec)
-        if found is None:  # the shared table is asked once per spec (a call's key asks every call)
-            found = frozenset()
-            if self._shape is not None:
-                try:
-                    found = self.shared.get((self._shape, self._kind, spec), found)
-                except TypeError:  # an unhashable shape or spec: nothing shared
-                    self._shape = None
-            self._own[spec] = found
-        return found or default
-
-    def __contains__(self, spec):
-        return bool(self.get(spec))
-
-    def __getitem__(self, spec):
-        found = self.get(spec)
-        if found is None:
-            raise KeyError(spec)
+    def __missing__(self, spec):
+        found = frozenset()
+        if self._shape is not None:
+            try:
+                found = self.shared.get((self._shape, self._kind, spec), found)
+            except TypeError:  # an unhashable shape or spec: nothing shared
+                self._shape = None
+        dict.__setitem__(self, spec, found)
         return found
 
     def __setitem__(self, spec, indices):
-        self._own[spec] = indices = frozenset(indices)
+        indices = frozenset(indices)
+        dict.__setitem__(self, spec, indices)
         if self._shape is None:
             return
         key = (self._shape, self._kind, spec)
