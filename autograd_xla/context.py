@@ -210,7 +210,7 @@ def _dot(ctx, a, a_dim, w, w_dim, first):
 
 #: The call_target_name attribute of a BLAS product -> the kind of use it makes of its
 #: matrix (Uses.ops): one that reads an argument's view where it is (lowering.FUSED_USES).
-_BLAS_USES = {hlo.string(t): t for t in (blas.ROWS, blas.COLUMNS)}
+_BLAS_USES = {hlo.string(t): t for t in (blas.ROWS, blas.COLUMNS, blas.GEMM)}
 
 
 class LoweringContext(hlo.Builder):
@@ -248,6 +248,8 @@ class LoweringContext(hlo.Builder):
         y, rc, rb = self.fold_transpose(y, rc, rb)
         if self.module.blas and not lb:
             product = self._gemv(x, lc, y, rc, dtype)
+            if product is None:
+                product = self._gemm(x, lc, y, rc, dtype)
             if product is not None:
                 return product
         return self._dot_general(x, y, (lc, rc), (lb, rb), dtype)
@@ -255,20 +257,50 @@ class LoweringContext(hlo.Builder):
     def _gemv(self, x, lc, y, rc, dtype):
         """dot_general(x, y) as BLAS's matrix-vector product, when it is one blas.applies to:
         blas.ROWS contracts the matrix's columns, blas.COLUMNS its rows; an argument read
-        through a view (ModuleState.in_place) is passed as its memory and offset there."""
-        for matrix, dims, vector in ((x, lc, y), (y, rc, x)):
+        through a view (ModuleState.in_place) is passed as its memory and offset there. A
+        column or row (n x 1, 1 x n) counts as a vector: autograd's matmul gradient multiplies
+        by one (logistic regression's X.T @ g is X contracted with a 5000 x 1 matrix)."""
+        for matrix, dims, other, other_dims, first in ((x, lc, y, rc, True), (y, rc, x, lc, False)):
             real = hlo.canonical_dtype(matrix.dtype)
-            if (len(dims) != 1 or matrix.dtype != vector.dtype or (dtype is not None and np.dtype(dtype) != real)
-                    or not blas.applies(matrix.shape, vector.shape, dims[0], real)):
+            column = other.ndim == 2 and len(other_dims) == 1 and other.shape[1 - other_dims[0]] == 1
+            length = (other.shape[other_dims[0]],) if column else other.shape
+            if (len(dims) != 1 or matrix.dtype != other.dtype or (dtype is not None and np.dtype(dtype) != real)
+                    or not blas.applies(matrix.shape, length, dims[0], real)):
                 continue
             if matrix.name in self.module.views:  # a View multiplies it where it is (a dot_views program)
                 continue
+            vector = self.reshape(other, length) if column else other
             place = self.module.in_place.get(matrix.name)
             operands = [matrix, vector] if place is None else [*place, vector]
             target, free = (blas.ROWS, 0) if dims[0] == 1 else (blas.COLUMNS, 1)
             self.module.blas_products += 1
-            return self.custom_call(target, operands, [((matrix.shape[free],), vector.dtype)])[0]
+            product = self.custom_call(target, operands, [((matrix.shape[free],), vector.dtype)])[0]
+            if column:  # the dot's own shape: the matrix's free dimension where its operand was
+                product = self.reshape(product, (matrix.shape[free], 1) if first else (1, matrix.shape[free]))
+            return product
         return None
+
+    def _gemm(self, x, lc, y, rc, dtype):
+        """dot_general(x, y) of two matrices as BLAS's product (blas.GEMM), when blas.multiplies:
+        each read where it is stored, transposed or not, an argument read through a view as
+        its memory and offset there (as _gemv's)."""
+        real = hlo.canonical_dtype(x.dtype)
+        if (x.ndim != 2 or y.ndim != 2 or len(lc) != 1 or x.dtype != y.dtype
+                or (dtype is not None and np.dtype(dtype) != real) or x.name in self.module.views
+                or y.name in self.module.views):
+            return None
+        (ka,), (kb,) = lc, rc
+        m, k, n = x.shape[1 - ka], x.shape[ka], y.shape[1 - kb]
+        if not blas.multiplies(m, k, n, real):
+            return None
+        flags, operands = (blas.TRANSPOSED_A if ka == 0 else 0) | (blas.TRANSPOSED_B if kb == 1 else 0), []
+        for v, offset in ((x, blas.OFFSET_A), (y, blas.OFFSET_B)):
+            place = self.module.in_place.get(v.name)
+            operands += [v] if place is None else list(place)
+            flags |= 0 if place is None else offset
+        layout = self.constant(np.array([m, k, n, flags], np.int32))
+        self.module.blas_products += 1
+        return self.custom_call(blas.GEMM, [layout, *operands], [((m, n), x.dtype)])[0]
 
     def _dot_general(self, x, y, contracting, batching, dtype):
         (lc, rc), (lb, rb) = contracting, batching

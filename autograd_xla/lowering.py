@@ -291,7 +291,7 @@ def lower(graph, name="jit_fn", platform="cpu", x64=True, pack=True, donate=(), 
 #: matrix's dot reads the view where it is (context.View).
 FUSED_USES = frozenset({f"stablehlo.{n}" for n in hlo.UNARY_OPS | hlo.BINARY_OPS
                         | {"compare", "select", "convert", "clamp", "real", "imag", "complex"}}
-                       | {f"chlo.{n}" for n in hlo.CHLO_OPS - {"top_k"}} | {blas.ROWS, blas.COLUMNS})
+                       | {f"chlo.{n}" for n in hlo.CHLO_OPS - {"top_k"}} | {blas.ROWS, blas.COLUMNS, blas.GEMM})
 
 
 #: A matrix argument is viewed for the dots a context.View does when its rows have this many

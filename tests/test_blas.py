@@ -31,6 +31,11 @@ def targets(f, *args):
     return text.count(blas.ROWS), text.count(blas.COLUMNS)
 
 
+def gemms(f, *args):
+    """The BLAS matrix products (blas.GEMM) in f's program for `args`."""
+    return f.stablehlo(*args).count(blas.GEMM)
+
+
 #: (label, function of (A, x, g), BLAS products (ROWS, COLUMNS)); A is M x N, x has N
 #: elements, g M: each form numpy code writes a matrix-vector product in
 FORMS = [
@@ -44,6 +49,10 @@ FORMS = [
     ("tensordot", lambda A, x, g: np.tensordot(A, x, 1), (1, 0)),
     ("einsum", lambda A, x, g: np.einsum("ij,j->i", A, x), (1, 0)),
     ("quadratic", lambda A, x, g: g @ (A @ x), (1, 0)),
+    ("column", lambda A, x, g: A @ x[:, None], (1, 0)),   # a column or row is a vector too
+    ("row_first", lambda A, x, g: g[None, :] @ A, (0, 1)),
+    ("transposed_column", lambda A, x, g: A.T @ np.reshape(g, (M, 1)), (0, 1)),
+    ("row_first_transposed", lambda A, x, g: x[None] @ A.T, (1, 0)),
     ("both_ways_and_elementwise", lambda A, x, g: np.tanh(A) @ x + A @ (g @ A) * 2.0 + np.sum(A * A), (2, 1)),
 ]
 DTYPES = [onp.float64, onp.float32]
@@ -84,10 +93,22 @@ def test_a_large_argument_is_multiplied_where_it_is(dtype, offset, monkeypatch):
     assert_close(f(onp.ascontiguousarray(X), w, r), form(X, w, r))    # another address, same program
     Xt = onp.asfortranarray(X)                          # not C-contiguous: copied, to offset 0
     assert_close(f(Xt, w, r), form(Xt, w, r))
+    if dtype != onp.float64:  # autograd's float32 mean has a float64 gradient (benchmarks/README)
+        return
+    vg = jit_ps(value_and_grad(logistic_loss_matmul))  # X @ w and its gradient's X.T @ column
+    y = (rs.rand(shape[0]) > 0.5).astype(dtype)
+    assert "%view0" in vg.stablehlo(w, X, y) and targets(vg, w, X, y) == (1, 1)
+    for got, want in zip(vg(w, X, y), value_and_grad(logistic_loss_matmul)(w, X, y)):
+        assert_close(got, want)
 
 
 def logistic_loss(w, X, y):
     z = np.dot(X, w)
+    return np.mean(np.logaddexp(0, z) - y * z)
+
+
+def logistic_loss_matmul(w, X, y):  # autograd's matmul gradient multiplies X by a column
+    z = X @ w
     return np.mean(np.logaddexp(0, z) - y * z)
 
 
@@ -96,10 +117,11 @@ def test_derivatives_through_blas_are_autograds():
     quadratic's gradient and Hessian-vector product, and a second derivative."""
     X, w = placed((M, N), offset=16), rs.randn(N)
     y = (rs.rand(M) > 0.5) * 1.0
-    vg = jit_ps(value_and_grad(logistic_loss))
-    assert targets(vg, w, X, y) == (1, 1)
-    for got, want in zip(vg(w, X, y), value_and_grad(logistic_loss)(w, X, y)):
-        assert_close(got, want)
+    for loss in (logistic_loss, logistic_loss_matmul):
+        vg = jit_ps(value_and_grad(loss))
+        assert targets(vg, w, X, y) == (1, 1), loss.__name__
+        for got, want in zip(vg(w, X, y), value_and_grad(loss)(w, X, y)):
+            assert_close(got, want, path=loss.__name__)
     B = rs.randn(2 * N, 2 * N)                          # 2N x 2N: above MIN_ELEMENTS here
     A, b, v = B @ B.T / N + onp.eye(2 * N), rs.randn(2 * N), rs.randn(2 * N)
 
@@ -110,6 +132,81 @@ def test_derivatives_through_blas_are_autograds():
         jf = jit_ps(f)
         assert sum(targets(jf, *args)) >= 2
         assert_close(jf(*args), f(*args))
+
+
+#: (label, function of (A, B) with A M x N and B N x M, BLAS matrix products): each form
+#: numpy code writes a matrix product in, each transpose XLA folds into BLAS's call
+MATRIX_FORMS = [
+    ("matmul", lambda A, B: A @ B, 1),
+    ("dot", lambda A, B: np.dot(A, B), 1),
+    ("left_transposed", lambda A, B: A.T @ B.T, 1),
+    ("right_transposed", lambda A, B: A @ (A * B.T).T, 1),
+    ("both_transposed", lambda A, B: np.transpose(B) @ A.T, 1),
+    ("einsum", lambda A, B: np.einsum("ij,jk->ik", A, B), 1),
+    ("tensordot", lambda A, B: np.tensordot(A, B, 1), 1),
+    ("chain_and_elementwise", lambda A, B: np.tanh(A @ B) @ A + 1.0, 2),
+]
+
+
+@pytest.fixture
+def small_products(monkeypatch):
+    monkeypatch.setattr(blas, "GEMM_MIN_PRODUCT", M * N * N)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.__name__)
+@pytest.mark.parametrize("label,form,products", MATRIX_FORMS, ids=[f[0] for f in MATRIX_FORMS])
+def test_every_form_of_the_matrix_product_is_numpys(label, form, products, dtype, small_products):
+    A, B = placed((M, N), dtype, 16), placed((N, M), dtype, 48)
+    f = jit_ps(form)
+    assert gemms(f, A, B) == products, label
+    assert_close(f(A, B), form(A, B), path=label)
+    closed = jit_ps(lambda B: form(A, B))
+    assert gemms(closed, B) == products, label
+    assert_close(closed(B), form(A, B), path=label)
+
+
+@pytest.mark.parametrize("offsets", [(0, 0), (16, 48), (8, 24), (56, 0)])
+def test_large_matrices_are_multiplied_where_they_are(offsets, monkeypatch):
+    """Two misaligned large matrix arguments that only BLAS's products and elementwise ops
+    read (SeLU's layer, its gradient) are read in place, at any offsets; changes are seen."""
+    x, W, b = placed((256, 512), offset=offsets[0]), placed((512, 256), offset=offsets[1]), rs.randn(256)
+
+    def layer(W, b, x):
+        z = x @ W + b
+        return 1.05 * np.where(z > 0, z, 1.67 * (np.exp(z) - 1.0))
+    f = jit_ps(layer)
+    text = f.stablehlo(W, b, x)
+    assert text.count("%view") >= 2 and "%tail" not in text and gemms(f, W, b, x) == 1
+    for k in range(2):
+        W[k] -= 0.5
+        x[-1 - k] += 0.25
+        assert_close(f(W, b, x), layer(W, b, x))
+    g = jit_ps(grad(lambda W, b, x: np.sum(layer(W, b, x)), argnum=(0, 1, 2)))  # x.T @ d, d @ W.T
+    assert gemms(g, W, b, x) == 3
+    assert_close(g(W, b, x), grad(lambda W, b, x: np.sum(layer(W, b, x)), argnum=(0, 1, 2))(W, b, x))
+
+
+def mlp_loss(params, x, y):
+    for W, b in params[:-1]:
+        x = np.tanh(x @ W + b)
+    W, b = params[-1]
+    logits = x @ W + b
+    return -np.mean(np.sum((logits - np.log(np.sum(np.exp(logits), axis=1, keepdims=True))) * y, axis=1))
+
+
+def test_derivatives_through_matrix_products_are_autograds(small_products):
+    """An MLP's gradient (products transposed both ways) and a Hessian-vector product."""
+    sizes = (N, 2 * N, M, 10)
+    params = [(rs.randn(m, n) / m, rs.randn(n)) for m, n in zip(sizes[:-1], sizes[1:])]
+    x, y = rs.randn(64, N), onp.eye(10)[rs.randint(0, 10, 64)]
+    g = jit_ps(grad(mlp_loss))
+    assert gemms(g, params, x, y) >= 5
+    assert_close(g(params, x, y), grad(mlp_loss)(params, x, y))
+    A = rs.randn(M, M)
+    hvp = jit_ps(hessian_vector_product(lambda X: np.sum(np.tanh(X @ A) ** 2)))
+    X, V = rs.randn(M, M), rs.randn(M, M)
+    assert gemms(hvp, X, V) >= 2
+    assert_close(hvp(X, V), hessian_vector_product(lambda X: np.sum(np.tanh(X @ A) ** 2))(X, V))
 
 
 def test_in_a_loop_and_under_vmap():
@@ -148,6 +245,16 @@ def test_a_later_program_leaves_the_products_to_xla(monkeypatch):
     assert entry.ladder is None and f.cache_info()["upgrades"] == 2 and not entry.lowered.blas
     assert targets(f, A, x, g) == (0, 0)
     assert_close(f(A, x, g), form(A, x, g))
+    monkeypatch.setattr(blas, "GEMM_MIN_PRODUCT", 1)           # a matrix product, the same way
+    B = placed((N, M), offset=8)
+    f = jit_ps(lambda A, B: np.tanh(A @ B))
+    assert gemms(f, A, B) == 1
+    for _ in range(3):
+        assert_close(f(A, B), onp.tanh(A @ B))
+        assert tiering.compile_thread.wait(60)
+    (entry,) = f._cache.values()
+    assert entry.ladder is None and not entry.lowered.blas and gemms(f, A, B) == 0
+    assert_close(f(A, B), onp.tanh(A @ B))
 
 
 def test_non_finite_values_reach_what_numpys_reach():
@@ -177,22 +284,23 @@ def test_threads_multiply_at_once():
     assert not errors
 
 
-def test_what_stays_xlas():
-    """Below MIN_ELEMENTS, matrix products, complex and integer operands, batched dots, and
-    with MIN_ELEMENTS None: XLA's dot_general."""
+def test_what_stays_xlas(monkeypatch):
+    """Below MIN_ELEMENTS and GEMM_MIN_PRODUCT, complex and integer operands, batched dots,
+    and with MIN_ELEMENTS and GEMM_MIN_PRODUCT None: XLA's dot_general."""
     A, x, g = operands(onp.float64)
     cases = [(lambda A, x: A[:4, :4] @ x[:4], (A, x)),                  # too small
-             (lambda A, x: A @ A.T, (A, x)),                            # a matrix product
+             (lambda A, x: A @ A.T, (A, x)),                            # a small matrix product
              (lambda A, x: (A * 1j) @ x, (A, x)),                       # complex
              (lambda A, x: A.astype(int) @ x.astype(int), (A, x)),      # integers
              (lambda A, x: np.matmul(A[None], x[None, :, None]), (A, x))]  # batched
     for f, args in cases:
         jf = jit_ps(f)
-        assert targets(jf, *args) == (0, 0)
+        assert targets(jf, *args) == (0, 0) and gemms(jf, *args) == 0
         assert_close(jf(*args), f(*args))
-    blas.MIN_ELEMENTS = None
-    jf = jit_ps(lambda A, x: A @ x)
-    assert targets(jf, A, x) == (0, 0) and "dot_general" in jf.stablehlo(A, x)
+    monkeypatch.setattr(blas, "MIN_ELEMENTS", None)
+    monkeypatch.setattr(blas, "GEMM_MIN_PRODUCT", None)
+    jf = jit_ps(lambda A, x: (A @ x, A @ rs.randn(N, 1000)))
+    assert targets(jf, A, x) == (0, 0) and gemms(jf, A, x) == 0 and "dot_general" in jf.stablehlo(A, x)
 
 
 def test_off_the_cpu_xlas_dot_is_emitted():
@@ -215,6 +323,35 @@ def test_the_handler_refuses_operands_it_was_not_made_for():
     exe = backend.Executable(cpu, program, [((4, 3), onp.int32), ((3,), onp.int32)], [((4,), onp.int32)], [], text)
     with pytest.raises(Exception, match="float32 or float64"):
         exe([onp.ones((4, 3), onp.int32), onp.ones(3, onp.int32)])
+
+
+@pytest.mark.parametrize("layout,operands,message", [
+    ([4, 3, 2, 0], "%l, %a, %b", None),                       # right: A @ B
+    ([4, 3, 2, 0], "%l, %a", "got 2 operands"),               # B missing
+    ([4, 3, 5, 0], "%l, %a, %b", "does not fit"),             # n is not the result's
+    ([4, 3, 2, blas.OFFSET_A], "%l, %a, %b", "does not fit"),  # an offset announced, not passed
+])
+def test_the_matrix_handler_checks_its_layout(layout, operands, message):
+    """GEMM's handler computes op(A) @ op(B) as its layout says, and refuses a layout that does
+    not fit its operands with XLA's error."""
+    cpu = backend.get_backend("cpu")
+    types = {"%l": "tensor<4xi32>", "%a": "tensor<4x3xf64>", "%b": "tensor<3x2xf64>"}
+    text = f"""module @m {{
+  func.func public @main(%a: tensor<4x3xf64>, %b: tensor<3x2xf64>) -> tensor<4x2xf64> {{
+    %l = stablehlo.constant dense<{layout}> : tensor<4xi32>
+    %r = stablehlo.custom_call @{blas.GEMM}({operands}) {{api_version = 4 : i32}} : ({", ".join(types[o] for o in operands.split(", "))}) -> tensor<4x2xf64>
+    return %r : tensor<4x2xf64>
+  }}
+}}"""
+    program, _ = cpu.compile(text)
+    exe = backend.Executable(cpu, program, [((4, 3), onp.float64), ((3, 2), onp.float64)], [((4, 2), onp.float64)], [],
+                             text)
+    a, b = rs.randn(4, 3), rs.randn(3, 2)
+    if message is None:
+        assert_close(exe([a, b])[0], a @ b)
+    else:
+        with pytest.raises(Exception, match=message):
+            exe([a, b])
 
 
 def test_an_error_inside_the_product_is_raised_not_ignored(monkeypatch):
