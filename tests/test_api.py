@@ -750,3 +750,22 @@ def test_small_arguments_travel_as_one_buffer_per_dtype():
     assert_close(jit_ps(lambda a, b: a * b)(d, params[0][1]), params[0][1] ** 2)
     f32 = jit_ps(lambda a, b, k: a * b + k, x64=False)(params[0][1], params[0][1], 2)
     assert f32.dtype == onp.float32 and onp.allclose(f32, params[0][1] ** 2 + 2, rtol=1e-6)
+
+
+def test_arguments_nothing_reads_are_not_passed():
+    """A large misaligned argument, small ones that would be packed, and one read only by
+    dead code: none is a parameter, none is moved; the results are autograd's, also of a
+    gradient that reads only a row of a large argument."""
+    def f(big, a, b, c, used):
+        dead = np.sum(np.exp(b))  # noqa: F841 (traced, pruned)
+        return np.tanh(used) * 2.0
+    big, used = helpers.placed((512, 512), offset=16), rs.randn(3)
+    args = (big, rs.randn(3), rs.randn(3), 1.5, used)
+    jf = jit_ps(f)
+    assert_close(jf(*args), f(*args))
+    text = jf.stablehlo(*args)
+    main = text[text.index("@main("):text.index(") -> (")]
+    assert main.count("%arg") == 1 and "tensor<3xf64>" in main and "512" not in main
+    assert jf.cache_info()["host_to_device"] == 1
+    g = jit_ps(grad(lambda big, used: np.sum(np.tanh(used)) + 0.0 * np.sum(big[0]), argnum=1))
+    assert_close(g(big, used), 1.0 - onp.tanh(used) ** 2)
