@@ -1,4 +1,5 @@
-"""Matrix-vector products on the CPU by the BLAS numpy runs them with, as XLA FFI custom calls.
+"""Matrix-vector and matrix products on the CPU by the BLAS numpy runs them with, as XLA FFI
+custom calls (ROWS, COLUMNS; GEMM, whose note gives its measurements).
 
 XLA:CPU multiplies a matrix by a vector on one thread; numpy's OpenBLAS uses every core.
 Measured on this 2-core machine (µs, float64, a 1000x1000 matrix the function closes over,
@@ -22,7 +23,7 @@ cannot deadlock on it; np.dot releases it while BLAS runs. The handler costs abo
 call (a 10x10 matrix: 10.8-12.0 against 6.4 µs).
 
 A matrix argument only these products and elementwise ops read is read where numpy keeps
-it: lowering passes the memory from the 64-byte boundary below it (a view,
+it (a matrix product's two operands alike): lowering passes the memory from the 64-byte boundary below it (a view,
 lowering.LARGE_ARRAY_BYTES) and its offset there as a middle operand, and BLAS, which needs
 no alignment, starts at the offset: no copy, no correction (lowering.FUSED_USES).
 
