@@ -21,6 +21,7 @@ function, reports each trace and compile with its reason and its seconds on the 
 "autograd_xla", at WARNING level so that Python's default logging configuration shows it
 (as jax's jax_log_compiles does).
 """
+import collections
 import functools
 import logging
 import os
@@ -31,7 +32,7 @@ from autograd.tracer import box_types
 
 from . import hlo, lowering, tree
 from .core import Aval, Graph, Var, prim_name
-from .errors import ArgumentError, CompileError, UnsupportedPrimitiveError
+from .errors import ArgumentError, CompileError, ProgramTooLargeError, UnsupportedPrimitiveError
 from .signatures import PlainArgument
 
 #: The logger compile reports go to.
@@ -187,7 +188,7 @@ class Entry:
     (`stage`), each when asked for."""
 
     __slots__ = ("executable", "out_tree", "graph", "lowered", "fallback_cause", "guards", "draws", "static_leaves",
-                 "impure", "stage", "donated", "dynamic", "background", "fastpath", "ladder", "options")
+                 "impure", "stage", "donated", "dynamic", "background", "fastpath", "ladder", "options", "variant")
 
     def __init__(self, out_tree, graph, draws=(), static_leaves=(), impure=False, dynamic=()):
         self.out_tree, self.graph = out_tree, graph
@@ -204,6 +205,7 @@ class Entry:
         self.fastpath = None                        # C++'s (dispatch.fastpath) once asked for; False: none
         self.ladder = None                          # the faster programs it may move to (tiering.Ladder)
         self.options = None                         # the CompileOptions its executable was compiled with
+        self.variant = None                         # the next program of a guarded signature (api); False: none
 
     @property
     def python_fallback(self):
@@ -281,3 +283,23 @@ class Introspection:
     def _eval_shape(self, args, kwargs):
         _, entry = self._entry_for(args, kwargs, TRACED)
         return output_shapes(entry.graph, entry.out_tree, self._x64(self._backend()))
+
+
+def check_size(graph, lowered, max_program):
+    """Programs beyond `max_program` (calls, bytes: jit_ps's bound) are not given to XLA (its
+    compile could take the machine)."""
+    max_eqns, max_bytes = max_program
+    n, size = len(graph.eqns), len(lowered.text)
+    if n > max_eqns or size > max_bytes:
+        raise ProgramTooLargeError(
+            f"the traced program is too large to compile: {n:,} primitive calls (bound {max_eqns:,}) and "
+            f"{size / 2**20:.1f} MiB of StableHLO (bound {max_bytes / 2**20:.0f} MiB), mostly from "
+            f"{busiest_lines(graph)}. A Python loop over traced values is unrolled at trace time: written "
+            "with autograd_xla.scan or fori_loop its body is compiled once. jit_ps(f, max_program=(calls, "
+            "bytes)) moves the bound.")
+
+
+def busiest_lines(graph):
+    """The three user's lines that made the most of a graph's primitive calls, with their counts."""
+    lines = collections.Counter((e.source.filename, e.source.lineno) for e in graph.eqns if e.source)
+    return "; ".join(f"{c:,} from {f}:{ln}" for (f, ln), c in lines.most_common(3))

@@ -30,10 +30,10 @@ from . import compositions, impurity, lowering, rules, tiering, tracing, tree  #
 from .aot import COMPILED, LOWERED, TRACED, Entry
 from .backend import DeviceArray
 from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, ImpureFunctionError, JitError,
-                     PlatformUnavailableError, ProgramTooLargeError, library_file, annotate)
+                     PlatformUnavailableError, library_file, annotate)
 from .hlo import SUPPORTED_DTYPES as _SUPPORTED
 from .signatures import (Learned, PlainArgument, Static, aval_of, describe_change, distance, function_shape, hashable,
-                         leaf_signature, short, sig_str, signature_of, suspicious)
+                         leaf_signature, retrace_advice, short, sig_str, signature_of, suspicious)
 
 _trace_state = tracing.state
 _FLAT_SPECS = {}
@@ -57,6 +57,10 @@ LARGE_PROGRAM_WARN_BYTES = 4 << 20
 #: A float argument whose value a trace needs (`x[x > 0]`, `if t > 0.5`) is traced as a static
 #: value, unless it has had more than this many values: then it is a parameter, not data.
 STATIC_FLOAT_VALUES = 4
+#: A signature whose program's guards (a Python branch decided for the traced call's values)
+#: refuse a call gets another program, traced for that call, up to this many in all; a call
+#: none of them takes runs as plain autograd.
+GUARDED_PROGRAMS = 4
 #: Programs above either bound run as plain autograd instead (jit_ps's `max_program`):
 #: primitive calls, and bytes of StableHLO text (a rule that inlines loops emits much per call).
 MAX_PROGRAM = (40000, 32 << 20)
@@ -395,8 +399,8 @@ class JittedFunction(aot.Introspection):
         if self._fast is not None:
             self._fast._clear_cache()
 
-    def _execute(self, entry, spec, leaves):
-        """Run a compiled entry on these leaves (of its signature)."""
+    def _execute(self, entry, spec, leaves, tried=1):
+        """Run a compiled entry on these leaves (of its signature), the `tried`-th of its guarded programs."""
         args = leaves
         if entry.donated and getattr(_keeping, "on", False):  # a host copy is donated instead
             args = [np.asarray(x) if i in entry.donated and type(x) is DeviceArray else x for i, x in enumerate(args)]
@@ -412,22 +416,49 @@ class JittedFunction(aot.Introspection):
         if entry.guards:
             ok = outs[-len(entry.guards):]
             if not all(ok):
-                return self._guard_failed(entry, spec, leaves, ok, state)
+                return self._guard_failed(entry, spec, leaves, ok, state, tried)
             outs = outs[:-len(entry.guards)]
         return outs[0] if entry.out_tree is tree.LEAF else tree.unflatten(entry.out_tree, outs)
 
-    def _guard_failed(self, entry, spec, leaves, ok, rng_state):
+    def _guard_failed(self, entry, spec, leaves, ok, rng_state, tried):
         """A condition the compiled program assumes (tracing.add_guard) is false for these
-        data: this call runs as plain autograd (with numpy's random state as it was before)."""
-        source, why = next(guard for guard, good in zip(entry.guards, ok) if not good)
+        data: the signature's next program (`entry.variant`, traced when a decided branch first
+        needs it, core.Graph.guards) runs them, up to GUARDED_PROGRAMS; past that, or where none
+        can be made, this call runs as plain autograd. Either way with numpy's random state as
+        it was before."""
+        if rng_state is not None:
+            impurity.set_global_state(rng_state)
+        source, why, decided = next(guard for guard, good in zip(entry.guards, ok) if not good)
+        if entry.variant is None and decided and tried < GUARDED_PROGRAMS:
+            entry.variant = self._variant(spec, leaves)
+        if entry.variant:
+            return self._execute(entry.variant, spec, leaves, tried + 1)
         key = ("guard", str(source), why)
         if key not in self._warned:
             self._warned.add(key)
             _warn(f"{self!r}: {why} at\n{source}\nso this call ran as plain autograd.", FallbackWarning)
         self.stats.fallbacks += 1
-        if rng_state is not None:
-            impurity.set_global_state(rng_state)
         return self._apply(spec, leaves)
+
+    def _variant(self, spec, leaves):
+        """Another compiled program of a guarded signature, traced for these leaves (its own
+        guards hold for them), or False where it cannot be made. It keeps its first program
+        (no ladder: it is not in the cache)."""
+        key = self._key(spec, leaves)
+        try:
+            variant = self._trace_entry(key, spec, leaves, self._auto_static[spec])
+            self._lower(variant)
+            self._compile_lowered(variant)
+        except PlatformUnavailableError:
+            raise
+        except Exception as e:
+            if aot.explaining(self.explain):
+                aot.report(f"{self!r}: no other program for {self._signature_text(key)}: {type(e).__name__}: {e}")
+            return False
+        variant.ladder = None
+        if aot.explaining(self.explain):
+            aot.report(f"{self!r}: a guard refused a call, so {self._signature_text(key)} has another program")
+        return variant
 
     def _apply(self, spec, leaves, boxing=None):
         """Call the user's function with the original arguments rebuilt from `leaves`
@@ -605,7 +636,7 @@ class JittedFunction(aot.Introspection):
         graph = entry.graph
         donate = [k for k, i in enumerate(entry.dynamic) if i in entry.donated]
         lowered = self._lowering(entry, donate)
-        self._check_size(graph, lowered)
+        aot.check_size(graph, lowered, self.max_program)
         self._warn_if_large(graph, len(lowered.text))
         # what was donated: packed arguments are not (their buffer is one made for the call anyway)
         entry.donated = frozenset(entry.dynamic[k] for k in lowered.sources if type(k) is int and k in donate)
@@ -741,22 +772,10 @@ class JittedFunction(aot.Introspection):
             return
         self._warned.add("large_program")
         text = f" and {size / 2**20:.1f} MiB of StableHLO" if size > LARGE_PROGRAM_WARN_BYTES else ""
-        _warn(f"{self!r} traced to a program of {n:,} primitive calls{text} ({_busiest_lines(graph)}). XLA's "
+        _warn(f"{self!r} traced to a program of {n:,} primitive calls{text} ({aot.busiest_lines(graph)}). XLA's "
               "compile time and memory grow with program size: minutes and gigabytes at this scale. A Python loop "
               "over traced values is unrolled at trace time; written with autograd_xla.scan or fori_loop its body "
               "is compiled once.")
-
-    def _check_size(self, graph, lowered):
-        """Programs beyond `max_program` are not given to XLA (its compile could take the machine)."""
-        max_eqns, max_bytes = self.max_program
-        n, size = len(graph.eqns), len(lowered.text)
-        if n > max_eqns or size > max_bytes:
-            raise ProgramTooLargeError(
-                f"the traced program is too large to compile: {n:,} primitive calls (bound {max_eqns:,}) and "
-                f"{size / 2**20:.1f} MiB of StableHLO (bound {max_bytes / 2**20:.0f} MiB), mostly from "
-                f"{_busiest_lines(graph)}. A Python loop over traced values is unrolled at trace time: written "
-                "with autograd_xla.scan or fori_loop its body is compiled once. jit_ps(f, max_program=(calls, "
-                "bytes)) moves the bound.")
 
     def _backend(self):
         if self._platform is None:
@@ -854,21 +873,8 @@ class JittedFunction(aot.Introspection):
         if previous is None or n < RETRACE_WARN_AFTER or n % RETRACE_WARN_AFTER:
             return
         change = self._change(previous, key)
-        if self._auto_static[key[0]]:
-            names = self._leaf_names(key[0])
-            which = ", ".join(f"'{names[i]}'" for i in sorted(self._auto_static[key[0]]))
-            advice = (f"The value of {which} is used where a concrete value is needed (a loop count such as "
-                      "range(n), a size, an axis, a slice bound, a mask), so each distinct value costs a trace and "
-                      f"a compile (so far {n} traces, {self.stats.compiles} compiles: a compile is skipped only when "
-                      "the program comes out identical, as when the value merely selects data); static_argnums "
-                      "would not change that. To compile once for all values: write a loop over range(n) as "
-                      "autograd_xla.fori_loop(0, n, body, init) or while_loop, whose bound then stays traced "
-                      "(forward-mode differentiable only), or as a scan over a fixed maximum length with the steps "
-                      "past n masked (both modes); compute with the value as data (np.where instead of a mask, "
-                      "slices of fixed length with a traced start); or pass the arrays it slices as arguments.")
-        else:
-            advice = ("Each distinct signature is traced and compiled anew: keep shapes and dtypes fixed, pass "
-                      "changing values as arrays rather than static arguments, or pad inputs to a few sizes.")
+        names = self._leaf_names(key[0])
+        advice = retrace_advice([names[i] for i in sorted(self._auto_static[key[0]])], n, self.stats.compiles)
         _warn(f"{self!r} has been traced for {n} signatures; the latest differed from the previous one in "
               f"{change}. {advice}")
 
@@ -918,11 +924,6 @@ class JittedFunction(aot.Introspection):
         for d in self._derivatives.values():
             found += d._programs()
         return found
-
-
-def _busiest_lines(graph):
-    lines = collections.Counter((e.source.filename, e.source.lineno) for e in graph.eqns if e.source)
-    return "; ".join(f"{c:,} from {f}:{ln}" for (f, ln), c in lines.most_common(3))
 
 
 def _warn(message, category=UserWarning):

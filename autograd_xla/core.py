@@ -135,7 +135,9 @@ class Graph:
         self.in_tree, self.out_tree = in_tree, out_tree
         self.captured = list(captured)
         self.arg_names = arg_names
-        self.guards = list(guards)  # (SourceInfo, why) of each trailing boolean output that must hold
+        # (SourceInfo, why, decided) of each trailing boolean output that must hold; decided: a
+        # branch decided by the traced call's values, which a trace of other values may decide otherwise
+        self.guards = list(guards)
 
     @property
     def in_avals(self):

@@ -331,6 +331,24 @@ def describe_change(old, new, names=None, static_names=None):
     return "its signature"
 
 
+def retrace_advice(static_names, traces, compiles):
+    """What to do about a function traced for many signatures (api's retrace warning), when
+    the leaves `static_names` are static because the trace needed their values (or none)."""
+    if not static_names:
+        return ("Each distinct signature is traced and compiled anew: keep shapes and dtypes fixed, pass "
+                "changing values as arrays rather than static arguments, or pad inputs to a few sizes.")
+    which = ", ".join(f"'{name}'" for name in static_names)
+    return (f"The value of {which} is used where a concrete value is needed (a loop count such as "
+            "range(n), a size, an axis, a slice bound, a mask), so each distinct value costs a trace and "
+            f"a compile (so far {traces} traces, {compiles} compiles: a compile is skipped only when "
+            "the program comes out identical, as when the value merely selects data); static_argnums "
+            "would not change that. To compile once for all values: write a loop over range(n) as "
+            "autograd_xla.fori_loop(0, n, body, init) or while_loop, whose bound then stays traced "
+            "(forward-mode differentiable only), or as a scan over a fixed maximum length with the steps "
+            "past n masked (both modes); compute with the value as data (np.where instead of a mask, "
+            "slices of fixed length with a traced start); or pass the arrays it slices as arguments.")
+
+
 def short(v):
     text = repr(v)
     return text if len(text) <= 60 else text[:57] + "..."

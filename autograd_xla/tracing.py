@@ -77,7 +77,7 @@ class Trace:
         self.arg_names = []
         self.captured = {}  # outer Var -> (inner Var, outer Tracer)
         self.affine = {}    # Var of a traced integer scalar -> (constant, ((Var, coefficient), ...))
-        self.guards = []    # (bool Tracer, SourceInfo, why): conditions the compiled code assumes
+        self.guards = []    # (bool Tracer, SourceInfo, why, decided): conditions the compiled code assumes
         self.boxed = set()  # Vars autograd has boxed: values being differentiated
         self.origins = {}   # input Var -> the enclosing trace's Tracer it stands for (captured values, and
         #                     arguments of a sub-trace equal to an enclosing value: vmap's unmapped ones)
@@ -546,10 +546,12 @@ def _guard_in_bounds(x, idx):
 def add_guard(ok, why, source=None):
     """Make the compiled program also return the traced boolean `ok`, a condition its result
     assumes; a call where it is false runs as plain autograd instead, with a FallbackWarning
-    saying `why`. Only the outermost trace has guards (a loop body's results are the loop's)."""
+    saying `why`. Only the outermost trace has guards (a loop body's results are the loop's).
+    Such a guard is not `decided` (core.Graph.guards): a trace of the call it refuses would
+    assume the same, unlike speculated_bool's."""
     trace = current_trace()
     if trace.parent is None:
-        trace.guards.append((ok, source or user_frame(2), why))
+        trace.guards.append((ok, source or user_frame(2), why, False))
 
 
 def _inplace(ufunc):
@@ -611,7 +613,7 @@ def speculated_bool(x):
     if value is None:
         raise error
     outer.guards.append((ok, error.source, "a Python `if`, `while` or `assert` on a traced value went the other "
-                                           "way than when it was traced"))
+                                           "way than when it was traced", True))
     outer.speculated += 1
     return taken
 
@@ -1229,6 +1231,6 @@ def trace_function(fun, in_avals, arg_names=None, parent=None, origins=None, exa
             # says what happened; raised with the traceback down to the user's line
             raise cause.with_traceback(e.__traceback__) from None
         leaves, out_tree = tree.flatten(out)
-        graph = trace.to_graph(leaves + [g for g, _, _ in trace.guards], out_tree)
-        graph.guards = [(src, why) for _, src, why in trace.guards]
+        graph = trace.to_graph(leaves + [g[0] for g in trace.guards], out_tree)
+        graph.guards = [guard[1:] for guard in trace.guards]
     return graph, out_tree

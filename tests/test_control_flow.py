@@ -776,21 +776,25 @@ POSITIVE, NEGATIVE = onp.array([0.3, 0.2, 0.5]), onp.array([0.3, 0.2, -0.5])
 def test_python_if_on_a_float_parameter_compiles_the_branch_taken_with_a_guard(wrap):
     """`if lam > 0:` is decided from the call being traced (a Hessian's batched rows and a
     loop body closing over p decide it outside their bodies); a call taking the other branch
-    runs as plain autograd once warned; a second trace is not made."""
+    gets a second program of the signature, traced for it, and later calls of either branch
+    run one of the two; nothing runs plainly."""
     fun = wrap(hazard)
     jf = jit_ps(fun, fallback="error")
     assert_close(jf(POSITIVE, T), fun(POSITIVE, T))
     assert_close(jf(POSITIVE * 1.5, T), fun(POSITIVE * 1.5, T))
-    with pytest.warns(FallbackWarning, match="went the other way than when it was traced"):
-        assert_close(jf(NEGATIVE, T), fun(NEGATIVE, T))
+    assert_close(jf(NEGATIVE, T), fun(NEGATIVE, T))
+    for p in (POSITIVE * 0.5, NEGATIVE * 2.0, POSITIVE):
+        assert_close(jf(p, T), fun(p, T))
     info = jf.cache_info()
-    assert (info["traces"], info["compiles"], info["fallbacks"]) == (1, 1, 1)
+    assert (info["traces"], info["compiles"], info["fallbacks"]) == (2, 2, 0)
 
 
 def test_speculation_stops_where_a_value_cannot_be_known_at_trace_time():
     """A branch on a loop's carry, on a random draw, or past SPECULATED_BRANCHES (a Python
     `while` unrolled) still raises the concretization error (an impure-function one for the
-    draw); under the bound a `while` compiles unrolled, guarded at each step."""
+    draw); under the bound a `while` compiles unrolled, guarded at each step, one program
+    per step count up to GUARDED_PROGRAMS, then plain autograd."""
+    from autograd_xla.api import GUARDED_PROGRAMS
     carry = lambda x: fori_loop(0, 3, lambda i, c: c * 2.0 if np.sum(c) > 0 else c, x)  # noqa: E731
     drawn = lambda x: x * 2 if onp.random.randn() + np.sum(x) > 0 else x  # noqa: E731
 
@@ -804,8 +808,15 @@ def test_speculation_stops_where_a_value_cannot_be_known_at_trace_time():
     jf = jit_strict(halve)
     assert_close(jf(X), halve(X))  # 10 steps, 11 guards
     assert_close(jf(X * 1.1), halve(X * 1.1))
-    with pytest.warns(FallbackWarning):
-        assert_close(jf(X * 4), halve(X * 4))  # 12 steps
+    scales = [2.0 ** k for k in range(2, 2 + GUARDED_PROGRAMS)]  # 12, 13, ... steps
+    for scale in scales[:-1]:
+        assert_close(jf(X * scale), halve(X * scale))
+    assert jf.cache_info()["compiles"] == GUARDED_PROGRAMS and jf.cache_info()["fallbacks"] == 0
+    with pytest.warns(FallbackWarning, match="went the other way"):
+        assert_close(jf(X * scales[-1]), halve(X * scales[-1]))  # one step count too many: plainly
+    for scale in (1.0, scales[0], scales[-2]):  # the programs made still run theirs
+        assert_close(jf(X * scale), halve(X * scale))
+    assert jf.cache_info()["fallbacks"] == 1
 
 
 def test_python_float_branch_speculates_once_it_is_a_parameter():
@@ -822,5 +833,6 @@ def test_python_float_branch_speculates_once_it_is_a_parameter():
         assert_close(jf(v), f(v))
         assert_close(gf(v), grad(f)(v))
     assert jf.cache_info()["traces"] == STATIC_FLOAT_VALUES + 1 and jf.cache_info()["fallbacks"] == 0
-    with pytest.warns(FallbackWarning, match="went the other way"):
-        assert_close(jf(0.1), f(0.1))
+    assert_close(jf(0.1), f(0.1))  # the other branch: the parameter's signature's second program
+    assert_close(gf(0.2), grad(f)(0.2))
+    assert jf.cache_info()["traces"] == STATIC_FLOAT_VALUES + 2 and jf.cache_info()["fallbacks"] == 0
