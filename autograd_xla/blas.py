@@ -23,9 +23,10 @@ cannot deadlock on it; np.dot releases it while BLAS runs. The handler costs abo
 call (a 10x10 matrix: 10.8-12.0 against 6.4 µs).
 
 A matrix argument only these products and elementwise ops read is read where numpy keeps
-it (a matrix product's two operands alike): lowering passes the memory from the 64-byte boundary below it (a view,
-lowering.LARGE_ARRAY_BYTES) and its offset there as a middle operand, and BLAS, which needs
-no alignment, starts at the offset: no copy, no correction (lowering.FUSED_USES).
+it (a matrix product's two operands alike): lowering passes the memory from the 64-byte
+boundary below it (a view, lowering.LARGE_ARRAY_BYTES) and its offset there as a further
+operand, and BLAS, which needs no alignment, starts at the offset: no copy, no correction
+(lowering.FUSED_USES).
 
 A module naming these targets runs only in a process that registered them (`register`,
 done when the CPU backend starts; the persistent cache's entries load after that).
@@ -233,7 +234,8 @@ def register():
         return
     new_capsule = ctypes.pythonapi.PyCapsule_New
     new_capsule.restype, new_capsule.argtypes = ctypes.py_object, [_P, ctypes.c_char_p, _P]
-    for target, handler in ((ROWS, _handler(False)), (COLUMNS, _handler(True)), (GEMM, ctypes.CFUNCTYPE(_P, _P)(_gemm))):
+    handlers = ((ROWS, _handler(False)), (COLUMNS, _handler(True)), (GEMM, ctypes.CFUNCTYPE(_P, _P)(_gemm)))
+    for target, handler in handlers:
         _handlers[target] = handler
         capsule = new_capsule(ctypes.cast(handler, _P).value, b"xla._CUSTOM_CALL_TARGET", None)
         xc.register_custom_call_target(target, capsule, platform="cpu", api_version=1)
