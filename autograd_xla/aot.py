@@ -183,6 +183,33 @@ def equation_at_line(graph, lineno, platform, x64):
 TRACED, LOWERED, COMPILED = 1, 2, 3
 
 
+class CacheStats:
+    """Per-function counters. `traces` counts signatures traced; `compiles` counts XLA
+    compilations of signatures' first programs (a trace whose program text matches one already
+    compiled reuses it); `upgrades` counts the programs compiled later for signatures in use
+    (tiering.Ladder), in `upgrade_seconds`;
+    `persistent_hits` counts executables loaded from the on-disk cache instead (persistent_cache.py),
+    in `persistent_load_seconds`; `host_to_device` / `device_to_host` count arrays moved by calls;
+    `plain_tier_calls` counts calls run as plain autograd while their signature compiled in the
+    background (tiered=True), which `hits` does not count."""
+
+    __slots__ = ("hits", "traces", "compiles", "trace_seconds", "lower_seconds", "compile_seconds", "fallbacks",
+                 "evictions", "host_to_device", "device_to_host", "persistent_hits", "persistent_load_seconds",
+                 "plain_tier_calls", "upgrades", "upgrade_seconds")
+
+    def __init__(self):
+        self.hits = self.traces = self.compiles = self.fallbacks = self.evictions = self.plain_tier_calls = 0
+        self.host_to_device = self.device_to_host = self.persistent_hits = self.upgrades = 0
+        self.trace_seconds = self.lower_seconds = self.compile_seconds = self.persistent_load_seconds = self.upgrade_seconds = 0.0
+
+    def as_dict(self):
+        return {k: getattr(self, k) for k in self.__slots__}
+
+    def __repr__(self):
+        return "CacheStats(" + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                         for k, v in self.as_dict().items()) + ")"
+
+
 class Entry:
     """One signature of api.JittedFunction: traced (graph), then lowered, then compiled
     (`stage`), each when asked for."""
@@ -297,6 +324,15 @@ def check_size(graph, lowered, max_program):
             f"{busiest_lines(graph)}. A Python loop over traced values is unrolled at trace time: written "
             "with autograd_xla.scan or fori_loop its body is compiled once. jit_ps(f, max_program=(calls, "
             "bytes)) moves the bound.")
+
+
+def large_program(graph, size=0):
+    """What a huge program is, and which lines made it huge: its primitive calls once traced,
+    its StableHLO (`size` bytes, 0: not said) once lowered; and what to do about it."""
+    text = f" and {size / 2**20:.1f} MiB of StableHLO" if size else ""
+    return (f"a program of {len(graph.eqns):,} primitive calls{text} ({busiest_lines(graph)}). XLA's compile time "
+            "and memory grow with program size: minutes and gigabytes at this scale. A Python loop over traced "
+            "values is unrolled at trace time; written with autograd_xla.scan or fori_loop its body is compiled once.")
 
 
 def busiest_lines(graph):

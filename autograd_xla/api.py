@@ -27,13 +27,13 @@ from autograd.tracer import box_types, getval
 from . import aot, autodiff, dispatch
 from . import backend as backend_mod
 from . import compositions, impurity, lowering, rules, tiering, tracing, tree  # noqa: F401 (importing registers rules)
-from .aot import COMPILED, LOWERED, TRACED, Entry
+from .aot import COMPILED, LOWERED, TRACED, CacheStats, Entry
 from .backend import DeviceArray
 from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, ImpureFunctionError, JitError,
                      PlatformUnavailableError, library_file, annotate)
 from .hlo import SUPPORTED_DTYPES as _SUPPORTED
 from .signatures import (Learned, PlainArgument, Static, aval_of, describe_change, distance, function_shape, hashable,
-                         leaf_signature, retrace_advice, short, sig_str, signature_of, suspicious)
+                         leaf_signature, retrace_advice, short, sig_str, signature_of, suspicious_arguments)
 
 _trace_state = tracing.state
 _FLAT_SPECS = {}
@@ -70,33 +70,6 @@ MAX_PROGRAM = (40000, 32 << 20)
 #: container arguments, large arrays), none ever taken, keeps to the Python path: C++'s
 #: signature and lookup cost such calls ~2 µs each (17.0 against 15.3 µs, measured).
 FAST_REFUSALS = 8
-
-
-class CacheStats:
-    """Per-function counters. `traces` counts signatures traced; `compiles` counts XLA
-    compilations of signatures' first programs (a trace whose program text matches one already
-    compiled reuses it); `upgrades` counts the programs compiled later for signatures in use
-    (tiering.Ladder), in `upgrade_seconds`;
-    `persistent_hits` counts executables loaded from the on-disk cache instead (persistent_cache.py),
-    in `persistent_load_seconds`; `host_to_device` / `device_to_host` count arrays moved by calls;
-    `plain_tier_calls` counts calls run as plain autograd while their signature compiled in the
-    background (tiered=True), which `hits` does not count."""
-
-    __slots__ = ("hits", "traces", "compiles", "trace_seconds", "lower_seconds", "compile_seconds", "fallbacks",
-                 "evictions", "host_to_device", "device_to_host", "persistent_hits", "persistent_load_seconds",
-                 "plain_tier_calls", "upgrades", "upgrade_seconds")
-
-    def __init__(self):
-        self.hits = self.traces = self.compiles = self.fallbacks = self.evictions = self.plain_tier_calls = 0
-        self.host_to_device = self.device_to_host = self.persistent_hits = self.upgrades = 0
-        self.trace_seconds = self.lower_seconds = self.compile_seconds = self.persistent_load_seconds = self.upgrade_seconds = 0.0
-
-    def as_dict(self):
-        return {k: getattr(self, k) for k in self.__slots__}
-
-    def __repr__(self):
-        return "CacheStats(" + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                                         for k, v in self.as_dict().items()) + ")"
 
 
 def _fallback_entry(cause, impure=False):
@@ -399,40 +372,57 @@ class JittedFunction(aot.Introspection):
         if self._fast is not None:
             self._fast._clear_cache()
 
-    def _execute(self, entry, spec, leaves, tried=1):
-        """Run a compiled entry on these leaves (of its signature), the `tried`-th of its guarded programs."""
+    def _execute(self, entry, spec, leaves):
+        """Run a compiled entry on these leaves (of its signature), or its signature's others (_refused)."""
+        state = impurity.global_state() if entry.draws and entry.guards else None
+        outs, refused = self._run(entry, leaves)
+        return outs if refused is None else self._refused(entry, spec, leaves, refused, state)
+
+    def _run(self, entry, leaves):
+        """(results, None), or (None, the guard that refused these leaves: entry.guards[k])."""
         args = leaves
         if entry.donated and getattr(_keeping, "on", False):  # a host copy is donated instead
             args = [np.asarray(x) if i in entry.donated and type(x) is DeviceArray else x for i, x in enumerate(args)]
         if entry.static_leaves:
             args = [x for i, x in enumerate(args) if i not in entry.static_leaves]
-        state = None
         if entry.draws:
-            if entry.guards:
-                state = impurity.global_state()
             args = list(args) + impurity.replay(entry.draws)
         ladder = entry.ladder
         outs = entry.executable(args, self.keep_on_device) if ladder is None else ladder.run(entry, args, self.keep_on_device)
         if entry.guards:
             ok = outs[-len(entry.guards):]
             if not all(ok):
-                return self._guard_failed(entry, spec, leaves, ok, state, tried)
+                return None, entry.guards[[bool(g) for g in ok].index(False)]
             outs = outs[:-len(entry.guards)]
-        return outs[0] if entry.out_tree is tree.LEAF else tree.unflatten(entry.out_tree, outs)
+        return (outs[0] if entry.out_tree is tree.LEAF else tree.unflatten(entry.out_tree, outs)), None
 
-    def _guard_failed(self, entry, spec, leaves, ok, rng_state, tried):
-        """A condition the compiled program assumes (tracing.add_guard) is false for these
-        data: the signature's next program (`entry.variant`, traced when a decided branch first
-        needs it, core.Graph.guards) runs them, up to GUARDED_PROGRAMS; past that, or where none
-        can be made, this call runs as plain autograd. Either way with numpy's random state as
-        it was before."""
-        if rng_state is not None:
-            impurity.set_global_state(rng_state)
-        source, why, decided = next(guard for guard, good in zip(entry.guards, ok) if not good)
-        if entry.variant is None and decided and tried < GUARDED_PROGRAMS:
-            entry.variant = self._variant(spec, leaves)
-        if entry.variant:
-            return self._execute(entry.variant, spec, leaves, tried + 1)
+    def _refused(self, head, spec, leaves, guard, rng_state):
+        """A condition the compiled program `head` assumes (tracing.add_guard) is false for
+        these data: the signature's other programs, a ring through `Entry.variant`, run them in
+        turn, and the one whose guards hold becomes the signature's cached entry. When none does
+        and the refusing guard is a decided branch (core.Graph.guards), a program traced for
+        these data joins the ring, up to GUARDED_PROGRAMS; else the call runs as plain autograd.
+        Each run starts from numpy's random state as it was before the call."""
+        entry, programs = head, 1
+        while guard is not None:
+            source, why, decided = guard
+            if rng_state is not None:
+                impurity.set_global_state(rng_state)
+            following = entry.variant
+            if following is None or following is head:  # each program of the ring refused them
+                following = self._variant(spec, leaves) if decided and programs < GUARDED_PROGRAMS else None
+                if following is None:
+                    break
+                with self._lock:
+                    following.variant, entry.variant = head, following
+            entry, programs = following, programs + 1
+            outs, guard = self._run(entry, leaves)
+        if guard is None:
+            key = self._key(spec, leaves)
+            with self._lock:
+                if self._cache.get(key) is head:
+                    self._cache[key] = entry
+            return outs
         key = ("guard", str(source), why)
         if key not in self._warned:
             self._warned.add(key)
@@ -442,9 +432,11 @@ class JittedFunction(aot.Introspection):
 
     def _variant(self, spec, leaves):
         """Another compiled program of a guarded signature, traced for these leaves (its own
-        guards hold for them), or False where it cannot be made. It keeps its first program
-        (no ladder: it is not in the cache)."""
+        guards hold for them), or None where none can be made. It keeps its first program (no
+        ladder: a ring's entries take turns in the cache)."""
         key = self._key(spec, leaves)
+        if ("no other program", key) in self._warned:  # tried, and failed, before
+            return None
         try:
             variant = self._trace_entry(key, spec, leaves, self._auto_static[spec])
             self._lower(variant)
@@ -452,12 +444,11 @@ class JittedFunction(aot.Introspection):
         except PlatformUnavailableError:
             raise
         except Exception as e:
+            self._warned.add(("no other program", key))
             if aot.explaining(self.explain):
                 aot.report(f"{self!r}: no other program for {self._signature_text(key)}: {type(e).__name__}: {e}")
-            return False
+            return None
         variant.ladder = None
-        if aot.explaining(self.explain):
-            aot.report(f"{self!r}: a guard refused a call, so {self._signature_text(key)} has another program")
         return variant
 
     def _apply(self, spec, leaves, boxing=None):
@@ -752,7 +743,8 @@ class JittedFunction(aot.Introspection):
         except (TypeError, ValueError) as e:
             watch.restore()
             if not isinstance(e, JitError):
-                self._note_suspicious_arguments(e, spec, leaves)
+                for note in suspicious_arguments(self._top_level(spec), leaves):  # None, ragged lists
+                    annotate(e, note)
             raise
         except BaseException:
             watch.restore()
@@ -764,18 +756,13 @@ class JittedFunction(aot.Introspection):
         return graph, out_tree, draws
 
     def _warn_if_large(self, graph, size=0):
-        """Say so before XLA spends minutes on a huge program, and which lines made it huge:
-        by its primitive calls once traced, by its StableHLO (`size` bytes) once lowered."""
+        """Say so before XLA spends minutes on a huge program (aot.large_program), once."""
         n = len(graph.eqns)
         if ((n <= LARGE_PROGRAM_WARN_AFTER and size <= LARGE_PROGRAM_WARN_BYTES) or n > self.max_program[0]
                 or "large_program" in self._warned):
             return
         self._warned.add("large_program")
-        text = f" and {size / 2**20:.1f} MiB of StableHLO" if size > LARGE_PROGRAM_WARN_BYTES else ""
-        _warn(f"{self!r} traced to a program of {n:,} primitive calls{text} ({aot.busiest_lines(graph)}). XLA's "
-              "compile time and memory grow with program size: minutes and gigabytes at this scale. A Python loop "
-              "over traced values is unrolled at trace time; written with autograd_xla.scan or fori_loop its body "
-              "is compiled once.")
+        _warn(f"{self!r} traced to {aot.large_program(graph, size if size > LARGE_PROGRAM_WARN_BYTES else 0)}")
 
     def _backend(self):
         if self._platform is None:
@@ -854,16 +841,6 @@ class JittedFunction(aot.Introspection):
             return describe_change(previous, key)
         names = self._leaf_names(key[0])
         return describe_change(previous, key, names, [names[i] for i in sorted(self._auto_static[key[0]])])
-
-    def _note_suspicious_arguments(self, error, spec, leaves):
-        """A numpy error while tracing: name arguments that are None or ragged nested lists
-        (the usual cause, and invisible in the error numpy gives)."""
-        i = 0
-        for name, sub in self._top_level(spec):
-            n = tree.num_leaves(sub)
-            for note in suspicious(name, sub, list(leaves[i:i + n])):
-                annotate(error, note)
-            i += n
 
     # ----- warnings -------------------------------------------------------------------------
     def _note_recompile(self, key):
@@ -971,11 +948,11 @@ def jit_ps(fun=None, *, static_argnums=(), static_argnames=(), fallback="python"
     the call, and XLA compiles it on a background thread (tiering.py), its calls running as
     plain autograd until that is done, then the executable. Both tiers give plain autograd's
     numbers, and draws from numpy.random stay exactly plain autograd's sequence (the compiled
-    program replays the same calls on the same state). A compile error surfaces at the next call as it would have at the first
-    (FallbackWarning, or raised under fallback="error"). While plain: results are numpy arrays
-    even with keep_on_device=True and nothing is donated, as for a signature that falls back.
-    `stats.plain_tier_calls` counts those calls. None follows set_default_tiered, else
-    $AUTOGRAD_XLA_TIERED=1; off by default.
+    program replays the same calls on the same state). A compile error surfaces at the next
+    call as it would have at the first (FallbackWarning, or raised under fallback="error").
+    While plain: results are numpy arrays even with keep_on_device=True and nothing is
+    donated, as for a signature that falls back. `stats.plain_tier_calls` counts those
+    calls. None follows set_default_tiered, else $AUTOGRAD_XLA_TIERED=1; off by default.
     """
     options = dict(static_argnums=static_argnums, static_argnames=static_argnames, fallback=fallback,
                    backend=backend, cache_size=cache_size, keep_on_device=keep_on_device, x64=x64,
@@ -984,9 +961,8 @@ def jit_ps(fun=None, *, static_argnums=(), static_argnames=(), fallback="python"
         return functools.partial(jit_ps, **options)
     if isinstance(fun, JittedFunction) and not (static_argnums or static_argnames or keep_on_device or donate_argnums
                                                   or x64 is not None or backend is not None or explain is not None
-                                                  or tiered is not None
-                                                  or fallback != fun.fallback or cache_size != fun.cache_size
-                                                  or tuple(max_program) != fun.max_program):
+                                                  or tiered is not None or fallback != fun.fallback
+                                                  or cache_size != fun.cache_size or tuple(max_program) != fun.max_program):
         return fun  # already jitted with these options (vmap's result, jit_ps of a jit_ps)
     return JittedFunction(fun, **options)
 

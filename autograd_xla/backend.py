@@ -248,7 +248,7 @@ class Backend:
         (`forget`). Returns (Program, compiled_now).
         With the persistent cache on (persistent_cache.py) a program not in memory is looked
         up on disk before XLA compiles it, and stored after; a disk hit is not compiled_now
-        and counts in `stats` (an api.CacheStats: persistent_hits, persistent_load_seconds).
+        and counts in `stats` (an aot.CacheStats: persistent_hits, persistent_load_seconds).
         A compile expected to be long (`expect_long`, or LONG_COMPILE_BYTES of text) is
         logged (warning level) before it starts and with its duration when it ends."""
         key = hashlib.sha256(text.encode()).hexdigest()

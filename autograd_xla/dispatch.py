@@ -110,7 +110,7 @@ def _shard_arg(x, sharding, layout):
 def fastpath(executable, out_tree, stats, cache, key):
     """The fast path of `executable` (a backend.Executable), or None if it does not qualify.
     Its calls return the results in `out_tree` and do the bookkeeping of a hit on the
-    Python path: `stats` (an api.CacheStats) counted, `key` moved to the end of `cache`.
+    Python path: `stats` (an aot.CacheStats) counted, `key` moved to the end of `cache`.
     C++ keeps it where the garbage collector does not look: it holds `cache` (whose entries
     may lead back to the function) weakly, and `key` and `stats` must hold nothing of the user's."""
     if not _qualifies(executable) or not _x64_on():

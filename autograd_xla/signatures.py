@@ -257,6 +257,18 @@ def suspicious(name, treedef, leaves, path=()):
     return notes
 
 
+def suspicious_arguments(top_level, leaves):
+    """`suspicious`'s notes for each argument, `top_level` (name, treedef) pairs in order,
+    `leaves` all their leaves: the usual cause of a numpy error while tracing, invisible in
+    the error numpy gives."""
+    notes, i = [], 0
+    for name, sub in top_level:
+        n = tree.num_leaves(sub)
+        notes += suspicious(name, sub, list(leaves[i:i + n]))
+        i += n
+    return notes
+
+
 def _ragged(treedef):
     """Whether nested lists/tuples of leaves alone have rows of different lengths or depths
     (False for anything holding another kind of container)."""

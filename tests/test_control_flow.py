@@ -789,6 +789,28 @@ def test_python_if_on_a_float_parameter_compiles_the_branch_taken_with_a_guard(w
     assert (info["traces"], info["compiles"], info["fallbacks"]) == (2, 2, 0)
 
 
+def test_the_program_a_call_took_is_tried_first_next_time():
+    """A signature's guarded programs form a ring (Entry.variant); the one that took the
+    latest refused call becomes the cached entry, so a run of calls on one side of the
+    branch costs one program's run each, whichever side it is."""
+    jf = jit_strict(hazard)
+    assert_close(jf(POSITIVE, T), hazard(POSITIVE, T))
+    (first,) = jf._cache.values()
+    assert first.variant is None
+    assert_close(jf(NEGATIVE, T), hazard(NEGATIVE, T))
+    (second,) = jf._cache.values()
+    assert second is not first and second.variant is first and first.variant is second
+    runs = []
+    real_run = jf._run
+    jf._run = lambda entry, leaves: runs.append(entry) or real_run(entry, leaves)
+    for p in (NEGATIVE * 2.0, NEGATIVE * 0.5):
+        assert_close(jf(p, T), hazard(p, T))
+    assert runs == [second, second]
+    assert_close(jf(POSITIVE * 2.0, T), hazard(POSITIVE * 2.0, T))
+    assert runs[2:] == [second, first] and next(iter(jf._cache.values())) is first
+    assert jf.cache_info()["traces"] == 2 and jf.cache_info()["fallbacks"] == 0
+
+
 def test_speculation_stops_where_a_value_cannot_be_known_at_trace_time():
     """A branch on a loop's carry, on a random draw, or past SPECULATED_BRANCHES (a Python
     `while` unrolled) still raises the concretization error (an impure-function one for the
