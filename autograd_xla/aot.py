@@ -232,7 +232,7 @@ class Entry:
         self.fastpath = None                        # C++'s (dispatch.fastpath) once asked for; False: none
         self.ladder = None                          # the faster programs it may move to (tiering.Ladder)
         self.options = None                         # the CompileOptions its executable was compiled with
-        self.variant = None                         # the next program of a guarded signature (api); False: none
+        self.variant = None                         # the next program in its guarded signature's ring (api._refused)
 
     @property
     def python_fallback(self):

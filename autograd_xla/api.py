@@ -962,7 +962,8 @@ def jit_ps(fun=None, *, static_argnums=(), static_argnames=(), fallback="python"
     if isinstance(fun, JittedFunction) and not (static_argnums or static_argnames or keep_on_device or donate_argnums
                                                   or x64 is not None or backend is not None or explain is not None
                                                   or tiered is not None or fallback != fun.fallback
-                                                  or cache_size != fun.cache_size or tuple(max_program) != fun.max_program):
+                                                  or cache_size != fun.cache_size
+                                                  or tuple(max_program) != fun.max_program):
         return fun  # already jitted with these options (vmap's result, jit_ps of a jit_ps)
     return JittedFunction(fun, **options)
 

@@ -287,9 +287,9 @@ def lower(graph, name="jit_fn", platform="cpu", x64=True, pack=True, donate=(), 
 #: into their loops (measured: x + x*x + x*x*x on a 5000x5000 float32 view, 19 ms against
 #: 23 ms aligned in place and 68 ms copied), and BLAS's products, which read it where it is
 #: (blas.py; logistic regression's X@w and X.T@r, 5000x100 float64 at 16 mod 64, then cost
-#: no copy of X: 346 µs a value and gradient against 707 copied). Any other use (an XLA dot, a reduction, a loop, a result)
-#: would make XLA copy the slice out first, so such arguments are not viewed; but a
-#: matrix's dot reads the view where it is (context.View).
+#: no copy of X: 346 µs a value and gradient against 707 copied). Any other use (an XLA
+#: dot, a reduction, a loop, a result) would make XLA copy the slice out first, so such
+#: arguments are not viewed; but a matrix's dot reads the view where it is (context.View).
 FUSED_USES = frozenset({f"stablehlo.{n}" for n in hlo.UNARY_OPS | hlo.BINARY_OPS
                         | {"compare", "select", "convert", "clamp", "real", "imag", "complex"}}
                        | {f"chlo.{n}" for n in hlo.CHLO_OPS - {"top_k"}} | {blas.ROWS, blas.COLUMNS, blas.GEMM})
