@@ -436,6 +436,7 @@ class Executable:
         sharding, devices = self._put_args
         put = xc.batched_device_put
         buffers, staged, offsets = list(self.consts), [], []  # lifted constants first (lowering.Lowered)
+        converted = []  # arrays made here that a buffer reads in place: alive until the call returns
         moved = 0
         for aval, source, placement in zip(self.in_avals, self.sources, self._placements):
             if type(source) is list:  # small arguments, sent as one buffer
@@ -454,6 +455,7 @@ class Executable:
                 continue
             if t is not np.ndarray or x.dtype != aval.dtype:
                 x = np.asarray(x, dtype=aval.dtype)
+                converted.append(x)  # (x64=False's float32 copy: freed, its memory would be the next one's)
             buffer, offset = self.backend.alias(x, aval, placement == PUT_VIEW) if placement else (None, 0)
             if buffer is None:  # it cannot be read where it is: copied (large ones into reused aligned memory)
                 staging = placement == PUT_STAGED or placement == PUT_VIEW

@@ -135,6 +135,21 @@ def test_x64_off_computes_in_32_bits_and_says_so_in_the_result_dtype():
     assert jit_ps(lambda x: x * 2)(x).dtype == onp.float64   # the default keeps numpy's float64
 
 
+def test_x64_off_reads_each_narrowed_argument_not_the_next_ones():
+    """x64=False narrows float64 arguments into float32 copies; those large enough to be read
+    in place (backend.IN_PLACE_MIN_BYTES) stay alive through the call, so a freed copy's
+    memory, which the next copy may take, is never read as the argument (it was: results
+    off by 2.0)."""
+    rs = onp.random.RandomState(3)
+    a, b = rs.randn(300, 400), rs.randn(400, 200)
+    for fun in (lambda a, b: np.tanh(a @ b), lambda a, b: np.tanh(a) + np.sum(np.tanh(b))):
+        f = jit_ps(fun, x64=False)
+        for _ in range(4):
+            got = f(a, b)
+            assert got.dtype == onp.float32
+            assert onp.allclose(got, fun(a, b), rtol=1e-4, atol=1e-4)
+
+
 def test_x64_off_linear_algebra_uses_32_bit_kernels():
     A = rs.randn(4, 4)
     A = A @ A.T + 4 * onp.eye(4)
