@@ -268,11 +268,12 @@ def lower(graph, name="jit_fn", platform="cpu", x64=True, pack=True, donate=(), 
     with hlo.narrow_64_bit(not x64):
         recycle = recycle and platform == "cpu" and not donate
         use_blas = use_blas and platform == "cpu"
-        main = _Main(graph, platform, locations, pack, recycle, use_blas=use_blas, merge=merge)
+        read = _read(graph)
+        main = _Main(graph, read, platform, locations, pack, recycle, use_blas=use_blas, merge=merge)
         worth = any(main.viewable.values())
         views = main.viewable if dot_views else {i: d for i, d in main.viewable.items() if not d}
         if views:  # emit again, with those arguments read through views
-            main = _Main(graph, platform, locations, pack, recycle, views, use_blas=use_blas, merge=merge)
+            main = _Main(graph, read, platform, locations, pack, recycle, views, use_blas=use_blas, merge=merge)
         donors = {k: "{jax.buffer_donor = true}" for k, s in enumerate(main.sources) if type(s) is int and s in donate}
         lowered = _assemble(name, main.ctx, main.params, main.outs, main.sources, recycle, main.views, main.tails,
                             arg_attrs=donors)
@@ -310,14 +311,14 @@ VIEW_DOT_TRAFFIC = 0.5
 
 
 class _Main:
-    """The main function's body: parameters for the graph's inputs (small ones packed,
-    `views` read through views), the body, and which large arguments it only reads
+    """The main function's body: parameters for the graph's inputs that it `read`s (small ones
+    packed, `views` read through views), the body, and which large arguments it only reads
     elementwise or multiplies as a context.View can (`viewable`), found by watching their uses."""
 
-    def __init__(self, graph, platform, locations, pack, recycle, views=(), use_blas=False, merge=True):
+    def __init__(self, graph, read, platform, locations, pack, recycle, views=(), use_blas=False, merge=True):
         self.ctx = ctx = LoweringContext(ModuleState(platform, hlo.Locations() if locations else None,
                                                      use_blas=use_blas, merge=merge))
-        avals, read = [v.aval for v in graph.invars], _read(graph)
+        avals = [v.aval for v in graph.invars]
         packs = _packs([a if v in read else None for v, a in zip(graph.invars, avals)], platform, pack)
         packed = {i for _, members in packs for i in members}
         self.params, self.sources, self.views, self.tails, inputs = [], [], [], [], [None] * len(avals)
