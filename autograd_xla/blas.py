@@ -14,13 +14,16 @@ for each other spinning, and when another process holds a core XLA's one thread 
 a signature's ladder tries a program leaving its products to XLA (lowering.XLA_DOTS,
 tiering.Ladder) and keeps the faster.
 
-The handler is Python, called through ctypes: XLA calls it with a pointer to its call frame
-(xla/ffi/api/c_api.h, the ABI of jaxlib 0.10.2's headers; only the fields used are read).
-It wraps the buffers as numpy arrays and multiplies them with np.dot (`out=` the result's
-buffer), so the product runs in numpy's BLAS and numpy's threads. XLA releases the GIL while
-a program runs and the ctypes callback takes it again, so threads calling compiled functions
-cannot deadlock on it; np.dot releases it while BLAS runs. The handler costs about 4-5 µs a
-call (a 10x10 matrix: 10.8-12.0 against 6.4 µs).
+The handlers are C (_blas.c, built by setup.py where a compiler is): XLA calls them with a
+pointer to its call frame (xla/ffi/api/c_api.h, the ABI of jaxlib 0.10.2's headers; only the
+fields used are read), and they call the cblas gemv and gemm of the BLAS numpy itself links
+(`_cblas`), so the product runs in numpy's BLAS and numpy's threads, without the GIL.
+Without the C module (or with AUTOGRAD_XLA_NATIVE_BLAS=0) the same handlers run in Python,
+called through ctypes: they wrap the buffers as numpy arrays and multiply them with np.dot
+(`out=` the result's buffer). XLA releases the GIL while a program runs and the ctypes
+callback takes it again, so threads calling compiled functions cannot deadlock on it; np.dot
+releases it while BLAS runs. The Python handler costs about 4-5 µs a call more (a 10x10
+matrix: 10.8-12.0 against 6.4 µs).
 
 A matrix argument only these products and elementwise ops read is read where numpy keeps
 it (a matrix product's two operands alike): lowering passes the memory from the 64-byte
@@ -32,9 +35,15 @@ A module naming these targets runs only in a process that registered them (`regi
 done when the CPU backend starts; the persistent cache's entries load after that).
 """
 import ctypes
+import os
 
 import numpy as np
 from jaxlib import xla_client as xc
+
+try:
+    from . import _blas as native  # the handlers in C (_blas.c); absent where setup.py had no compiler
+except ImportError:
+    native = None
 
 #: y[i] = sum_j A[i, j] x[j] (A @ x) and y[j] = sum_i A[i, j] x[i] (x @ A), A row-major;
 #: with three operands the second is A's offset in elements from where the first starts.
@@ -224,20 +233,61 @@ def _gemm(address):
     return None
 
 
-_handlers = {}  # target -> its ctypes function, kept alive as long as XLA may call it
+#: "0": the Python handlers run even where the C ones are built (read when they are registered)
+NATIVE_ENV = "AUTOGRAD_XLA_NATIVE_BLAS"
+#: The candidate names of numpy's cblas functions: (prefix, suffix, whether ints are 64-bit);
+#: numpy 2's wheels link scipy-openblas64 (scipy_cblas_dgemv64_).
+_CBLAS_NAMES = (("scipy_cblas_", "64_", True), ("cblas_", "64_", True), ("scipy_cblas_", "", False),
+                ("cblas_", "", False))
+
+_handlers = {}  # target -> its handler (a ctypes function or a capsule), kept alive as long as XLA may call it
+#: Which handlers are registered: "c" or "python" (None before `register`)
+implementation = None
+
+
+def _cblas():
+    """(dgemv, sgemv, dgemm, sgemm) addresses in the BLAS numpy's own _multiarray_umath links
+    (dlsym on its handle searches the libraries it depends on), and whether their ints are
+    64-bit; None where none of _CBLAS_NAMES is found."""
+    try:
+        lib = ctypes.CDLL(np._core._multiarray_umath.__file__)
+    except (AttributeError, OSError):
+        return None
+    for prefix, suffix, wide in _CBLAS_NAMES:
+        try:
+            return [ctypes.cast(getattr(lib, f"{prefix}{name}{suffix}"), _P).value
+                    for name in ("dgemv", "sgemv", "dgemm", "sgemm")], wide
+        except AttributeError:
+            continue
+    return None
+
+
+def _native_handlers():
+    """{target: capsule} of the C handlers, or None: not built, turned off, or no cblas found."""
+    if native is None or os.environ.get(NATIVE_ENV, "1") == "0":
+        return None
+    found = _cblas()
+    return None if found is None else native.handlers(*found[0], found[1])
 
 
 def register():
     """Register ROWS, COLUMNS and GEMM with XLA:CPU (once per process, before the first compile
-    or executable load that names them)."""
+    or executable load that names them): the C handlers where they are built, else Python's."""
+    global implementation
     if _handlers:
         return
-    new_capsule = ctypes.pythonapi.PyCapsule_New
-    new_capsule.restype, new_capsule.argtypes = ctypes.py_object, [_P, ctypes.c_char_p, _P]
-    handlers = ((ROWS, _handler(False)), (COLUMNS, _handler(True)), (GEMM, ctypes.CFUNCTYPE(_P, _P)(_gemm)))
-    for target, handler in handlers:
-        _handlers[target] = handler
-        capsule = new_capsule(ctypes.cast(handler, _P).value, b"xla._CUSTOM_CALL_TARGET", None)
+    capsules = _native_handlers()
+    implementation = "python" if capsules is None else "c"
+    if capsules is None:
+        new_capsule = ctypes.pythonapi.PyCapsule_New
+        new_capsule.restype, new_capsule.argtypes = ctypes.py_object, [_P, ctypes.c_char_p, _P]
+        capsules = {}
+        for target, handler in ((ROWS, _handler(False)), (COLUMNS, _handler(True)),
+                                (GEMM, ctypes.CFUNCTYPE(_P, _P)(_gemm))):
+            _handlers[target] = handler
+            capsules[target] = new_capsule(ctypes.cast(handler, _P).value, b"xla._CUSTOM_CALL_TARGET", None)
+    for target, capsule in capsules.items():
+        _handlers.setdefault(target, capsule)
         xc.register_custom_call_target(target, capsule, platform="cpu", api_version=1)
 
 

@@ -1,7 +1,8 @@
 """BLAS's matrix-vector products (blas.py): which dots lowering gives BLAS, that their results
 are numpy's in every form a program reaches them (closed over, an argument read in place at
 any offset, in derivatives, loops, vmap, threads, a second process's cached executable), and
-that the handler refuses what it was not made for."""
+that the handler refuses what it was not made for. Where the C handlers are built, the file
+runs again with the Python ones (test_the_python_handlers_pass_this_file_too)."""
 import json
 import os
 import subprocess
@@ -354,8 +355,30 @@ def test_the_matrix_handler_checks_its_layout(layout, operands, message):
             exe([a, b])
 
 
+def test_the_handlers_in_use_are_the_c_ones_where_built_unless_turned_off():
+    """setup.py builds _blas.c where a compiler is; its handlers then run, unless
+    AUTOGRAD_XLA_NATIVE_BLAS=0 asks for the Python ones (the run of this file below)."""
+    backend.get_backend("cpu")  # registers the handlers
+    off = os.environ.get(blas.NATIVE_ENV) == "0"
+    assert blas.implementation == ("python" if blas.native is None or off else "c")
+
+
+@pytest.mark.skipif(blas.native is None or os.environ.get(blas.NATIVE_ENV) == "0",
+                    reason="the Python handlers are the ones this run tests")
+def test_the_python_handlers_pass_this_file_too():
+    """Where the C handlers run, this file's tests run again in a process with the Python ones."""
+    env = dict(os.environ, PYTHONPATH=ROOT, **{blas.NATIVE_ENV: "0"})
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
+                        "not python_handlers_pass"], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout and " failed" not in r.stdout
+
+
 def test_an_error_inside_the_product_is_raised_not_ignored(monkeypatch):
-    """An exception in the handler becomes XLA's error (the call raises), never a result."""
+    """An exception in the Python handler becomes XLA's error (the call raises), never a result."""
+    backend.get_backend("cpu")
+    if blas.implementation != "python":
+        pytest.skip("the C handlers call cblas, which does not raise; the Python handlers' run tests this")
     def broken(*args, **kwargs):
         raise MemoryError("no memory here")
     A, x, g = operands(onp.float64)

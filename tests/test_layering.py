@@ -15,9 +15,10 @@ LONG_REASON = "This module is long because"
 
 
 def modules():
-    """Dotted module name -> path, for every module of the package."""
+    """Dotted module name -> path, for every module of the package: its Python files and its
+    C extensions' sources (setup.py builds _blas.c as autograd_xla._blas)."""
     found = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in sorted([*PACKAGE.rglob("*.py"), *PACKAGE.rglob("*.c")]):
         parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
         if parts[-1] == "__init__":
             parts = parts[:-1]
@@ -30,6 +31,8 @@ def imported(module, path, known):
     imports the submodule x when there is one, else a name of the package itself."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     out = set()
+    if path.suffix == ".c":
+        return set()  # C imports no module of ours
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names if a.name in known)
@@ -56,7 +59,7 @@ FLOORS = [
     ("foundation: the graph, errors, containers", ["core", "errors", "tree"]),
     ("the primitive registry", ["registry"]),
     ("StableHLO text; pictures of XLA's HLO text", ["hlo", "hlo_picture"]),
-    ("BLAS's matrix-vector products, XLA FFI custom calls on the CPU", ["blas"]),
+    ("BLAS's matrix-vector products, XLA FFI custom calls on the CPU (their handlers in C)", ["blas", "_blas"]),
     ("what a translation rule's ctx offers", ["context"]),
     ("translation rules", ["rules"]),
     ("interpreters: tracing, lowering, batching, partial evaluation; the runtime, its C++ dispatch, its processes",

@@ -1,0 +1,197 @@
+/* blas.py's three XLA FFI handlers (ROWS, COLUMNS, GEMM) in C: the same products, by the same
+ * BLAS numpy calls (its cblas functions, whose addresses blas.py finds and passes to
+ * `handlers`), without Python in the call. The Python handlers take the GIL and cost 4-5 µs
+ * a call in ctypes; these cost what cblas costs.
+ *
+ * The call frame is read as XLA's C FFI (xla/ffi/api/c_api.h of jaxlib 0.10.2, which is
+ * pinned) lays it out; only the fields used are declared, in the order the header has them.
+ * Each handler checks its operands as blas.py's do and answers with the same error messages. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+enum { S32 = 4, F32 = 11, F64 = 12 };                 /* XLA_FFI_DataType */
+enum { EXTENSION_METADATA = 1, STAGE_EXECUTE = 3, INVALID_ARGUMENT = 3 };
+enum { TRANSPOSED_A = 1, TRANSPOSED_B = 2, OFFSET_A = 4, OFFSET_B = 8 };  /* blas.py's flags */
+enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };  /* CBLAS_ORDER, CBLAS_TRANSPOSE */
+
+typedef struct Extension { size_t struct_size; int type; struct Extension *next; } Extension;
+typedef struct { size_t struct_size; Extension *extension_start; int major, minor; } ApiVersion;
+typedef struct { size_t struct_size; ApiVersion api_version; uint32_t traits; int64_t state_type_id; } Metadata;
+typedef struct { Extension base; Metadata *metadata; } MetadataExtension;
+typedef struct { size_t struct_size; Extension *extension_start; int dtype; void *data; int64_t rank;
+                 int64_t *dims; } Buffer;
+typedef struct { size_t struct_size; Extension *extension_start; int64_t size; void *types; void **values; } Values;
+typedef struct { size_t struct_size; Extension *extension_start; int64_t size; void *types; void *names;
+                 void *attrs; } Attrs;
+typedef struct { size_t struct_size; Extension *extension_start; const char *message; int errc; } ErrorArgs;
+typedef void *(*ErrorCreate)(ErrorArgs *);
+typedef struct { size_t struct_size; Extension *extension_start; ApiVersion api_version; void *internal_api;
+                 ErrorCreate error_create; } Api;
+typedef struct { size_t struct_size; Extension *extension_start; const Api *api; void *ctx; int stage;
+                 Values args, rets; Attrs attrs; void *future; } CallFrame;
+
+/* cblas_?gemv / cblas_?gemm with 64-bit (ILP64, numpy's scipy-openblas64) or 32-bit ints */
+typedef void (*Gemv64)(int, int, int64_t, int64_t, double, const void *, int64_t, const void *, int64_t, double,
+                       void *, int64_t);
+typedef void (*Gemm64)(int, int, int, int64_t, int64_t, int64_t, double, const void *, int64_t, const void *,
+                       int64_t, double, void *, int64_t);
+typedef void (*Gemv64f)(int, int, int64_t, int64_t, float, const void *, int64_t, const void *, int64_t, float,
+                        void *, int64_t);
+typedef void (*Gemm64f)(int, int, int, int64_t, int64_t, int64_t, float, const void *, int64_t, const void *,
+                        int64_t, float, void *, int64_t);
+typedef void (*Gemv32)(int, int, int32_t, int32_t, double, const void *, int32_t, const void *, int32_t, double,
+                       void *, int32_t);
+typedef void (*Gemm32)(int, int, int, int32_t, int32_t, int32_t, double, const void *, int32_t, const void *,
+                       int32_t, double, void *, int32_t);
+typedef void (*Gemv32f)(int, int, int32_t, int32_t, float, const void *, int32_t, const void *, int32_t, float,
+                        void *, int32_t);
+typedef void (*Gemm32f)(int, int, int, int32_t, int32_t, int32_t, float, const void *, int32_t, const void *,
+                        int32_t, float, void *, int32_t);
+
+static void *dgemv, *sgemv, *dgemm, *sgemm;
+static int ilp64;
+
+static const char ROWS[] = "autograd_xla_gemv_rows", COLUMNS[] = "autograd_xla_gemv_columns",
+                  GEMM[] = "autograd_xla_gemm";
+
+static void *error(CallFrame *frame, const char *message) {
+    ErrorArgs args = {sizeof(ErrorArgs), NULL, message, INVALID_ARGUMENT};
+    return frame->api->error_create(&args);
+}
+
+/* Whether the call is XLA's question which FFI version the handler speaks (asked when it is
+ * registered, with a metadata extension), answered; or a stage other than execution. */
+static int not_a_call(CallFrame *frame) {
+    Extension *e = frame->extension_start;
+    if (e != NULL && e->type == EXTENSION_METADATA) {
+        ApiVersion *version = &((MetadataExtension *)e)->metadata->api_version;
+        version->major = 0;
+        version->minor = 1;
+        return 1;
+    }
+    return frame->stage != STAGE_EXECUTE;
+}
+
+static size_t itemsize(int dtype) { return dtype == F64 ? 8 : 4; }
+
+/* y = A x (rows) or y = x A (columns), A row-major rows x cols; operands (A[, offset], x) */
+static void *gemv(CallFrame *frame, int columns) {
+    if (not_a_call(frame)) return NULL;
+    int64_t n_args = frame->args.size;
+    const char *name = columns ? COLUMNS : ROWS;
+    Buffer *x = frame->args.values[n_args - 1], *y = frame->rets.values[0];
+    if ((y->dtype != F32 && y->dtype != F64) || x->dtype != y->dtype || (n_args != 2 && n_args != 3)) {
+        char message[200];
+        snprintf(message, sizeof message, "%s: float32 or float64 (matrix[, offset], vector) expected, got %lld "
+                 "operands of types %d -> %d", name, (long long)n_args, x->dtype, y->dtype);
+        return error(frame, message);
+    }
+    char *a = ((Buffer *)frame->args.values[0])->data;
+    if (n_args == 3) a += *(int32_t *)((Buffer *)frame->args.values[1])->data * itemsize(y->dtype);
+    int64_t n_x = x->dims[0], n_y = y->dims[0];
+    int64_t rows = columns ? n_x : n_y, cols = columns ? n_y : n_x;
+    int trans = columns ? TRANS : NO_TRANS;
+    if (rows == 0 || cols == 0) {  /* BLAS refuses a leading dimension of 0 */
+        memset(y->data, 0, n_y * itemsize(y->dtype));
+        return NULL;
+    }
+    if (y->dtype == F64) {
+        if (ilp64) ((Gemv64)dgemv)(ROW_MAJOR, trans, rows, cols, 1.0, a, cols, x->data, 1, 0.0, y->data, 1);
+        else ((Gemv32)dgemv)(ROW_MAJOR, trans, rows, cols, 1.0, a, cols, x->data, 1, 0.0, y->data, 1);
+    } else {
+        if (ilp64) ((Gemv64f)sgemv)(ROW_MAJOR, trans, rows, cols, 1.0f, a, cols, x->data, 1, 0.0f, y->data, 1);
+        else ((Gemv32f)sgemv)(ROW_MAJOR, trans, rows, cols, 1.0f, a, cols, x->data, 1, 0.0f, y->data, 1);
+    }
+    return NULL;
+}
+
+static void *gemv_rows(CallFrame *frame) { return gemv(frame, 0); }
+static void *gemv_columns(CallFrame *frame) { return gemv(frame, 1); }
+
+/* C = op(A) op(B); operands (layout [m, k, n, flags], A[, offset], B[, offset]) as blas.GEMM's */
+static void *gemm(CallFrame *frame) {
+    if (not_a_call(frame)) return NULL;
+    int64_t n_args = frame->args.size;
+    Buffer *out = frame->rets.values[0], *layout = frame->args.values[0];
+    char message[200];
+    if ((out->dtype != F32 && out->dtype != F64) || n_args < 3 || layout->dtype != S32 || layout->rank != 1
+        || layout->dims[0] != 4) {
+        snprintf(message, sizeof message, "%s: (int32 layout[4], A[, offset], B[, offset]) -> float32 or float64 "
+                 "expected, got %lld operands -> type %d", GEMM, (long long)n_args, out->dtype);
+        return error(frame, message);
+    }
+    int32_t *l = layout->data;
+    int64_t m = l[0], k = l[1], n = l[2];
+    int flags = l[3];
+    int64_t wanted = 3 + !!(flags & OFFSET_A) + !!(flags & OFFSET_B);
+    if (n_args != wanted || out->rank != 2 || out->dims[0] != m || out->dims[1] != n) {
+        snprintf(message, sizeof message, "%s: layout [%lld, %lld, %lld, %d] does not fit %lld operands -> a result "
+                 "of rank %lld", GEMM, (long long)m, (long long)k, (long long)n, flags, (long long)n_args,
+                 (long long)out->rank);
+        return error(frame, message);
+    }
+    char *matrices[2];
+    int at = 1;
+    for (int i = 0; i < 2; i++) {
+        Buffer *buffer = frame->args.values[at++];
+        if (buffer->dtype != out->dtype) {
+            snprintf(message, sizeof message, "%s: operand %d has type %d, the result %d", GEMM, at - 1,
+                     buffer->dtype, out->dtype);
+            return error(frame, message);
+        }
+        matrices[i] = buffer->data;
+        if (flags & (i ? OFFSET_B : OFFSET_A))
+            matrices[i] += *(int32_t *)((Buffer *)frame->args.values[at++])->data * itemsize(out->dtype);
+    }
+    if (m == 0 || n == 0) return NULL;
+    if (k == 0) {
+        memset(out->data, 0, m * n * itemsize(out->dtype));
+        return NULL;
+    }
+    int ta = flags & TRANSPOSED_A ? TRANS : NO_TRANS, tb = flags & TRANSPOSED_B ? TRANS : NO_TRANS;
+    int64_t lda = flags & TRANSPOSED_A ? m : k, ldb = flags & TRANSPOSED_B ? k : n;
+    if (out->dtype == F64) {
+        if (ilp64) ((Gemm64)dgemm)(ROW_MAJOR, ta, tb, m, n, k, 1.0, matrices[0], lda, matrices[1], ldb, 0.0, out->data, n);
+        else ((Gemm32)dgemm)(ROW_MAJOR, ta, tb, m, n, k, 1.0, matrices[0], lda, matrices[1], ldb, 0.0, out->data, n);
+    } else {
+        if (ilp64) ((Gemm64f)sgemm)(ROW_MAJOR, ta, tb, m, n, k, 1.0f, matrices[0], lda, matrices[1], ldb, 0.0f, out->data, n);
+        else ((Gemm32f)sgemm)(ROW_MAJOR, ta, tb, m, n, k, 1.0f, matrices[0], lda, matrices[1], ldb, 0.0f, out->data, n);
+    }
+    return NULL;
+}
+
+/* handlers(dgemv, sgemv, dgemm, sgemm, ilp64): the cblas functions' addresses; returns
+ * {target name: capsule} for xla_client.register_custom_call_target. */
+static PyObject *handlers(PyObject *self, PyObject *args) {
+    unsigned long long d_gemv, s_gemv, d_gemm, s_gemm;
+    int wide;
+    if (!PyArg_ParseTuple(args, "KKKKp", &d_gemv, &s_gemv, &d_gemm, &s_gemm, &wide)) return NULL;
+    if (!d_gemv || !s_gemv || !d_gemm || !s_gemm) {
+        PyErr_SetString(PyExc_ValueError, "a cblas function's address is 0");
+        return NULL;
+    }
+    dgemv = (void *)(uintptr_t)d_gemv, sgemv = (void *)(uintptr_t)s_gemv;
+    dgemm = (void *)(uintptr_t)d_gemm, sgemm = (void *)(uintptr_t)s_gemm;
+    ilp64 = wide;
+    const char *names[] = {ROWS, COLUMNS, GEMM};
+    void *functions[] = {(void *)gemv_rows, (void *)gemv_columns, (void *)gemm};
+    PyObject *result = PyDict_New();
+    for (int i = 0; result != NULL && i < 3; i++) {
+        PyObject *capsule = PyCapsule_New(functions[i], "xla._CUSTOM_CALL_TARGET", NULL);
+        if (capsule == NULL || PyDict_SetItemString(result, names[i], capsule) < 0) Py_CLEAR(result);
+        Py_XDECREF(capsule);
+    }
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"handlers", handlers, METH_VARARGS, "handlers(dgemv, sgemv, dgemm, sgemm, ilp64) -> {target: capsule}"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_blas", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__blas(void) { return PyModule_Create(&module); }
