@@ -215,7 +215,8 @@ class Entry:
     (`stage`), each when asked for."""
 
     __slots__ = ("executable", "out_tree", "graph", "lowered", "fallback_cause", "guards", "draws", "static_leaves",
-                 "impure", "stage", "donated", "dynamic", "background", "fastpath", "ladder", "options", "variant")
+                 "impure", "stage", "donated", "dynamic", "background", "fastpath", "ladder", "options", "variant",
+                 "previous", "following")
 
     def __init__(self, out_tree, graph, draws=(), static_leaves=(), impure=False, dynamic=()):
         self.out_tree, self.graph = out_tree, graph
@@ -233,6 +234,8 @@ class Entry:
         self.ladder = None                          # the faster programs it may move to (tiering.Ladder)
         self.options = None                         # the CompileOptions its executable was compiled with
         self.variant = None                         # the next program in its guarded signature's ring (api._refused)
+        self.previous = None                        # in a ring: the program that ran the call before its last one
+        self.following = {}                         # in a ring: previous -> the program that ran the call after (api._took)
 
     @property
     def python_fallback(self):

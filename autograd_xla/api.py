@@ -373,10 +373,16 @@ class JittedFunction(aot.Introspection):
             self._fast._clear_cache()
 
     def _execute(self, entry, spec, leaves):
-        """Run a compiled entry on these leaves (of its signature), or its signature's others (_refused)."""
+        """Run a compiled entry on these leaves (of its signature), or its signature's others
+        (_refused); in a ring, first the program `_took` expects."""
         state = impurity.global_state() if entry.draws and entry.guards else None
-        outs, refused = self._run(entry, leaves)
-        return outs if refused is None else self._refused(entry, spec, leaves, refused, state)
+        first = entry if entry.variant is None else entry.following.get(entry.previous, entry)
+        outs, refused = self._run(first, leaves)
+        if refused is not None:
+            return self._refused(entry, first, spec, leaves, refused, state)
+        if entry.variant is not None:
+            self._took(entry, first, spec, leaves)
+        return outs
 
     def _run(self, entry, leaves):
         """(results, None), or (None, the guard that refused these leaves: entry.guards[k])."""
@@ -396,32 +402,30 @@ class JittedFunction(aot.Introspection):
             outs = outs[:-len(entry.guards)]
         return (outs[0] if entry.out_tree is tree.LEAF else tree.unflatten(entry.out_tree, outs)), None
 
-    def _refused(self, head, spec, leaves, guard, rng_state):
-        """A condition the compiled program `head` assumes (tracing.add_guard) is false for
+    def _refused(self, last, first, spec, leaves, guard, rng_state):
+        """A condition the compiled program `first` assumes (tracing.add_guard) is false for
         these data: the signature's other programs, a ring through `Entry.variant`, run them in
-        turn, and the one whose guards hold becomes the signature's cached entry. When none does
-        and the refusing guard is a decided branch (core.Graph.guards), a program traced for
-        these data joins the ring, up to GUARDED_PROGRAMS; else the call runs as plain autograd.
-        Each run starts from numpy's random state as it was before the call."""
-        entry, programs = head, 1
+        turn, and the one whose guards hold takes the call (`_took`; `last`, the cached entry,
+        took the one before). When none does and the refusing guard is a decided branch
+        (core.Graph.guards), a program traced for these data joins the ring, up to
+        GUARDED_PROGRAMS; else the call runs as plain autograd. Each run starts from numpy's
+        random state as it was before the call."""
+        entry, programs = first, 1
         while guard is not None:
             source, why, decided = guard
             if rng_state is not None:
                 impurity.set_global_state(rng_state)
             following = entry.variant
-            if following is None or following is head:  # each program of the ring refused them
+            if following is None or following is first:  # each program of the ring refused them
                 following = self._variant(spec, leaves) if decided and programs < GUARDED_PROGRAMS else None
                 if following is None:
                     break
                 with self._lock:
-                    following.variant, entry.variant = head, following
+                    following.variant, entry.variant = first, following
             entry, programs = following, programs + 1
             outs, guard = self._run(entry, leaves)
         if guard is None:
-            key = self._key(spec, leaves)
-            with self._lock:
-                if self._cache.get(key) is head:
-                    self._cache[key] = entry
+            self._took(last, entry, spec, leaves)
             return outs
         key = ("guard", str(source), why)
         if key not in self._warned:
@@ -429,6 +433,19 @@ class JittedFunction(aot.Introspection):
             _warn(f"{self!r}: {why} at\n{source}\nso this call ran as plain autograd.", FallbackWarning)
         self.stats.fallbacks += 1
         return self._apply(spec, leaves)
+
+    def _took(self, last, taker, spec, leaves):
+        """A ring's program `taker` ran the call after one `last` ran: it becomes the cached
+        entry, and what the ring tries first next time is the program that followed the same
+        two programs' calls before (a two-level predictor: calls alternating between two
+        branches, or repeating any short pattern, soon run one program each)."""
+        last.following[last.previous] = taker
+        taker.previous = last
+        if taker is not last:
+            key = self._key(spec, leaves)
+            with self._lock:
+                if self._cache.get(key) is last:
+                    self._cache[key] = taker
 
     def _variant(self, spec, leaves):
         """Another compiled program of a guarded signature, traced for these leaves (its own

@@ -811,6 +811,30 @@ def test_the_program_a_call_took_is_tried_first_next_time():
     assert jf.cache_info()["traces"] == 2 and jf.cache_info()["fallbacks"] == 0
 
 
+@pytest.mark.parametrize("pattern", ["PN", "PPNN", "PNN"])
+def test_calls_that_switch_branches_in_a_pattern_soon_run_one_program_each(pattern):
+    """The ring tries first the program that followed the same two calls' programs before
+    (api._took): alternating signs, or any short repeating pattern, settle to one run a call,
+    where trying the cached entry first would run two programs at every switch."""
+    jf = jit_strict(hazard)
+    sides = {"P": POSITIVE, "N": NEGATIVE}
+    runs = [0]
+    real_run = jf._run
+
+    def counted(entry, leaves):
+        runs[-1] += 1
+        return real_run(entry, leaves)
+    jf._run = counted
+    per_call = []
+    for i, side in enumerate(pattern * 6):
+        p = sides[side] * (1.0 + 0.01 * i)
+        assert_close(jf(p, T), hazard(p, T))
+        per_call.append(runs[-1])
+        runs[-1] = 0
+    assert sum(per_call[-2 * len(pattern):]) == 2 * len(pattern), per_call  # the last two periods: one run a call
+    assert jf.cache_info()["traces"] == 2 and jf.cache_info()["fallbacks"] == 0
+
+
 def test_speculation_stops_where_a_value_cannot_be_known_at_trace_time():
     """A branch on a loop's carry, on a random draw, or past SPECULATED_BRANCHES (a Python
     `while` unrolled) still raises the concretization error (an impure-function one for the
