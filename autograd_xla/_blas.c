@@ -54,8 +54,8 @@ typedef void (*Gemm32f)(int, int, int, int32_t, int32_t, int32_t, float, const v
 static void *dgemv, *sgemv, *dgemm, *sgemm;
 static int ilp64;
 
-static const char ROWS[] = "autograd_xla_gemv_rows", COLUMNS[] = "autograd_xla_gemv_columns",
-                  GEMM[] = "autograd_xla_gemm";
+/* the targets' names, for the error messages: blas.ROWS, blas.COLUMNS, blas.GEMM */
+static char ROWS[64], COLUMNS[64], GEMM[64];
 
 static void *error(CallFrame *frame, const char *message) {
     ErrorArgs args = {sizeof(ErrorArgs), NULL, message, INVALID_ARGUMENT};
@@ -163,32 +163,34 @@ static void *gemm(CallFrame *frame) {
     return NULL;
 }
 
-/* handlers(dgemv, sgemv, dgemm, sgemm, ilp64): the cblas functions' addresses; returns
- * {target name: capsule} for xla_client.register_custom_call_target. */
+/* handlers((rows, columns, gemm), (dgemv, sgemv, dgemm, sgemm), ilp64): the targets' names and
+ * the cblas functions' addresses; returns the three handlers' capsules, in the names' order,
+ * for xla_client.register_custom_call_target. */
 static PyObject *handlers(PyObject *self, PyObject *args) {
+    const char *rows, *columns, *product;
     unsigned long long d_gemv, s_gemv, d_gemm, s_gemm;
     int wide;
-    if (!PyArg_ParseTuple(args, "KKKKp", &d_gemv, &s_gemv, &d_gemm, &s_gemm, &wide)) return NULL;
+    if (!PyArg_ParseTuple(args, "(sss)(KKKK)p", &rows, &columns, &product, &d_gemv, &s_gemv, &d_gemm, &s_gemm,
+                          &wide))
+        return NULL;
     if (!d_gemv || !s_gemv || !d_gemm || !s_gemm) {
         PyErr_SetString(PyExc_ValueError, "a cblas function's address is 0");
         return NULL;
     }
+    snprintf(ROWS, sizeof ROWS, "%s", rows);
+    snprintf(COLUMNS, sizeof COLUMNS, "%s", columns);
+    snprintf(GEMM, sizeof GEMM, "%s", product);
     dgemv = (void *)(uintptr_t)d_gemv, sgemv = (void *)(uintptr_t)s_gemv;
     dgemm = (void *)(uintptr_t)d_gemm, sgemm = (void *)(uintptr_t)s_gemm;
     ilp64 = wide;
-    const char *names[] = {ROWS, COLUMNS, GEMM};
-    void *functions[] = {(void *)gemv_rows, (void *)gemv_columns, (void *)gemm};
-    PyObject *result = PyDict_New();
-    for (int i = 0; result != NULL && i < 3; i++) {
-        PyObject *capsule = PyCapsule_New(functions[i], "xla._CUSTOM_CALL_TARGET", NULL);
-        if (capsule == NULL || PyDict_SetItemString(result, names[i], capsule) < 0) Py_CLEAR(result);
-        Py_XDECREF(capsule);
-    }
-    return result;
+    return Py_BuildValue("(NNN)", PyCapsule_New((void *)gemv_rows, "xla._CUSTOM_CALL_TARGET", NULL),
+                         PyCapsule_New((void *)gemv_columns, "xla._CUSTOM_CALL_TARGET", NULL),
+                         PyCapsule_New((void *)gemm, "xla._CUSTOM_CALL_TARGET", NULL));
 }
 
 static PyMethodDef methods[] = {
-    {"handlers", handlers, METH_VARARGS, "handlers(dgemv, sgemv, dgemm, sgemm, ilp64) -> {target: capsule}"},
+    {"handlers", handlers, METH_VARARGS, "handlers((rows, columns, gemm), (dgemv, sgemv, dgemm, sgemm), ilp64) "
+                                         "-> their three capsules"},
     {NULL, NULL, 0, NULL},
 };
 

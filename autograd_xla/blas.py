@@ -267,7 +267,8 @@ def _native_handlers():
     if native is None or os.environ.get(NATIVE_ENV, "1") == "0":
         return None
     found = _cblas()
-    return None if found is None else native.handlers(*found[0], found[1])
+    targets = (ROWS, COLUMNS, GEMM)
+    return None if found is None else dict(zip(targets, native.handlers(targets, *found)))
 
 
 def register():
