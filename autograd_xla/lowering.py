@@ -4,12 +4,17 @@ The interpreter: each equation's primitive is looked up in the registry and its
 translation rule emits the equation into a `context.LoweringContext` (the rules, and the
 numpy semantics they share, live below this module: rules/ and context.py).
 """
+import collections
+import hashlib
+import sys
+import threading
+
 import numpy as np
 
 from . import blas, hlo, registry
 from .context import LoweringContext, ModuleState, Uses, View, view_pad
-from .core import Var, map_vars, prim_name, walk_vars
-from .errors import annotate
+from .core import Eqn, Var, map_vars, prim_name, walk_vars
+from .errors import SourceInfo, annotate
 
 
 def flatten_values(out):
@@ -250,6 +255,166 @@ def _packs(avals, platform, pack):
 
 def lower(graph, name="jit_fn", platform="cpu", x64=True, pack=True, donate=(), locations=True, recycle=False,
           dot_views=False, use_blas=True, merge=True):
+    """`emit`'s module of `graph`, or the one it emitted for a graph of the same structure
+    and the same settings before (LOWERED_KEPT, `_structure`): a fresh closure's retrace (a
+    library's fit() building value_and_grad(nll) anew) gives the graph the previous closure
+    gave. The module is shared: nothing changes a Lowered once made."""
+    arguments = (name, platform, x64, pack, tuple(sorted(donate)), locations, recycle, dot_views, use_blas, merge)
+    key = None
+    if LOWERED_KEPT:
+        try:
+            key = (_structure(graph), arguments, _settings())
+            hash(key)
+        except (_Unkeyable, TypeError, RecursionError):
+            key = None
+    if key is not None:
+        with _lowered_lock:
+            found = _lowered.get(key)
+            if found is not None:
+                _lowered.move_to_end(key)
+                return found[0]
+    lowered = emit(graph, *arguments)
+    if key is not None:
+        _keep(key, lowered)
+    return lowered
+
+
+#: Modules `lower` keeps for graphs of the same structure, at most this many and
+#: LOWERED_KEPT_BYTES of text and constants, the least recently used going first. Measured
+#: on a Weibull regression's value_and_grad and Hessian built afresh per fit (a 500x5
+#: design): a fit's first calls took 38 ms, 15 of them lowering, and 20 ms with the
+#: modules kept. None or 0: none kept.
+LOWERED_KEPT = 64
+LOWERED_KEPT_BYTES = 64 << 20
+#: A graph whose constants hold more bytes is lowered every time: their digest would cost
+#: more than the lowering it saves (blake2b: ~1 ms a MiB; the Table 1 quadratic's 8 MiB
+#: matrix, in a module lowered in 1 ms).
+KEY_ARRAY_BYTES = 1 << 18
+_lowered = collections.OrderedDict()  # key -> (Lowered, bytes)
+_lowered_bytes = [0]
+_lowered_lock = threading.Lock()
+
+
+def _keep(key, lowered):
+    size = len(lowered.text) + sum(getattr(c, "nbytes", 0) for c in lowered.consts)
+    with _lowered_lock:
+        if key not in _lowered:
+            _lowered[key] = lowered, size
+            _lowered_bytes[0] += size
+        while _lowered and (len(_lowered) > LOWERED_KEPT or _lowered_bytes[0] > LOWERED_KEPT_BYTES):
+            _lowered_bytes[0] -= _lowered.popitem(last=False)[1][1]
+_ATOMS = (bool, int, str, type(None))
+_SETTING_TYPES = (bool, int, float, str, type(None), frozenset, tuple)
+
+
+class _Unkeyable(Exception):
+    """A graph holds something `_structure` cannot describe by value: its module is not kept."""
+
+
+def _structure(graph):
+    """A flat tuple describing `graph` and all it holds, equal for graphs of equal structure:
+    each container as its type and length then its items; Vars numbered in order of
+    appearance (their counts differ between traces) with their types; arrays by shape, dtype
+    and a digest of their bytes; floats exactly (-0.0 and nan apart); callables (primitives,
+    their functions) as themselves, held by the key; other objects (sub-graphs, equations,
+    control flow's params, source lines: a module names its users' lines) by type and
+    attributes. One flat tuple hashes and compares in C: a nested one cost as much as the
+    lowering it saved (a Hessian's: 5 of 9 ms)."""
+    out, numbers, digests, hashed = [], {}, {}, [0]  # digests: id(array) -> (array, its description)
+    append = out.append
+
+    def visit(x, depth):
+        t = type(x)
+        if t in _ATOMS:
+            append(x if t is not bool else (bool, x))  # True == 1
+        elif t is Var:
+            number = numbers.get(x)
+            if number is None:
+                number = numbers[x] = len(numbers)
+                aval = x.aval
+                append((Var, number, aval.shape, aval.dtype.str, aval.weak_type))
+            else:
+                append((Var, number))
+        elif t is tuple or t is list:
+            append(t)
+            append(len(x))
+            for item in x:
+                visit(item, depth)
+        elif t is Eqn:
+            append(Eqn)
+            append(x.prim)
+            visit(x.args, depth)
+            visit(x.kwargs, depth)
+            visit(x.outvars, depth)
+            visit(x.out_tree, depth)
+            source = x.source
+            if type(source) is SourceInfo:
+                append((SourceInfo, source.filename, source.lineno, source.function))
+            else:
+                visit(source, depth + 1)
+        elif t is dict:
+            append(dict)
+            append(len(x))
+            for k, v in x.items():
+                visit(k, depth)
+                visit(v, depth)
+        elif t is float:
+            append((float, x.hex()))
+        elif depth > 60:
+            raise _Unkeyable("nested too deep")
+        elif t is np.ndarray:
+            known = digests.get(id(x))
+            if known is None:  # an array many equations read is digested once
+                hashed[0] += x.nbytes
+                if x.dtype.hasobject or hashed[0] > KEY_ARRAY_BYTES:
+                    raise _Unkeyable("an object array, or more bytes than digesting them would save")
+                known = digests[id(x)] = x, (np.ndarray, x.shape, x.dtype.str, hashlib.blake2b(
+                    np.ascontiguousarray(x).data, digest_size=16).digest())
+            append(known[1])
+        elif t is complex:
+            append((complex, x.real.hex(), x.imag.hex()))
+        elif t is slice:
+            append(slice)
+            visit((x.start, x.stop, x.step), depth)
+        elif isinstance(x, np.generic):
+            append((np.generic, x.dtype.str, x.tobytes()))
+        elif isinstance(x, np.dtype):
+            append((np.dtype, x.str))
+        elif callable(x) or isinstance(x, type):
+            append(x)  # hashable by identity, or the key's hash fails and nothing is kept
+        else:
+            append(t)
+            fields = getattr(x, "__dict__", None)
+            if fields is not None:
+                visit(fields, depth + 1)
+                return
+            slots = _SLOTS.get(t)
+            if slots is None:
+                slots = _SLOTS[t] = [n for k in t.__mro__ for n in getattr(k, "__slots__", ())]
+            if not slots:
+                raise _Unkeyable(f"a {t.__name__}")
+            for n in slots:
+                visit(getattr(x, n, None), depth + 1)
+    visit(graph, 0)
+    return tuple(out)
+
+
+_SLOTS = {}  # type -> its slots, for _structure
+
+
+def _settings():
+    """What lowering reads besides its arguments, that users and tests change: every
+    upper-case number, string, tuple or frozen set in this package's modules (blas.MIN_ELEMENTS,
+    context.LIFT_BYTES, ...), and the registry's generation (its rules)."""
+    found = [registry.generation]
+    for name, module in list(sys.modules.items()):
+        if module is not None and name.startswith("autograd_xla"):
+            found.extend((name, k, v) for k, v in vars(module).items() if k.isupper() and type(v) in _SETTING_TYPES)
+    return tuple(found)
+
+
+def emit(graph, name="jit_fn", platform="cpu", x64=True, pack=True, donate=(), locations=True, recycle=False,
+         dot_views=False, use_blas=True, merge=True):
     """Emit `graph` as a module. With x64=False every 64-bit value is computed in 32 bits;
     `Lowered.in_avals` / `out_avals` then give the dtypes the executable really takes and
     returns. `pack` allows sending small arguments together (PACK_MAX_BYTES). `donate`: indices

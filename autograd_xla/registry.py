@@ -81,9 +81,16 @@ def key_of(prim):
     return prim
 
 
+#: Counts the calls of `entry`, through which every registration changes an entry: lowering
+#: keeps modules only for the rules of the same generation (lowering.lower)
+generation = 0
+
+
 def entry(prim):
-    """The entry of `prim`, created if it has none."""
+    """The entry of `prim`, created if it has none (for a change: `generation` counts it)."""
+    global generation
     run_waiting()  # this package's own registrations first: a later one replaces them
+    generation += 1
     key = key_of(prim)
     found = _ENTRIES.get(key)
     if found is None:

@@ -316,3 +316,91 @@ def test_normalize_axis_refuses_values_and_bools():
     with pytest.raises(ValueError) as ours:
         normalize_axes((0, -2), 2)
     assert str(ours.value) == str(theirs.value)
+
+
+# ----- modules kept for graphs of the same structure (lowering.lower) --------------------------
+def fresh_loss(data, scale):
+    """What a library's fit() does: a new closure over its data, every fit."""
+    def loss(w):
+        return anp.sum(anp.tanh(data * w) * scale)
+    return loss
+
+
+def test_a_fresh_closures_retrace_reuses_the_module_its_twin_had():
+    data = onp.linspace(0.1, 1.0, 40)
+    first, second = (jit_ps(fresh_loss(data, 2.0), fallback="error") for _ in range(2))
+    w = onp.full(40, 0.3)
+    assert_close = onp.testing.assert_allclose
+    assert_close(first(w), onp.sum(onp.tanh(data * w) * 2.0), rtol=1e-13)
+    assert_close(second(w), onp.sum(onp.tanh(data * w) * 2.0), rtol=1e-13)
+    (a,), (b,) = first._cache.values(), second._cache.values()
+    assert a.graph is not b.graph and a.lowered is b.lowered
+
+
+@pytest.mark.parametrize("label,other", [
+    ("another data value", lambda: fresh_loss(onp.linspace(0.1, 1.0, 40) * 1.5, 2.0)),
+    ("another scale", lambda: fresh_loss(onp.linspace(0.1, 1.0, 40), 3.0)),
+    ("the scale's sign, -0.0", lambda: fresh_loss(onp.linspace(0.1, 1.0, 40), -0.0)),
+    ("an integer scale", lambda: fresh_loss(onp.linspace(0.1, 1.0, 40), 2)),
+    ("another dtype of data", lambda: fresh_loss(onp.linspace(0.1, 1.0, 40).astype(f32), 2.0)),
+])
+def test_graphs_that_differ_in_any_value_get_their_own_module(label, other):
+    """Equal structure means equal values: every constant, to the bit (-0.0 against 0.0)."""
+    w = onp.full(40, 0.3)
+    base = jit_ps(fresh_loss(onp.linspace(0.1, 1.0, 40), 0.0 if "sign" in label else 2.0), fallback="error")
+    base(w)
+    f = jit_ps(other(), fallback="error")
+    out = f(w)
+    (a,), (b,) = base._cache.values(), f._cache.values()
+    assert a.lowered is not b.lowered, label
+    closure = other()
+    onp.testing.assert_allclose(out, closure(w), rtol=1e-6)
+    if "sign" in label:
+        assert onp.signbit(out) == onp.signbit(closure(w))
+
+
+def test_a_changed_setting_or_rule_lowers_the_graph_again(monkeypatch):
+    """What lowering reads besides the graph: module constants (here LIFT_BYTES, which decides
+    whether a constant is inlined) and the registry's rules."""
+    data = onp.linspace(0.1, 1.0, 400)  # above LIFT_BYTES: a parameter
+    graph = jit_ps(fresh_loss(data, 2.0)).graph(onp.ones(400))
+    before = lowering.lower(graph)
+    assert lowering.lower(graph) is before
+    monkeypatch.setattr(context, "LIFT_BYTES", 1 << 20)
+    inlined = lowering.lower(graph)
+    assert inlined is not before and len(inlined.consts) < len(before.consts)
+    monkeypatch.undo()
+    assert lowering.lower(graph) is before
+    from autograd_xla import registry
+    registry.entry(anp.tanh)  # what every registration goes through
+    assert lowering.lower(graph) is not before
+
+
+def test_a_user_rule_registered_later_is_the_one_compiled():
+    from autograd.extend import primitive
+
+    from autograd_xla import register_translation_rule
+
+    @primitive
+    def bump(x):
+        return x + 1.0
+    def adding(k):
+        return lambda ctx, x: ctx.op1("stablehlo.add", [x, ctx.full(x.shape, k, x.dtype)], x.shape, x.dtype)
+    def doubled(x):
+        return bump(x) * 2.0
+    register_translation_rule(bump, adding(2.0))  # wrong: the result says 2
+    x = onp.arange(3.0)
+    onp.testing.assert_allclose(jit_ps(doubled, fallback="error")(x), (x + 2.0) * 2.0)
+    register_translation_rule(bump, adding(1.0))  # the user's fix, compiled by a fresh jit_ps of the same code
+    onp.testing.assert_allclose(jit_ps(doubled, fallback="error")(x), (x + 1.0) * 2.0)
+
+
+def test_modules_of_large_constants_are_not_kept_and_the_cache_is_bounded(monkeypatch):
+    big = onp.linspace(0.0, 1.0, lowering.KEY_ARRAY_BYTES // 8 + 1)
+    graph = jit_ps(lambda x: anp.sum(x * big)).graph(onp.ones_like(big))
+    assert lowering.lower(graph) is not lowering.lower(graph)
+    monkeypatch.setattr(lowering, "LOWERED_KEPT", 2)
+    graphs = [jit_ps(fresh_loss(onp.linspace(0.1, 1.0, 40), float(k))).graph(onp.ones(40)) for k in range(3)]
+    kept = [lowering.lower(g) for g in graphs]
+    assert len(lowering._lowered) <= 2
+    assert lowering.lower(graphs[2]) is kept[2] and lowering.lower(graphs[0]) is not kept[0]
