@@ -296,6 +296,7 @@ _lowered_lock = threading.Lock()
 
 
 def _keep(key, lowered):
+    """Keep `lowered` under `key`, within LOWERED_KEPT and LOWERED_KEPT_BYTES."""
     size = len(lowered.text) + sum(getattr(c, "nbytes", 0) for c in lowered.consts)
     with _lowered_lock:
         if key not in _lowered:
@@ -303,8 +304,10 @@ def _keep(key, lowered):
             _lowered_bytes[0] += size
         while _lowered and (len(_lowered) > LOWERED_KEPT or _lowered_bytes[0] > LOWERED_KEPT_BYTES):
             _lowered_bytes[0] -= _lowered.popitem(last=False)[1][1]
-_ATOMS = (bool, int, str, type(None))
-_SETTING_TYPES = (bool, int, float, str, type(None), frozenset, tuple)
+
+
+_ATOMS = (bool, int, str, type(None))  # described as themselves (a bool with its type: True == 1)
+_SETTING_TYPES = (bool, int, float, str, type(None), frozenset, tuple)  # _settings' values
 
 
 class _Unkeyable(Exception):
