@@ -13,7 +13,7 @@ import numpy as np
 
 from . import blas, hlo, registry
 from .context import LoweringContext, ModuleState, Uses, View, view_pad
-from .core import Eqn, Var, map_vars, prim_name, walk_vars
+from .core import Eqn, Graph, Var, map_vars, prim_name, walk_vars
 from .errors import SourceInfo, annotate
 
 
@@ -289,7 +289,7 @@ LOWERED_KEPT_BYTES = 64 << 20
 #: A graph whose constants hold more bytes is lowered every time: their digest would cost
 #: more than the lowering it saves (blake2b: ~1 ms a MiB; the Table 1 quadratic's 8 MiB
 #: matrix, in a module lowered in 1 ms).
-KEY_ARRAY_BYTES = 1 << 18
+KEY_ARRAY_BYTES = 1 << 20
 _lowered = collections.OrderedDict()  # key -> (Lowered, bytes)
 _lowered_bytes = [0]
 _lowered_lock = threading.Lock()
@@ -306,7 +306,8 @@ def _keep(key, lowered):
             _lowered_bytes[0] -= _lowered.popitem(last=False)[1][1]
 
 
-_ATOMS = (bool, int, str, type(None))  # described as themselves (a bool with its type: True == 1)
+_ATOMS = (bool, int, str, type(None), bytes)  # described as themselves (a bool with its type: True == 1)
+_SINGLETONS = (type(Ellipsis), type(NotImplemented))
 _SETTING_TYPES = (bool, int, float, str, type(None), frozenset, tuple)  # _settings' values
 
 
@@ -319,9 +320,10 @@ def _structure(graph):
     each container as its type and length then its items; Vars numbered in order of
     appearance (their counts differ between traces) with their types; arrays by shape, dtype
     and a digest of their bytes; floats exactly (-0.0 and nan apart); callables (primitives,
-    their functions) as themselves, held by the key; other objects (sub-graphs, equations,
-    control flow's params, source lines: a module names its users' lines) by type and
-    attributes. One flat tuple hashes and compares in C: a nested one cost as much as the
+    their functions) as themselves, held by the key; this package's objects (sub-graphs,
+    equations, control flow's params, source lines: a module names its users' lines) by type
+    and attributes; another library's objects not at all (a pandas index keeps its values
+    where its attributes do not show them): such a graph is lowered every time. One flat tuple hashes and compares in C: a nested one cost as much as the
     lowering it saved (a Hessian's: 5 of 9 ms)."""
     out, numbers, digests, hashed = [], {}, {}, [0]  # digests: id(array) -> (array, its description)
     append = out.append
@@ -343,6 +345,11 @@ def _structure(graph):
             append(len(x))
             for item in x:
                 visit(item, depth)
+        elif t is Graph:  # a captured value's outer half is the enclosing trace's Tracer: lowering reads its inner Var
+            append(Graph)
+            for part in (x.invars, [inner for inner, _ in x.captured], x.eqns, x.outvars, x.in_tree, x.out_tree,
+                         x.arg_names, x.guards):
+                visit(part, depth + 1)
         elif t is Eqn:
             append(Eqn)
             append(x.prim)
@@ -365,12 +372,17 @@ def _structure(graph):
             append((float, x.hex()))
         elif depth > 60:
             raise _Unkeyable("nested too deep")
+        elif t is np.ndarray and x.dtype.hasobject:  # (names of a table's columns): by its items
+            if x.size > 4096:
+                raise _Unkeyable(f"an object array of {x.size} items")
+            append((np.ndarray, x.shape))
+            visit(x.tolist(), depth + 1)
         elif t is np.ndarray:
             known = digests.get(id(x))
             if known is None:  # an array many equations read is digested once
                 hashed[0] += x.nbytes
-                if x.dtype.hasobject or hashed[0] > KEY_ARRAY_BYTES:
-                    raise _Unkeyable("an object array, or more bytes than digesting them would save")
+                if hashed[0] > KEY_ARRAY_BYTES:
+                    raise _Unkeyable(f"arrays of {hashed[0]} bytes: more than digesting them would save")
                 known = digests[id(x)] = x, (np.ndarray, x.shape, x.dtype.str, hashlib.blake2b(
                     np.ascontiguousarray(x).data, digest_size=16).digest())
             append(known[1])
@@ -383,9 +395,13 @@ def _structure(graph):
             append((np.generic, x.dtype.str, x.tobytes()))
         elif isinstance(x, np.dtype):
             append((np.dtype, x.str))
-        elif callable(x) or isinstance(x, type):
-            append(x)  # hashable by identity, or the key's hash fails and nothing is kept
-        else:
+        elif callable(x) or isinstance(x, type) or t in _SINGLETONS:
+            append(x)  # hashable by identity, or the key's hash fails: nothing kept
+        elif isinstance(x, (tuple, list, dict)):  # a namedtuple, an OrderedDict: its type and items
+            append(t)
+            visit(tuple(x.items()) if isinstance(x, dict) else tuple(x), depth + 1)
+            visit(getattr(x, "__dict__", None), depth + 1)
+        elif t.__module__.partition(".")[0] == __name__.partition(".")[0]:  # ours: what it holds is all it is
             append(t)
             fields = getattr(x, "__dict__", None)
             if fields is not None:
@@ -394,10 +410,10 @@ def _structure(graph):
             slots = _SLOTS.get(t)
             if slots is None:
                 slots = _SLOTS[t] = [n for k in t.__mro__ for n in getattr(k, "__slots__", ())]
-            if not slots:
-                raise _Unkeyable(f"a {t.__name__}")
             for n in slots:
                 visit(getattr(x, n, None), depth + 1)
+        else:  # another library's object may keep its value where its attributes do not show it
+            raise _Unkeyable(f"a {t.__module__}.{t.__qualname__}")
     visit(graph, 0)
     return tuple(out)
 

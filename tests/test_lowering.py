@@ -404,3 +404,24 @@ def test_modules_of_large_constants_are_not_kept_and_the_cache_is_bounded(monkey
     kept = [lowering.lower(g) for g in graphs]
     assert len(lowering._lowered) <= 2
     assert lowering.lower(graphs[2]) is kept[2] and lowering.lower(graphs[0]) is not kept[0]
+
+
+def test_the_description_of_a_graph_tells_apart_what_lowering_would():
+    """lowering._structure, on what graphs hold: equal descriptions only for equal values."""
+    import collections
+    import decimal
+
+    class Frozen(list):  # pandas' FrozenList: its items are not in its __dict__
+        pass
+    Pair = collections.namedtuple("Pair", "a b")
+    differ = [(0.0, -0.0), (True, 1), (1, 1.0), (Frozen([1, 2]), Frozen([1, 3])), (Pair(1, 2), Pair(1, 3)),
+              (Pair(1, 2), (1, 2)), (onp.zeros(3), onp.zeros(3, f32)), (onp.zeros(3), onp.zeros((3, 1))),
+              (onp.array([1.0, 2.0]), onp.array([1.0, 2.5])), (onp.array(["a"], object), onp.array(["b"], object)),
+              (slice(1, 2), slice(1, 3)), (f64, f32), ({"a": 1}, {"b": 1})]
+    for a, b in differ:
+        assert lowering._structure(a) != lowering._structure(b), (a, b)
+    same = [(onp.arange(3.0), onp.arange(3.0)), (Pair(1, [2.5]), Pair(1, [2.5])), (float("nan"), float("nan"))]
+    for a, b in same:
+        assert lowering._structure(a) == lowering._structure(b), (a, b)
+    with pytest.raises(lowering._Unkeyable):
+        lowering._structure([decimal.Decimal(1)])  # another library's object: its graph is lowered every time
