@@ -33,23 +33,11 @@ typedef struct { size_t struct_size; Extension *extension_start; ApiVersion api_
 typedef struct { size_t struct_size; Extension *extension_start; const Api *api; void *ctx; int stage;
                  Values args, rets; Attrs attrs; void *future; } CallFrame;
 
-/* cblas_?gemv / cblas_?gemm with 64-bit (ILP64, numpy's scipy-openblas64) or 32-bit ints */
-typedef void (*Gemv64)(int, int, int64_t, int64_t, double, const void *, int64_t, const void *, int64_t, double,
-                       void *, int64_t);
-typedef void (*Gemm64)(int, int, int, int64_t, int64_t, int64_t, double, const void *, int64_t, const void *,
-                       int64_t, double, void *, int64_t);
-typedef void (*Gemv64f)(int, int, int64_t, int64_t, float, const void *, int64_t, const void *, int64_t, float,
-                        void *, int64_t);
-typedef void (*Gemm64f)(int, int, int, int64_t, int64_t, int64_t, float, const void *, int64_t, const void *,
-                        int64_t, float, void *, int64_t);
-typedef void (*Gemv32)(int, int, int32_t, int32_t, double, const void *, int32_t, const void *, int32_t, double,
-                       void *, int32_t);
-typedef void (*Gemm32)(int, int, int, int32_t, int32_t, int32_t, double, const void *, int32_t, const void *,
-                       int32_t, double, void *, int32_t);
-typedef void (*Gemv32f)(int, int, int32_t, int32_t, float, const void *, int32_t, const void *, int32_t, float,
-                        void *, int32_t);
-typedef void (*Gemm32f)(int, int, int, int32_t, int32_t, int32_t, float, const void *, int32_t, const void *,
-                        int32_t, float, void *, int32_t);
+/* cblas_?gemv / cblas_?gemm with ints of type I and floats of type F; CALL passes them 64-bit
+ * ints where the library's are (ILP64, numpy's scipy-openblas64), else 32-bit ones */
+#define GEMV_T(I, F) void (*)(int, int, I, I, F, const void *, I, const void *, I, F, void *, I)
+#define GEMM_T(I, F) void (*)(int, int, int, I, I, I, F, const void *, I, const void *, I, F, void *, I)
+#define CALL(T, F, fn, ...) (ilp64 ? ((T(int64_t, F))(fn))(__VA_ARGS__) : ((T(int32_t, F))(fn))(__VA_ARGS__))
 
 static void *dgemv, *sgemv, *dgemm, *sgemm;
 static int ilp64;
@@ -98,13 +86,10 @@ static void *gemv(CallFrame *frame, int columns) {
         memset(y->data, 0, n_y * itemsize(y->dtype));
         return NULL;
     }
-    if (y->dtype == F64) {
-        if (ilp64) ((Gemv64)dgemv)(ROW_MAJOR, trans, rows, cols, 1.0, a, cols, x->data, 1, 0.0, y->data, 1);
-        else ((Gemv32)dgemv)(ROW_MAJOR, trans, rows, cols, 1.0, a, cols, x->data, 1, 0.0, y->data, 1);
-    } else {
-        if (ilp64) ((Gemv64f)sgemv)(ROW_MAJOR, trans, rows, cols, 1.0f, a, cols, x->data, 1, 0.0f, y->data, 1);
-        else ((Gemv32f)sgemv)(ROW_MAJOR, trans, rows, cols, 1.0f, a, cols, x->data, 1, 0.0f, y->data, 1);
-    }
+    if (y->dtype == F64)
+        CALL(GEMV_T, double, dgemv, ROW_MAJOR, trans, rows, cols, 1.0, a, cols, x->data, 1, 0.0, y->data, 1);
+    else
+        CALL(GEMV_T, float, sgemv, ROW_MAJOR, trans, rows, cols, 1.0f, a, cols, x->data, 1, 0.0f, y->data, 1);
     return NULL;
 }
 
@@ -153,13 +138,11 @@ static void *gemm(CallFrame *frame) {
     }
     int ta = flags & TRANSPOSED_A ? TRANS : NO_TRANS, tb = flags & TRANSPOSED_B ? TRANS : NO_TRANS;
     int64_t lda = flags & TRANSPOSED_A ? m : k, ldb = flags & TRANSPOSED_B ? k : n;
-    if (out->dtype == F64) {
-        if (ilp64) ((Gemm64)dgemm)(ROW_MAJOR, ta, tb, m, n, k, 1.0, matrices[0], lda, matrices[1], ldb, 0.0, out->data, n);
-        else ((Gemm32)dgemm)(ROW_MAJOR, ta, tb, m, n, k, 1.0, matrices[0], lda, matrices[1], ldb, 0.0, out->data, n);
-    } else {
-        if (ilp64) ((Gemm64f)sgemm)(ROW_MAJOR, ta, tb, m, n, k, 1.0f, matrices[0], lda, matrices[1], ldb, 0.0f, out->data, n);
-        else ((Gemm32f)sgemm)(ROW_MAJOR, ta, tb, m, n, k, 1.0f, matrices[0], lda, matrices[1], ldb, 0.0f, out->data, n);
-    }
+    if (out->dtype == F64)
+        CALL(GEMM_T, double, dgemm, ROW_MAJOR, ta, tb, m, n, k, 1.0, matrices[0], lda, matrices[1], ldb, 0.0, out->data, n);
+    else
+        CALL(GEMM_T, float, sgemm, ROW_MAJOR, ta, tb, m, n, k, 1.0f, matrices[0], lda, matrices[1], ldb, 0.0f, out->data,
+             n);
     return NULL;
 }
 

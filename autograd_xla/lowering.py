@@ -264,15 +264,13 @@ def lower(graph, name="jit_fn", platform="cpu", x64=True, pack=True, donate=(), 
     if LOWERED_KEPT:
         try:
             key = (_structure(graph), arguments, _settings())
-            hash(key)
+            with _lowered_lock:
+                found = _lowered.get(key)  # TypeError: something in it hashes by neither value nor identity
+                if found is not None:
+                    _lowered.move_to_end(key)
+                    return found[0]
         except (_Unkeyable, TypeError, RecursionError):
             key = None
-    if key is not None:
-        with _lowered_lock:
-            found = _lowered.get(key)
-            if found is not None:
-                _lowered.move_to_end(key)
-                return found[0]
     lowered = emit(graph, *arguments)
     if key is not None:
         _keep(key, lowered)
@@ -323,8 +321,9 @@ def _structure(graph):
     their functions) as themselves, held by the key; this package's objects (sub-graphs,
     equations, control flow's params, source lines: a module names its users' lines) by type
     and attributes; another library's objects not at all (a pandas index keeps its values
-    where its attributes do not show them): such a graph is lowered every time. One flat tuple hashes and compares in C: a nested one cost as much as the
-    lowering it saved (a Hessian's: 5 of 9 ms)."""
+    where its attributes do not show them): such a graph is lowered every time. One flat
+    tuple hashes and compares in C: a nested one cost as much as the lowering it saved (a
+    Hessian's: 5 of 9 ms)."""
     out, numbers, digests, hashed = [], {}, {}, [0]  # digests: id(array) -> (array, its description)
     append = out.append
 
