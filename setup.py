@@ -1,6 +1,7 @@
 from setuptools import Extension, setup
 
-# blas.py's FFI handlers in C (autograd_xla/_blas.c). Optional: without a C compiler the
-# package installs without it and blas.py's Python handlers run instead.
-setup(ext_modules=[Extension("autograd_xla._blas", ["autograd_xla/_blas.c"], optional=True,
-                             extra_compile_args=["-O2"])])
+# blas.py's FFI handlers (autograd_xla/_blas.c) and dispatch.py's per-call work
+# (autograd_xla/_callpath.c) in C. Optional: without a C compiler the package installs
+# without them and the Python code they stand in for runs instead.
+setup(ext_modules=[Extension(f"autograd_xla.{name}", [f"autograd_xla/{name}.c"], optional=True,
+                             extra_compile_args=["-O2"]) for name in ("_blas", "_callpath")])

@@ -80,7 +80,7 @@ def _fallback_entry(cause, impure=False):
     return entry
 
 
-class JittedFunction(aot.Introspection):
+class JittedFunction(dispatch.Calls, aot.Introspection):
     """A function compiled per signature. Call it like the original; made by `jit_ps`, whose
     docstring describes the arguments.
 
@@ -175,16 +175,7 @@ class JittedFunction(aot.Introspection):
             qualname = name  # a wrapper that renamed itself: autograd's grad_of_loss_wrt_argnum_0
         return f"<jit_ps {qualname or self._fun}>"
 
-    # ----- the call path --------------------------------------------------------------------
-    @property
-    def __call__(self):
-        """What a call runs: C++ (dispatch.py; it calls _call_python for what it cannot do),
-        or the Python path. A property: Python calls what it returns with the call's own
-        arguments, where a method would pack and unpack them again (0.4 of a 6 µs call)."""
-        if self._fast is not None and not _trace_state.traces:
-            return self._fast
-        return self._call_python
-
+    # ----- the call path: dispatch.Calls, then (outside C++'s fast paths) this -----------------
     def _call_python(self, *args, **kwargs):
         if _trace_state.traces:  # inside another trace: inline, the outer function compiles us
             return self._fun(*args, **kwargs)
@@ -359,7 +350,8 @@ class JittedFunction(aot.Introspection):
                 executable = entry.executable
                 takes = len(args) == len(executable.in_avals) and all(
                     a.shape == av.shape and a.dtype == av.dtype for a, av in zip(args, executable.in_avals))
-                fast = takes and dispatch.fastpath(executable, entry.out_tree, self.stats, self._cache, key)
+                fast = takes and dispatch.fastpath(executable, entry.out_tree, self.stats, self._cache, key,
+                                                   None if entry.donated else self)
                 entry.fastpath = fast or False  # not self in it: C++ keeps it
         fast = hit[0].fastpath if hit is not None else False
         self._fast_calls[bool(fast)] += 1
@@ -370,7 +362,7 @@ class JittedFunction(aot.Introspection):
     def _forget_fast_paths(self):
         self._simple.clear()
         if self._fast is not None:
-            self._fast._clear_cache()
+            dispatch.forget(self)
 
     def _execute(self, entry, spec, leaves):
         """Run a compiled entry on these leaves (of its signature), or its signature's others

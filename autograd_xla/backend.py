@@ -624,6 +624,12 @@ def _placement(aval, platform):
     return PUT_STAGED if nbytes >= LARGE_ARRAY_BYTES else PUT_IN_PLACE if nbytes >= IN_PLACE_MIN_BYTES else PUT_COPY
 
 
+def viewable(aval, platform="cpu"):
+    """Whether a result of type `aval` is handed out as a numpy array viewing its buffer (on the
+    CPU, of a dtype numpy's array interface describes), not as a host copy."""
+    return platform == "cpu" and aval.size > 0 and aval.dtype.kind != "V" and aval.dtype.name != "bfloat16"
+
+
 def converter(aval, platform="cpu", recycle_into=None):
     """Device buffer -> numpy array (0-d results become numpy scalars). On CPU the array views
     the result buffer in place (and keeps it alive); other platforms copy to the host.
@@ -632,7 +638,7 @@ def converter(aval, platform="cpu", recycle_into=None):
     scalar = shape == ()
     if aval.size == 0:
         return lambda buf: np.zeros(shape, dtype)
-    if platform != "cpu" or dtype.kind == "V" or dtype.name == "bfloat16":
+    if not viewable(aval, platform):
         def copy(buf):
             out = np.array(buf._single_device_array_to_np_array_did_copy()[0], copy=True)
             return out[()] if scalar else out

@@ -3,9 +3,14 @@ without jax.
 
 A jitted function's calls of a signature whose executable qualifies (`fastpath`) go from C++
 straight to XLA: C++ flattens the arguments, looks their signature up, puts numpy arrays on
-the device and runs the executable; Python only turns the results into numpy arrays (the
-unflattening of `_Results`). Measured on a 3-element float64 array, numpy in and out:
-`x + 1.0` 5.1-5.3 µs a call against 9.9 µs through backend.Executable and jax.jit's 5.4 µs.
+the device and runs the executable; what is left is turning the results into numpy arrays.
+Where _callpath.c is built, a jitted function is a _callpath.Front (its base, `Calls`): the
+call enters C, which copies numpy arguments of a staged signature (`_stage`) into device
+buffers kept for it and passes those, so C++ makes no buffer a call, and finishes the
+results in C (`_finisher`). Measured on a 3-element float64 array, numpy in and out, `x +
+1.0`: 5.0-5.3 µs a call, jax.jit on an array already on the device 5.2 µs (with np.asarray
+of its result), the PjitFunction called with the numpy array and its results finished in
+Python 8.4 µs, backend.Executable 12.5 µs.
 
 What it takes, probed with jaxlib 0.10.2:
 * Three C++ configuration states, which jax's config.py creates when jax is imported: x64 (on,
@@ -22,10 +27,13 @@ What it takes, probed with jaxlib 0.10.2:
   C++ puts numpy arrays zero-copy; PJRT's CPU client copies one it cannot alias inline
   below 100 KiB (its kSmallDataTransferByteSize) but on a worker thread above, and the
   synchronous client then returns before the results exist (probed: 6 of 30 read wrong at 8
-  MiB). Below the bound the results are complete when C++ returns, so they are not waited for.
+  MiB). Below the bound the results are complete when C++ returns, so they are not waited
+  for, and a staging buffer has been read: the next call may write it.
 """
 import collections
+import functools
 import operator
+import os
 import sys
 import weakref
 
@@ -34,7 +42,16 @@ from jaxlib import _jax
 from jaxlib import xla_client as xc
 
 from . import backend as backend_mod
-from . import tree
+from . import tracing, tree
+
+try:
+    from . import _callpath as native  # the per-call work in C (_callpath.c); absent where setup.py had no compiler
+except ImportError:
+    native = None
+
+#: Set to "0" (before the package is imported) to run a fast call's work in Python: no
+#: staging, the results finished by `_finisher`'s Python function.
+NATIVE_ENV = "AUTOGRAD_XLA_NATIVE_CALLS"
 
 #: What C++ reads of a signature's fast path (jax's pxla.MeshExecutableFastpathData's fields).
 FastpathData = collections.namedtuple("FastpathData", [
@@ -91,13 +108,83 @@ def function_for(jf):
     ref = weakref.ref(jf)
 
     def python(*args, **kwargs):
-        return ref()._call_python(*args, **kwargs)
+        self = ref()
+        return self._call_python(*_unstaged(self, args)[0], **kwargs)
 
     def miss(*args, **kwargs):
         self = ref()
+        args, staged = _unstaged(self, args)
         result = self._call_python(*args, **kwargs)
-        return result, self._fastpath(args, kwargs)
+        fast = self._fastpath(args, kwargs)
+        return result, fast._replace(out_pytree_def=_flat(len(fast.out_avals))) if fast and staged else fast
     return function(getattr(jf._fun, "__name__", "jit_fn"), python, miss, jf)
+
+
+class _Calls:
+    """What a jitted function's call runs, in Python (JittedFunction's base where the Front
+    is not in use): C++ (`_fast`, function_for's PjitFunction, unless None) or, always while
+    tracing, `_call_python`; also for a numpy array whose bytes are not in the machine's order,
+    which C++ would read as if they were (its signatures and puts ignore byte order)."""
+
+    def __call__(self, *args, **kwargs):
+        if self._fast is None or tracing.state.traces or any(
+                isinstance(a, np.ndarray) and not a.dtype.isnative for a in args):
+            return self._call_python(*args, **kwargs)
+        return self._fast(*args, **kwargs)
+
+
+if native is not None and os.environ.get(NATIVE_ENV, "1") != "0":
+    Calls = Front = native.Front  # the same, in C; and the staging
+    native.set_trace_state(tracing.state)
+else:
+    Calls, Front = _Calls, ()
+
+
+def forget(jf):
+    """Drop the fast paths C++ keeps for `jf` (a jitted function), and its staging buffers."""
+    if isinstance(jf, Front):
+        jf.unstage()
+    jf._fast._clear_cache()
+
+
+def _stage(jf, executable, finish):
+    """Have `jf` (a jitted function, a Front) pass numpy arguments of `executable`'s signature
+    to C++ in device buffers kept for it: C++ then makes no buffer a call (_callpath.c). C++
+    returns a staged call's outputs flat (`_flat`) and the Front finishes them with `finish`.
+    Not for empty arguments nor a dtype the buffer protocol cannot describe."""
+    if any(a.size == 0 for a in executable.in_avals):
+        return
+    sharding, devices = executable._put_args
+    slots, arrays = [], []
+    for aval in executable.in_avals:
+        try:
+            format = memoryview(np.empty((), aval.dtype)).format
+        except (ValueError, TypeError):
+            return
+        array = xc.batched_device_put(aval, sharding, [np.zeros(aval.shape, aval.dtype)], devices, enable_x64=True,
+                                      host_buffer_semantics=backend_mod.COPY_SEMANTICS)
+        slots.append((format, tuple(aval.shape), aval.size * aval.dtype.itemsize, array.unsafe_buffer_pointer()))
+        arrays.append(array)
+    jf.stage(tuple(slots), tuple(arrays), finish)
+
+
+def _flat(n):
+    """The tree of n outputs as C++ returns them to the Front: one array, or a tuple of them."""
+    return _state["registry"].flatten(0 if n == 1 else (0,) * n)[1]
+
+
+def _unstaged(jf, args):
+    """(`args` with `jf`'s staging arrays, which C++ passes on a miss, as numpy copies (the
+    next staged call overwrites them), whether there were any). A staged call that missed is
+    marked so: its results are finished already."""
+    if not isinstance(jf, Front) or not any(type(a) is _jax.ArrayImpl for a in args):
+        return args, False
+    ours = {id(a) for arrays in jf.staged() for a in arrays}
+    if not any(id(a) in ours for a in args):
+        return args, False
+    jf.missed = True
+    return tuple(np.array(a._single_device_array_to_np_array_did_copy()[0]) if id(a) in ours else a
+                 for a in args), True
 
 
 def _shard_arg(x, sharding, layout):
@@ -107,17 +194,22 @@ def _shard_arg(x, sharding, layout):
                                  enable_x64=True, host_buffer_semantics=backend_mod.COPY_SEMANTICS)
 
 
-def fastpath(executable, out_tree, stats, cache, key):
+def fastpath(executable, out_tree, stats, cache, key, front=None):
     """The fast path of `executable` (a backend.Executable), or None if it does not qualify.
     Its calls return the results in `out_tree` and do the bookkeeping of a hit on the
     Python path: `stats` (an aot.CacheStats) counted, `key` moved to the end of `cache`.
     C++ keeps it where the garbage collector does not look: it holds `cache` (whose entries
-    may lead back to the function) weakly, and `key` and `stats` must hold nothing of the user's."""
+    may lead back to the function) weakly, and `key` and `stats` must hold nothing of the user's.
+    `front`: the jitted function, to stage the signature's arguments into (`_stage`) where it
+    is a Front (None for an executable donating an argument: the staging buffer would go)."""
     if not _qualifies(executable) or not _x64_on():
         return None
     n_in, n_out = len(executable.consts) + len(executable.in_avals), len(executable.out_avals)
     sharding = executable.backend.sharding()
-    results = _Results(_finisher(executable, out_tree, stats, weakref.ref(cache), key), n_out)
+    finish = _finisher(executable, out_tree, stats, weakref.ref(cache), key)
+    if isinstance(front, Front):
+        _stage(front, executable, finish)
+    results = _Results(finish, n_out)
     tree_def = _state["registry"].flatten(results)[1]
     return FastpathData(executable.exe, tree_def, [sharding] * n_in, [sharding] * n_out, list(executable.out_avals),
                         [True] * n_out, [True] * n_in, [None] * n_in, list(executable.consts))
@@ -140,12 +232,20 @@ def _x64_on():
 
 
 def _finisher(executable, out_tree, stats, cache_ref, key):
-    """What one fast call does in Python, in one frame (each more costs ~0.1 µs of a ~6 µs
-    call): count, keep the cache's order of use, and hand out numpy arrays in the function's
-    output structure."""
+    """What one fast call does after C++: count, keep the cache's order of use, and hand out
+    numpy arrays in the function's output structure. In C where _callpath is built (its
+    Finish, with the converters' views made there), else in one Python frame (each more
+    costs ~0.1 µs of a ~6 µs call)."""
     converters = executable.converters
     n_in, n_out = len(executable.in_avals), len(executable.out_avals)
     leaf = out_tree is tree.LEAF
+    if Calls is Front:
+        platform = executable.backend.platform
+        results = tuple((a.shape, a.dtype, a.size * a.dtype.itemsize, a.shape == ())
+                        if backend_mod.viewable(a, platform) else convert
+                        for a, convert in zip(executable.out_avals, converters))
+        return native.Finish(stats, cache_ref, key, results, None if leaf else functools.partial(tree.unflatten, out_tree),
+                             n_in, n_out)
 
     def finish(outs):
         stats.hits += 1

@@ -2,6 +2,8 @@
 what they return is what the Python path returns, and that what it cannot do still runs
 (through the Python path) with the same results."""
 import gc
+import os
+import subprocess
 import sys
 import types
 import weakref
@@ -16,6 +18,7 @@ from helpers import assert_close, run_threads
 
 pytestmark = pytest.mark.skipif(not dispatch.available(), reason="this jaxlib offers no C++ dispatch")
 rs = onp.random.RandomState(11)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(autouse=True)
@@ -44,6 +47,12 @@ def test_cpp_takes_the_calls_once_the_ladder_is_done(monkeypatch):
     assert len(calls) == n
 
 
+def first_calls(jf):
+    """How many calls of a signature C++ takes reach the Python path: the first, and where
+    arguments are staged (dispatch._stage) the first staged one (a new signature to C++)."""
+    return 2 if isinstance(jf, dispatch.Front) else 1
+
+
 def counting(jf):
     """Count the calls reaching jf's Python path (C++ calls it for what it cannot do)."""
     calls = []
@@ -67,11 +76,12 @@ def test_small_calls_go_through_cpp_and_count_as_hits():
         assert_close(got[0], onp.tanh(x + k) * y)
         assert_close(got[1]["s"], onp.sum(x + k))
         assert_close(got[1]["y"][0], y + 1.0)
-    assert len(calls) == 1
+    assert len(calls) == first_calls(jf)
     info = jf.cache_info()
     assert info["hits"] == 10 and info["host_to_device"] == 22 and info["device_to_host"] == 33
-    assert type(first) is tuple and type(first[1]) is dict and type(first[1]["y"]) is list
-    assert type(first[1]["s"]) is onp.float64 and first[0].flags.writeable and type(first[0]) is onp.ndarray
+    for out in first, got:  # the Python path's and C++'s
+        assert type(out) is tuple and type(out[1]) is dict and type(out[1]["y"]) is list
+        assert type(out[1]["s"]) is onp.float64 and out[0].flags.writeable and type(out[0]) is onp.ndarray
 
 
 def test_a_gradient_goes_through_cpp():
@@ -81,7 +91,7 @@ def test_a_gradient_goes_through_cpp():
     w = rs.randn(5)
     for k in range(5):
         assert_close(g(w * k), grad(loss)(w * k))
-    assert len(calls) == 1
+    assert len(calls) == first_calls(g)
 
 
 def test_closed_over_arrays_go_through_cpp_too():
@@ -97,7 +107,7 @@ def test_closed_over_arrays_go_through_cpp_too():
         assert_close(f(w * k, b), loss(w * k, b))
         for got, want in zip(g(w * k, b - k), grad(loss, argnum=(0, 1))(w * k, b - k)):
             assert_close(got, want)
-    assert len(calls_f) == 1 and len(calls_g) == 1
+    assert len(calls_f) == first_calls(f) and len(calls_g) == first_calls(g)
 
 
 @pytest.mark.parametrize("case", ["keyword", "python scalar", "list", "static", "device array", "x64 off",
@@ -200,7 +210,7 @@ def test_with_jax_imported_the_x64_state_in_effect_is_checked(monkeypatch):
     x = rs.randn(2)
     for _ in range(3):
         assert_close(jf(x), x - 1.0)
-    assert len(calls) == 1
+    assert len(calls) == first_calls(jf)
 
 
 def test_an_argument_cpp_hands_back_is_put_on_the_sharding_device():
@@ -224,7 +234,7 @@ def test_the_largest_qualifying_arguments_at_any_alignment_are_read_in_full(offs
     for k in range(30):
         x[:] = rs.randn(n)
         assert_close(jf(x), onp.sin(x) * 2.0 + 1.0)
-    assert len(calls) == 1
+    assert len(calls) == first_calls(jf)
 
 
 def test_a_function_whose_calls_cpp_always_hands_back_keeps_to_python():
@@ -241,3 +251,108 @@ def test_a_function_whose_calls_cpp_always_hands_back_keeps_to_python():
         assert_close(mixed(x), x)
         assert_close(mixed(x, s=float(k)), x * k)
     assert mixed._fast is not None
+
+
+# ----- staged arguments (_callpath.Front) ------------------------------------------------------
+staging = pytest.mark.skipif(dispatch.Front == (), reason="the Front (_callpath.c) is not in use")
+
+
+def settled(jf, *args):
+    """Call `jf` until C++ takes its calls of this signature (staged, where they are)."""
+    for _ in range(3):
+        jf(*args)
+    return jf
+
+
+@staging
+def test_staged_calls_read_each_call_s_arguments_and_keep_each_call_s_results():
+    jf = settled(jit_ps(lambda x, y: (np.sin(x) * y, np.sum(y))), rs.randn(5), rs.randn(2, 5))
+    assert len(jf.staged()) == 1
+    calls = counting(jf)
+    inputs = [(rs.randn(5), rs.randn(2, 5)) for _ in range(50)]
+    kept = [(x.copy(), y.copy()) for x, y in inputs]
+    results = [jf(x, y) for x, y in inputs]
+    assert not calls
+    for (x, y), (got, total) in zip(kept, results):  # none overwritten by a later call
+        assert onp.array_equal(got, onp.sin(x) * y) and type(total) is onp.float64
+        assert_close(total, onp.sum(y))
+    assert all(onp.array_equal(a, b) for (a, _), (b, _) in zip(inputs, kept))  # the arguments untouched
+    results[0][0][:] = 7.0  # results are the caller's, writable
+    assert onp.all(results[0][0] == 7.0) and onp.array_equal(results[1][0], onp.sin(kept[1][0]) * kept[1][1])
+
+
+@staging
+@pytest.mark.parametrize("case", ["strided", "read-only", "subclass", "int32", "0-d", "bool"])
+def test_arguments_that_are_not_the_staged_kind_run_as_they_are(case):
+    """An argument that is not a C-contiguous numpy array of the staged dtype (as the buffer
+    protocol describes it) and shape is passed to C++ as it is: same results."""
+    jf = settled(jit_ps(lambda x: x * 2 + 1), rs.randn(4))
+    base = rs.randn(8)
+    x = {"strided": base[::2], "read-only": base[:4].copy(),
+         "subclass": base[:4].view(onp.recarray), "int32": onp.arange(4, dtype=onp.int32), "0-d": onp.float64(3.0),
+         "bool": onp.array([True, False, True, True])}[case]
+    if case == "read-only":
+        x.flags.writeable = False
+    for _ in range(4):
+        got = jf(x)
+        assert_close(got, onp.asarray(x) * 2 + 1)
+        assert onp.asarray(got).dtype == (onp.asarray(x) * 2 + 1).dtype
+
+
+@pytest.mark.parametrize("order", [">f8", ">f4", ">i8", "<f8"])
+def test_an_array_of_the_other_byte_order_is_read_as_numpy_reads_it(order):
+    """C++'s signatures and puts ignore byte order (a '>f8' array took a '<f8' fast path and
+    was read with its bytes swapped): such arrays go to the Python path, which converts them."""
+    jf = settled(jit_ps(lambda x: x * 2 + 1), rs.randn(4).astype(onp.dtype(order).newbyteorder("=")))
+    x = (rs.randn(4) * 10).astype(order)
+    for _ in range(3):
+        got = jf(x)
+        assert_close(got, x.astype(x.dtype.newbyteorder("=")) * 2 + 1)
+
+
+@staging
+@pytest.mark.filterwarnings("ignore:.*has been traced for")
+def test_stages_are_bounded_and_leave_with_the_fast_paths():
+    jf = jit_ps(lambda x: x - 0.5)
+    arrays = [rs.randn(n) for n in range(1, 13)]
+    for _ in range(3):
+        for x in arrays:
+            assert_close(jf(x), x - 0.5)
+    assert len(jf.staged()) == 8  # _callpath's MAX_STAGES: later signatures are passed as they are
+    jf.clear_cache()
+    assert jf.staged() == []
+    assert_close(jf(arrays[0]), arrays[0] - 0.5)
+
+
+@staging
+def test_a_donating_function_is_not_staged():
+    jf = settled(jit_ps(lambda x: x * 2.0, donate_argnums=0), rs.randn(3))
+    assert jf.staged() == []
+    x = rs.randn(3)
+    assert_close(jf(x), x * 2.0)
+
+
+@staging
+def test_staged_calls_hold_no_reference_of_theirs():
+    jf = settled(jit_ps(lambda x: np.tanh(x)), rs.randn(3))
+    x = rs.randn(3)
+    before = sys.getrefcount(x)
+    for _ in range(200):
+        out = jf(x)
+    assert sys.getrefcount(x) == before and sys.getrefcount(out) == 2
+    holder = out.base  # the result views its device buffer through an object keeping it alive
+    del out
+    assert sys.getrefcount(holder) == 2
+
+
+@pytest.mark.skipif(dispatch.native is None or os.environ.get(dispatch.NATIVE_ENV) == "0",
+                    reason="the Python finishing is the one this run tests")
+def test_the_python_call_path_passes_this_file_too():
+    """Where the Front runs, this file's tests run again in a process with it off."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests")]),
+               **{dispatch.NATIVE_ENV: "0"})
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
+                        "not python_call_path_passes"], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout and " failed" not in r.stdout
+    assert isinstance(jit_ps(lambda x: x), dispatch.Front)

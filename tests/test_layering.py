@@ -16,7 +16,8 @@ LONG_REASON = "This module is long because"
 
 def modules():
     """Dotted module name -> path, for every module of the package: its Python files and its
-    C extensions' sources (setup.py builds _blas.c as autograd_xla._blas)."""
+    C extensions' sources (setup.py builds _blas.c as autograd_xla._blas, _callpath.c as
+    autograd_xla._callpath)."""
     found = {}
     for path in sorted([*PACKAGE.rglob("*.py"), *PACKAGE.rglob("*.c")]):
         parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
@@ -63,8 +64,8 @@ FLOORS = [
     ("what a translation rule's ctx offers", ["context"]),
     ("translation rules", ["rules"]),
     ("interpreters: tracing, lowering, batching, partial evaluation; the runtime, its C++ dispatch, its processes",
-     ["tracing", "lowering", "batching", "partial_eval", "backend", "replicated", "dispatch", "persistent_cache",
-      "distributed"]),
+     ["tracing", "lowering", "batching", "partial_eval", "backend", "replicated", "dispatch", "_callpath",
+      "persistent_cache", "distributed"]),
     ("structured control flow", ["control_flow"]),
     ("compositions: trace rules and patches of autograd", ["compositions"]),
     ("derivatives of compiled calls, random draws, batched calls, collectives, pmap",
