@@ -28,7 +28,6 @@ import contextlib
 import functools
 import logging
 import os
-import statistics
 import threading
 import time
 
@@ -132,10 +131,19 @@ def default_tiered():
 #: 4.0, 100 calls made no second program, 300 took 1588 against 1502 and 1000 took 3649
 #: against 4450. None: never (one program per signature).
 UPGRADE_RENT = 4.0
-#: Calls each of the two programs of a trial runs, in turn, before the faster (by median)
-#: stays: the machine's drift (the same call 3-12 ms within minutes here) is shared by both.
-#: 0: the new program replaces the one in use untried (tests use it).
-TRIAL_CALLS = 5
+#: Timed calls each of the two programs of a trial runs, in turns, before the faster (by its
+#: fastest call) stays: the machine's drift (the same call 3-12 ms within minutes here) is
+#: shared by both, and what slows a call is other work, so the fastest is the program's own
+#: cost (a burst that slowed the first 4 of 6 calls of the MLP step's program in use, 12-21 ms
+#: against 3.7, had its median lose to a program 1.4x slower). 0: the new program replaces
+#: the one in use untried (tests use it).
+TRIAL_CALLS = 6
+#: Calls of a turn; its first is not timed. The first call after the other program's finds
+#: that program's state in the caches and on the cores: the MLP step's new program's first
+#: runs took 15-40 ms against 4, and with XLA's own matrix products (whose threads spin on
+#: after their work) the calls of the program in use beside them took 5.3 ms against 3.9,
+#: so that with turns of one call the slower program was kept in 1 of 4 trials.
+TURN_CALLS = 3
 
 log = logging.getLogger(__name__)
 
@@ -212,9 +220,9 @@ class Ladder:
 
 
 class Trial:
-    """Two programs of one signature run in turn, each call timed; after TRIAL_CALLS calls of
-    each, the faster by median stays (Ladder.settle). Both compute the signature's results,
-    so any call may run either."""
+    """Two programs of one signature run in turns of TURN_CALLS calls, each call but a turn's
+    first timed; after TRIAL_CALLS timed calls of each, the faster by its fastest call stays
+    (Ladder.settle). Both compute the signature's results, so any call may run either."""
 
     __slots__ = ("made", "times", "_calls", "_lock")
 
@@ -223,19 +231,22 @@ class Trial:
 
     def run(self, ladder, entry, args, keep_on_device):
         with self._lock:
-            new = self._calls % 2 == 1
+            turn, place = divmod(self._calls, TURN_CALLS)
+            new, timed = turn % 2 == 1, place > 0 or TURN_CALLS == 1
             self._calls += 1
         executable = self.made[0] if new else entry.executable
         t0 = time.perf_counter()
         outs = executable(args, keep_on_device)
         seconds = time.perf_counter() - t0
+        if not timed:
+            return outs
         with self._lock:
             times = self.times[new]
             times.append(seconds)
             done = len(times) == TRIAL_CALLS and len(self.times[not new]) >= TRIAL_CALLS
         if done:  # exactly one call sees this
-            old_median, new_median = (statistics.median(t) for t in self.times)
-            ladder.settle(entry, self.made, keep_new=new_median < old_median)
+            old, new = (min(t) for t in self.times)
+            ladder.settle(entry, self.made, keep_new=new < old)
         return outs
 
 

@@ -44,7 +44,7 @@ def test_cpp_takes_the_calls_once_the_ladder_is_done(monkeypatch):
     n = len(calls)
     for k in range(5):
         assert_close(jf(x - k), onp.tanh(x - k) * 2.0)
-    assert len(calls) == n
+    assert len(calls) == n + first_calls(jf) - 1
 
 
 def first_calls(jf):

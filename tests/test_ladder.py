@@ -160,6 +160,7 @@ class Timed:
 def trial(old_seconds, new_seconds, monkeypatch, step=None):
     monkeypatch.setattr(tiering, "UPGRADE_RENT", 1.0)
     monkeypatch.setattr(tiering, "TRIAL_CALLS", 3)
+    monkeypatch.setattr(tiering, "TURN_CALLS", 1)  # the programs alternate, every call timed
     forgotten, settled = [], []
     entry = types.SimpleNamespace(executable=Timed("old", old_seconds, forgotten), lowered="lowered", options="fast")
     step = step or (lambda: (Timed("new", new_seconds, forgotten), "lowered 2", None))
@@ -184,6 +185,54 @@ def test_a_trial_keeps_the_program_in_use_when_the_new_is_slower(monkeypatch):
     entry, ran, forgotten = trial(0.0005, 0.004, monkeypatch)
     assert (entry.executable.name, entry.lowered, entry.options) == ("old", "lowered", "fast")
     assert forgotten == ["new"] and ran.count("new") == 3
+
+
+class Disturbed(Timed):
+    """A Timed executable whose call is `slow` seconds instead where `disturbed(k)` says so
+    (k: its calls so far): what other work on the cores does to a call."""
+
+    def __init__(self, name, seconds, forgotten, slow, disturbed):
+        super().__init__(name, seconds, forgotten)
+        self.slow, self.disturbed, self.calls = slow, disturbed, 0
+
+    def __call__(self, args, keep_on_device):
+        self.calls += 1
+        time.sleep(self.slow if self.disturbed(self.calls - 1) else self.seconds)
+        return [self.name]
+
+
+def test_a_trial_runs_turns_whose_first_calls_are_not_timed(monkeypatch):
+    """Turns of TURN_CALLS calls: the first call after the other program's (which finds that
+    program's state on the cores) is not timed, so its slowness does not decide."""
+    monkeypatch.setattr(tiering, "TURN_CALLS", 3)
+    monkeypatch.setattr(tiering, "TRIAL_CALLS", 2)
+    forgotten = []
+    old = Disturbed("old", 0.001, forgotten, 0.02, lambda k: k % 3 == 0)  # each turn's first call slow
+    entry = types.SimpleNamespace(executable=old, lowered="lowered", options="fast")
+    new = Timed("new", 0.004, forgotten)
+    entry.ladder = tiering.Ladder([lambda: None], 0.0, None, lambda: lambda: None)
+    entry.ladder.trial = tiering.Trial((new, "lowered 2", None))
+    ran = []
+    while entry.ladder.trial is not None:
+        ran += entry.ladder.run(entry, (), False)
+    assert ran == ["old"] * 3 + ["new"] * 3
+    assert entry.executable is old and forgotten == ["new"]
+
+
+def test_a_trial_keeps_the_program_whose_fastest_call_is_faster(monkeypatch):
+    """A burst of other work slowing most of one program's calls does not make it lose to a
+    program slower on every call (the MLP step's trials, tiering.TRIAL_CALLS)."""
+    monkeypatch.setattr(tiering, "TURN_CALLS", 1)
+    monkeypatch.setattr(tiering, "TRIAL_CALLS", 5)
+    forgotten = []
+    old = Disturbed("old", 0.001, forgotten, 0.02, lambda k: k < 4)  # its first 4 of 5 calls slowed
+    entry = types.SimpleNamespace(executable=old, lowered="lowered", options="fast")
+    new = Timed("new", 0.004, forgotten)
+    entry.ladder = tiering.Ladder([lambda: None], 0.0, None, lambda: lambda: None)
+    entry.ladder.trial = tiering.Trial((new, "lowered 2", None))
+    while entry.ladder.trial is not None:
+        entry.ladder.run(entry, (), False)
+    assert entry.executable is old and forgotten == ["new"]
 
 
 def test_a_step_that_fails_leaves_the_program_in_use(monkeypatch, caplog):
