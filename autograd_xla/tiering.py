@@ -138,12 +138,14 @@ UPGRADE_RENT = 4.0
 #: against 3.7, had its median lose to a program 1.4x slower). 0: the new program replaces
 #: the one in use untried (tests use it).
 TRIAL_CALLS = 6
-#: Calls of a turn; its first is not timed. The first call after the other program's finds
-#: that program's state in the caches and on the cores: the MLP step's new program's first
-#: runs took 15-40 ms against 4, and with XLA's own matrix products (whose threads spin on
-#: after their work) the calls of the program in use beside them took 5.3 ms against 3.9,
-#: so that with turns of one call the slower program was kept in 1 of 4 trials.
+#: Timed calls of a turn. A turn's calls are timed once it has lasted TURN_SETTLE_SECONDS (0:
+#: all of them): a call soon after the other program's finds that program's state in the
+#: caches and on the cores. The MLP step's new program's first runs took 15-40 ms against 4;
+#: beside a program of BLAS's products, whose OpenBLAS threads spin on after their work,
+#: the SeLU layer's program of XLA's products took 6.2 ms a call where alone it takes 4.2,
+#: so that with turns of 3 calls the BLAS program (6.2-6.7 ms) was kept in 7 of 8 trials.
 TURN_CALLS = 3
+TURN_SETTLE_SECONDS = 0.2
 
 log = logging.getLogger(__name__)
 
@@ -220,20 +222,25 @@ class Ladder:
 
 
 class Trial:
-    """Two programs of one signature run in turns of TURN_CALLS calls, each call but a turn's
-    first timed; after TRIAL_CALLS timed calls of each, the faster by its fastest call stays
-    (Ladder.settle). Both compute the signature's results, so any call may run either."""
+    """Two programs of one signature run in turns, each turn TURN_CALLS timed calls after
+    the calls of its first TURN_SETTLE_SECONDS (its first call, at least); after TRIAL_CALLS timed calls
+    of each, the faster by its fastest call stays (Ladder.settle). Both compute the
+    signature's results, so any call may run either."""
 
-    __slots__ = ("made", "times", "_calls", "_lock")
+    __slots__ = ("made", "times", "_turn", "_turn_start", "_turn_timed", "_lock")
 
     def __init__(self, made):
-        self.made, self.times, self._calls, self._lock = made, ([], []), 0, threading.Lock()
+        self.made, self.times, self._lock = made, ([], []), threading.Lock()
+        self._turn, self._turn_start, self._turn_timed = 0, None, 0
 
     def run(self, ladder, entry, args, keep_on_device):
         with self._lock:
-            turn, place = divmod(self._calls, TURN_CALLS)
-            new, timed = turn % 2 == 1, place > 0 or TURN_CALLS == 1
-            self._calls += 1
+            now = time.perf_counter()
+            if self._turn_start is None:
+                self._turn_start = now
+            turn = self._turn
+            timed = now - self._turn_start >= TURN_SETTLE_SECONDS  # a turn's first call only if 0
+        new = turn % 2 == 1
         executable = self.made[0] if new else entry.executable
         t0 = time.perf_counter()
         outs = executable(args, keep_on_device)
@@ -241,8 +248,13 @@ class Trial:
         if not timed:
             return outs
         with self._lock:
+            if self._turn != turn:  # another thread's call ended the turn meanwhile
+                return outs
             times = self.times[new]
             times.append(seconds)
+            self._turn_timed += 1
+            if self._turn_timed == TURN_CALLS:
+                self._turn, self._turn_start, self._turn_timed = turn + 1, None, 0
             done = len(times) == TRIAL_CALLS and len(self.times[not new]) >= TRIAL_CALLS
         if done:  # exactly one call sees this
             old, new = (min(t) for t in self.times)

@@ -546,6 +546,7 @@ def test_threads_calling_a_signature_as_it_turns_hot(monkeypatch):
     the one in use (tiering.Trial, 3 calls each): every result right, the ladder climbed."""
     monkeypatch.setattr(tiering, "UPGRADE_RENT", 0.0)
     monkeypatch.setattr(tiering, "TRIAL_CALLS", 3)
+    monkeypatch.setattr(tiering, "TURN_SETTLE_SECONDS", 0.0)
     X = placed((256, 1024), offset=32)
     f = jit_ps(lambda X, w: np.tanh(X @ w))
     ws = [rs.randn(1024) for _ in range(4)]

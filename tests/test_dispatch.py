@@ -35,6 +35,7 @@ def test_cpp_takes_the_calls_once_the_ladder_is_done(monkeypatch):
     once it has settled, C++ takes them."""
     monkeypatch.setattr(tiering, "UPGRADE_RENT", 0.0)
     monkeypatch.setattr(tiering, "TRIAL_CALLS", 2)
+    monkeypatch.setattr(tiering, "TURN_SETTLE_SECONDS", 0.0)
     jf = jit_ps(lambda x: np.tanh(x) * 2.0)
     calls = counting(jf)
     x = rs.randn(3)
@@ -43,10 +44,12 @@ def test_cpp_takes_the_calls_once_the_ladder_is_done(monkeypatch):
         assert tiering.compile_thread.wait(60)
     (entry,) = jf._cache.values()
     assert entry.ladder is None and jf.cache_info()["upgrades"] == 1
+    for _ in range(first_calls(jf)):  # what reaches Python once C++ takes a signature, if not above
+        jf(x)
     n = len(calls)
     for k in range(5):
         assert_close(jf(x - k), onp.tanh(x - k) * 2.0)
-    assert len(calls) == n + first_calls(jf) - 1
+    assert len(calls) == n
 
 
 def first_calls(jf):

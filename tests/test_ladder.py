@@ -24,6 +24,7 @@ def climbing(monkeypatch):
     """Every call pays the rent; trials of two calls each."""
     monkeypatch.setattr(tiering, "UPGRADE_RENT", 0.0)
     monkeypatch.setattr(tiering, "TRIAL_CALLS", 2)
+    monkeypatch.setattr(tiering, "TURN_SETTLE_SECONDS", 0.0)
     assert tiering.compile_thread.wait(60)
     yield
     assert tiering.compile_thread.wait(60)
@@ -161,6 +162,7 @@ def trial(old_seconds, new_seconds, monkeypatch, step=None):
     monkeypatch.setattr(tiering, "UPGRADE_RENT", 1.0)
     monkeypatch.setattr(tiering, "TRIAL_CALLS", 3)
     monkeypatch.setattr(tiering, "TURN_CALLS", 1)  # the programs alternate, every call timed
+    monkeypatch.setattr(tiering, "TURN_SETTLE_SECONDS", 0.0)
     forgotten, settled = [], []
     entry = types.SimpleNamespace(executable=Timed("old", old_seconds, forgotten), lowered="lowered", options="fast")
     step = step or (lambda: (Timed("new", new_seconds, forgotten), "lowered 2", None))
@@ -201,13 +203,14 @@ class Disturbed(Timed):
         return [self.name]
 
 
-def test_a_trial_runs_turns_whose_first_calls_are_not_timed(monkeypatch):
-    """Turns of TURN_CALLS calls: the first call after the other program's (which finds that
-    program's state on the cores) is not timed, so its slowness does not decide."""
-    monkeypatch.setattr(tiering, "TURN_CALLS", 3)
+def test_a_trial_times_a_turn_s_calls_once_it_has_settled(monkeypatch):
+    """Turns of TURN_CALLS timed calls after TURN_SETTLE_SECONDS: the calls soon after the
+    other program's (which find that program's state on the cores) are not timed."""
+    monkeypatch.setattr(tiering, "TURN_CALLS", 2)
+    monkeypatch.setattr(tiering, "TURN_SETTLE_SECONDS", 0.05)
     monkeypatch.setattr(tiering, "TRIAL_CALLS", 2)
     forgotten = []
-    old = Disturbed("old", 0.001, forgotten, 0.02, lambda k: k % 3 == 0)  # each turn's first call slow
+    old = Disturbed("old", 0.001, forgotten, 0.06, lambda k: k == 0)  # its turn's first call outlasts the settling
     entry = types.SimpleNamespace(executable=old, lowered="lowered", options="fast")
     new = Timed("new", 0.004, forgotten)
     entry.ladder = tiering.Ladder([lambda: None], 0.0, None, lambda: lambda: None)
@@ -215,7 +218,8 @@ def test_a_trial_runs_turns_whose_first_calls_are_not_timed(monkeypatch):
     ran = []
     while entry.ladder.trial is not None:
         ran += entry.ladder.run(entry, (), False)
-    assert ran == ["old"] * 3 + ["new"] * 3
+    settling = len(ran) - 3 - 2  # the new program's calls before its turn had lasted 0.05 s
+    assert ran[:3] == ["old"] * 3 and set(ran[3:]) == {"new"} and 2 <= settling <= 0.05 / 0.004 + 1
     assert entry.executable is old and forgotten == ["new"]
 
 
@@ -223,6 +227,7 @@ def test_a_trial_keeps_the_program_whose_fastest_call_is_faster(monkeypatch):
     """A burst of other work slowing most of one program's calls does not make it lose to a
     program slower on every call (the MLP step's trials, tiering.TRIAL_CALLS)."""
     monkeypatch.setattr(tiering, "TURN_CALLS", 1)
+    monkeypatch.setattr(tiering, "TURN_SETTLE_SECONDS", 0.0)
     monkeypatch.setattr(tiering, "TRIAL_CALLS", 5)
     forgotten = []
     old = Disturbed("old", 0.001, forgotten, 0.02, lambda k: k < 4)  # its first 4 of 5 calls slowed
