@@ -35,6 +35,12 @@ from .lowering import LARGE_ARRAY_BYTES  # noqa: E402
 from .core import Aval  # noqa: E402
 from .errors import CompileError, PlatformUnavailableError, ProcessLostError  # noqa: E402
 
+try:
+    from ._callpath import address  # where a device array's memory is, without importing jax (_callpath.c)
+except ImportError:  # not built: the array's own method, which imports jax where it is installed
+    def address(buf):
+        return buf.unsafe_buffer_pointer()
+
 JAXLIB_API_VERSION = 467  # xla_client._version of the jaxlib we are pinned to
 
 COPY_SEMANTICS = xc.HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL
@@ -652,7 +658,7 @@ def converter(aval, platform="cpu", recycle_into=None):
             holder = _Recycling()
             holder.backend, holder.aval = recycle_into, aval
         holder.buffer = buf
-        holder.__array_interface__ = {"shape": shape, "typestr": descr, "data": (buf.unsafe_buffer_pointer(), False),
+        holder.__array_interface__ = {"shape": shape, "typestr": descr, "data": (address(buf), False),
                                       "version": 3}
         out = np.asarray(holder)
         return out[()] if scalar else out
