@@ -92,8 +92,17 @@ static int bump(PyObject *stats, PyObject *name, PyObject *by) {
  * while it lives. */
 static void *address_of(PyObject *out) {
     Py_buffer view;
-    if (PyObject_GetBuffer(out, &view, PyBUF_SIMPLE) < 0)
+    if (PyObject_GetBuffer(out, &view, PyBUF_SIMPLE) < 0) {
+        if (PyErr_ExceptionMatches(PyExc_BufferError)) {  /* deleted or donated: the RuntimeError jaxlib's methods raise */
+            PyObject *type, *value, *traceback;
+            PyErr_Fetch(&type, &value, &traceback);
+            PyErr_Format(PyExc_RuntimeError, "%S", value != NULL ? value : Py_None);
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(traceback);
+        }
         return NULL;
+    }
     void *data = view.buf;
     PyBuffer_Release(&view);
     if (data == NULL)

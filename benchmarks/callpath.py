@@ -53,7 +53,6 @@ def jit_ps_stages(wl, x):
     cpp = {}
     if jf._fast is not None:
         fast = dispatch.fastpath(exe, entry.out_tree, jf.stats, cache, key)
-        print("DEBUG", "jax" in sys.modules, "configs" in dispatch._state, fast is None, dispatch._qualifies(exe), dispatch._x64_on(), exe.recycled, exe.views, exe.sources, [a.shape for a in exe.in_avals])
         bare = dispatch.function("bare", None, lambda *a: (outs[0], fast._replace(
             out_pytree_def=dispatch._state["registry"].flatten(0)[1])), jf)
         bare(x)
