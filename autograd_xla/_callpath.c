@@ -196,8 +196,8 @@ static PyObject *finish_call(Finish *self, PyObject *args, PyObject *kwargs) {
 static int finish_init(Finish *self, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"stats", "cache_ref", "key", "results", "unflatten", "n_in", "n_out", NULL};
     PyObject *stats, *cache_ref, *key, *results, *unflatten, *n_in, *n_out;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOO!OO!O!", names, &stats, &cache_ref, &key, &PyTuple_Type, &results, &unflatten, &PyLong_Type, &n_in, &PyLong_Type,
-                                     &n_out))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOO!OO!O!", names, &stats, &cache_ref, &key, &PyTuple_Type,
+                                     &results, &unflatten, &PyLong_Type, &n_in, &PyLong_Type, &n_out))
         return -1;
     if (!PyWeakref_CheckRef(cache_ref)) {
         PyErr_SetString(PyExc_TypeError, "cache_ref must be a weak reference");
@@ -292,13 +292,14 @@ static int tracing(void) {
     return active;
 }
 
+/* Whether `slot` describes an array of these bytes, dimensions and format. */
+static int describes(const Slot *slot, Py_ssize_t nbytes, int ndim, const Py_ssize_t *shape, const char *format) {
+    return nbytes == slot->nbytes && ndim == slot->ndim && strcmp(format, slot->format) == 0
+           && (ndim == 0 || memcmp(shape, slot->shape, ndim * sizeof(Py_ssize_t)) == 0);  /* a 0-d one's may be NULL */
+}
+
 static int same(const Slot *slot, const Py_buffer *view) {
-    if (view->len != slot->nbytes || view->ndim != slot->ndim || strcmp(view->format, slot->format) != 0)
-        return 0;
-    for (int d = 0; d < slot->ndim; d++)
-        if (view->shape[d] != slot->shape[d])
-            return 0;
-    return 1;
+    return describes(slot, view->len, view->ndim, view->shape, view->format);
 }
 
 /* Whether C++ may take a call of these arguments: 0 where one is a numpy array whose bytes are
@@ -406,9 +407,8 @@ static void free_stages(Front *self) {
 
 static int same_slots(const Stage *a, const Stage *b) {
     for (Py_ssize_t i = 0; i < a->n; i++) {
-        const Slot *x = &a->slots[i], *y = &b->slots[i];
-        if (x->nbytes != y->nbytes || x->ndim != y->ndim || strcmp(x->format, y->format) != 0
-            || memcmp(x->shape, y->shape, x->ndim * sizeof(Py_ssize_t)) != 0)
+        const Slot *y = &b->slots[i];
+        if (!describes(&a->slots[i], y->nbytes, y->ndim, y->shape, y->format))
             return 0;
     }
     return 1;

@@ -223,9 +223,9 @@ class Ladder:
 
 class Trial:
     """Two programs of one signature run in turns, each turn TURN_CALLS timed calls after
-    the calls of its first TURN_SETTLE_SECONDS (its first call, at least); after TRIAL_CALLS timed calls
-    of each, the faster by its fastest call stays (Ladder.settle). Both compute the
-    signature's results, so any call may run either."""
+    the untimed ones of its first TURN_SETTLE_SECONDS; after TRIAL_CALLS timed calls of each,
+    the one whose fastest call is faster stays (Ladder.settle). Both compute the signature's
+    results, so any call may run either."""
 
     __slots__ = ("made", "times", "_turn", "_turn_start", "_turn_timed", "_lock")
 
@@ -240,8 +240,8 @@ class Trial:
                 self._turn_start = now
             turn = self._turn
             timed = now - self._turn_start >= TURN_SETTLE_SECONDS  # a turn's first call only if 0
-        new = turn % 2 == 1
-        executable = self.made[0] if new else entry.executable
+        trying = turn % 2 == 1  # the new program's turn
+        executable = self.made[0] if trying else entry.executable
         t0 = time.perf_counter()
         outs = executable(args, keep_on_device)
         seconds = time.perf_counter() - t0
@@ -250,12 +250,12 @@ class Trial:
         with self._lock:
             if self._turn != turn:  # another thread's call ended the turn meanwhile
                 return outs
-            times = self.times[new]
+            times = self.times[trying]
             times.append(seconds)
             self._turn_timed += 1
             if self._turn_timed == TURN_CALLS:
                 self._turn, self._turn_start, self._turn_timed = turn + 1, None, 0
-            done = len(times) == TRIAL_CALLS and len(self.times[not new]) >= TRIAL_CALLS
+            done = len(times) == TRIAL_CALLS and len(self.times[not trying]) >= TRIAL_CALLS
         if done:  # exactly one call sees this
             old, new = (min(t) for t in self.times)
             ladder.settle(entry, self.made, keep_new=new < old)
