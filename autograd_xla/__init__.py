@@ -19,7 +19,10 @@ The modules stand on floors; each imports only its own floor and those below
     rule, metadata, replay under autograd boxes, interceptor, batching rule)
  2. hlo: StableHLO text, one builder method per op; op names checked; hlo_picture: a
     Graphviz picture of XLA's optimised HLO text (fusions as clusters)
- 3. context: what a translation rule gets as ctx (numpy promotion, broadcasting, constants)
+ 3. blas: BLAS's matrix products as XLA custom calls on the CPU; clients: jaxlib's clients
+    per platform (CPU, the CUDA and TPU plugins) and the runtime calls that moved between
+    jaxlib versions; context: what a translation rule gets as ctx (numpy promotion,
+    broadcasting, constants)
  4. rules/: translation rules only, one module per family (adding a primitive is one
     @lowers function in one of them)
  5. tracing, lowering, partial_eval: the interpreters of a graph; batching: lowering for

@@ -11,7 +11,6 @@ Clients are created on demand per platform, so an accelerator client can sit bes
 the CPU one without the tracer or lowering knowing.
 """
 import collections
-import functools
 import hashlib
 import importlib
 import importlib.util
@@ -21,7 +20,6 @@ import os
 import re
 import threading
 import time
-import warnings
 import weakref
 
 import numpy as np
@@ -30,7 +28,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # jaxlib's INFO lines; must 
 
 from jaxlib import xla_client as xc  # noqa: E402
 
-from . import blas, hlo, persistent_cache  # noqa: E402
+from . import blas, clients, hlo, persistent_cache  # noqa: E402
 from .lowering import LARGE_ARRAY_BYTES  # noqa: E402
 from .core import Aval  # noqa: E402
 from .errors import CompileError, PlatformUnavailableError, ProcessLostError  # noqa: E402
@@ -40,8 +38,6 @@ try:
 except ImportError:  # not built: the array's own method, which imports jax where it is installed
     def address(buf):
         return buf.unsafe_buffer_pointer()
-
-JAXLIB_API_VERSION = 467  # xla_client._version of the jaxlib we are pinned to
 
 COPY_SEMANTICS = xc.HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL
 READ_IN_PLACE = xc.HostBufferSemantics.ZERO_COPY
@@ -424,7 +420,7 @@ class Executable:
         self.recycled, self.views, self.tails = list(recycled), list(views), list(tails)
         self._offsets = {}  # the views' offsets (a tuple) -> their device buffer, put once (8 µs a put)
         sharding = backend.sharding()
-        self.handlers = [xc.array_result_handler(a, sharding, True, _skip_checks=True) for a in self.out_avals]
+        self.handlers = [clients.result_handler(a, sharding) for a in self.out_avals]
         self._put_args = (sharding, [backend.default_device])
         self._placements = [PUT_VIEW if k in self.views else PUT_TAIL if k in self.tails
                             else _placement(a, backend.platform) for k, a in enumerate(self.in_avals)]
@@ -738,41 +734,21 @@ _default_platform = None
 
 #: Platform names users may write, and the name we use for each.
 PLATFORM_ALIASES = {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "tpu": "tpu"}
-#: The pip extra that provides each accelerator platform.
-PLATFORM_EXTRAS = {"gpu": "pip install 'autograd-xla[cuda12]' (or [cuda13] for CUDA 13)",
-                   "tpu": "pip install 'autograd-xla[tpu]'"}
 #: Platforms tried, in order, when nothing is requested.
 PREFERENCE = ("gpu", "tpu", "cpu")
 
 
-def _check_jaxlib():
-    version = getattr(xc, "_version", None)
-    if version != JAXLIB_API_VERSION:
-        warnings.warn(f"autograd_xla was built against jaxlib's runtime API version {JAXLIB_API_VERSION}, "
-                      f"the installed jaxlib reports {version}; install the pinned jaxlib version")
-
-
-def _register_lapack():
-    """jaxlib's LAPACK kernels (lapack_*_ffi custom calls) for CPU linear algebra.
-    `_lapack.initialize()` binds scipy's LAPACK symbols; calling a kernel without it crashes."""
-    from jaxlib import lapack
-
-    lapack._lapack.initialize()
-    for platform, targets in lapack.registrations().items():
-        for name, capsule, api_version in targets:
-            xc.register_custom_call_target(name, capsule, platform=platform, api_version=api_version)
-
-
 def _make_cpu():
-    """The CPU client is synchronous: execution runs on the calling thread, which measured
-    faster per call than the asynchronous client for the small programs autograd code makes
-    (shared/notes/jaxlib-runtime.md section 10). It has `cpu_device_count()` devices; a
-    single-device call costs the same with several (6.6 µs either way, measured)."""
-    _check_jaxlib()
-    client = xc.make_cpu_client(asynchronous=False, num_devices=cpu_device_count(), **_cpu_client_options)
-    _register_lapack()
+    client = clients.cpu_client(cpu_device_count(), _cpu_client_options)
     blas.register()
     return Backend("cpu", client)
+
+
+def _make_gpu():
+    client, kernels = clients.gpu_client()
+    backend = Backend("gpu", client)
+    backend.kernels = kernels
+    return backend
 
 
 _cpu_devices = None  # set_cpu_device_count's choice
@@ -825,91 +801,7 @@ def set_cpu_client_options(device_count=None, **options):
         _cpu_client_options = dict(options)
 
 
-def _unavailable_error(platform, reason, installed=False):
-    remedy = "" if installed else f"Install it with {PLATFORM_EXTRAS[platform]}, or use"
-    return PlatformUnavailableError(
-        f"platform {platform!r} is not available: {reason}. {remedy or 'Use'} the CPU instead "
-        "(jit_ps(f, backend='cpu') or AUTOGRAD_XLA_PLATFORM=cpu).")
-
-
-def cuda_plugin():
-    """(path of the CUDA PJRT plugin library, its package name) or (None, None)."""
-    for flavor in ("xla_cuda13", "xla_cuda12"):
-        try:
-            spec = importlib.util.find_spec(f"jax_plugins.{flavor}")
-        except (ImportError, ValueError):
-            spec = None
-        if spec is not None and spec.submodule_search_locations:
-            path = os.path.join(list(spec.submodule_search_locations)[0], "xla_cuda_plugin.so")
-            if os.path.exists(path):
-                return path, flavor
-    return None, None
-
-
-def _load_plugin(name, path):
-    if not xc.pjrt_plugin_loaded(name):
-        c_api = xc.load_pjrt_plugin_dynamically(name, path)
-    else:
-        c_api = None
-    if not xc.pjrt_plugin_initialized(name):
-        xc.initialize_pjrt_plugin(name)
-    return c_api
-
-
-def _register_cuda_kernels(c_api, flavor):
-    """cuSOLVER and friends as custom-call targets (from jax-cudaNN-plugin, when installed);
-    without them the portable XLA expanders serve linear algebra on the GPU."""
-    package = "jax_cuda13_plugin" if flavor.endswith("13") else "jax_cuda12_plugin"
-    try:
-        ext = importlib.import_module(f"{package}.cuda_plugin_extension")
-        from jaxlib import gpu_linalg, gpu_prng, gpu_solver
-    except ImportError:
-        return False
-    if c_api is not None:
-        xc.register_custom_call_handler("CUDA", functools.partial(ext.register_custom_call_target, c_api))
-        xc.register_custom_type_handler("CUDA", functools.partial(ext.register_custom_type, c_api))
-    for module in (gpu_solver, gpu_linalg, gpu_prng):
-        for name, capsule, *rest in module.registrations().get("CUDA", []):
-            xc.register_custom_call_target(name, capsule, platform="CUDA", api_version=rest[0] if rest else 1)
-    return True
-
-
-def _make_gpu():
-    """CUDA through the jax-cudaNN-pjrt plugin, loaded without jax (notes section 7)."""
-    _check_jaxlib()
-    path, flavor = cuda_plugin()
-    if path is None:
-        raise _unavailable_error("gpu", "no CUDA PJRT plugin (jax-cuda12-pjrt / jax-cuda13-pjrt) is installed")
-    try:
-        c_api = _load_plugin("cuda", path)
-        options = dict(xc.generate_pjrt_gpu_plugin_options())
-        client = xc.make_c_api_client("cuda", options, None)
-    except Exception as e:  # the plugin reports a missing driver or GPU in its own words
-        raise _unavailable_error("gpu", f"the CUDA plugin is installed but found no usable GPU ({e})",
-                                 installed=True) from None
-    backend = Backend("gpu", client)
-    backend.kernels = _register_cuda_kernels(c_api, flavor)
-    return backend
-
-
-def _make_tpu():
-    _check_jaxlib()
-    path = os.environ.get("TPU_LIBRARY_PATH")
-    if path is None:
-        try:
-            import libtpu
-            path = libtpu.get_library_path()
-        except ImportError:
-            raise _unavailable_error("tpu", "libtpu is not installed") from None
-    try:
-        _load_plugin("tpu", path)
-        client = xc.make_c_api_client("tpu", {}, None)
-    except Exception as e:
-        raise _unavailable_error("tpu", f"libtpu is installed but found no usable TPU ({e})", installed=True) from None
-    return Backend("tpu", client)
-
-
-_FACTORIES = {"cpu": _make_cpu, "gpu": _make_gpu, "tpu": _make_tpu}
+_FACTORIES = {"cpu": _make_cpu, "gpu": _make_gpu, "tpu": lambda: Backend("tpu", clients.tpu_client())}
 
 
 def canonical_platform(name):
@@ -963,7 +855,7 @@ def default_platform():
 def _plugin_present(platform):
     """Cheap check before trying to start an accelerator client."""
     if platform == "gpu":
-        return cuda_plugin()[0] is not None
+        return clients.cuda_plugin()[0] is not None
     if platform == "tpu":
         return "TPU_LIBRARY_PATH" in os.environ or importlib.util.find_spec("libtpu") is not None
     return True

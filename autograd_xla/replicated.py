@@ -10,6 +10,7 @@ import numpy as np
 from jaxlib import xla_client as xc
 
 from .backend import COPY_SEMANTICS, IN_PLACE_MIN_BYTES, READ_IN_PLACE, OnDevice, aligned, converter, runtime_error
+from .clients import result_handler
 from .core import Aval
 from .lowering import shard_shape
 
@@ -59,8 +60,7 @@ class ReplicatedExecutable:
             self.local_devices = local
             self.local_avals = [Aval((len(local),) + a.shape[1:], a.dtype) for a in self.out_avals]
         self._shardings = {}
-        self.handlers = [xc.array_result_handler(self.end_to_end(a), self.tiled(max(a.ndim - 1, 1)), True,
-                                                 _skip_checks=True) for a in self.out_avals]
+        self.handlers = [result_handler(self.end_to_end(a), self.tiled(max(a.ndim - 1, 1))) for a in self.out_avals]
         self.consts = [self.put_replicated(c) for c in consts]
         self._converters = [converter(Aval(shard_shape(a.shape[1:]), a.dtype)) for a in self.local_avals]
         self._in_flight = 0

@@ -90,7 +90,8 @@ def import_jax(args):
     except ImportError as e:
         return None, None, f"not importable ({e})"
     jax.config.update("jax_enable_x64", True)  # float64 like numpy; float32 inputs stay float32
-    jax.config.update("jax_platforms", args.backend)
+    # jax 0.11 reads "gpu" as CUDA or ROCm and fails on a machine without ROCm
+    jax.config.update("jax_platforms", {"gpu": "cuda"}.get(args.backend, args.backend))
     if args.jax_sync_dispatch:
         jax.config.update("jax_cpu_enable_async_dispatch", False)
     return jax, jnp, None

@@ -309,6 +309,7 @@ def placed(shape=BIG, dtype=onp.float64, offset=0):
     return helpers.placed(shape, dtype, offset)
 
 
+@pytest.mark.usefixtures("on_the_cpu")
 def test_large_results_reuse_dead_results_buffers():
     """A result of LARGE_ARRAY_BYTES is written into a dead earlier result's memory; results
     still alive, and views of dead ones, are never written again."""
@@ -348,6 +349,7 @@ def test_device_arrays_are_not_recycled():
     assert_close(f(d), poly(poly(x)))
 
 
+@pytest.mark.usefixtures("on_the_cpu")
 @pytest.mark.parametrize("offset", [0, 16, 32, 48])
 def test_large_arguments_read_elementwise_are_views_at_any_alignment(offset):
     """A large argument only elementwise ops read is read where it is, from the 64-byte
@@ -364,6 +366,7 @@ def test_large_arguments_read_elementwise_are_views_at_any_alignment(offset):
     assert_close(g(x), onp.cos(x) * x + onp.sin(x))
 
 
+@pytest.mark.usefixtures("on_the_cpu")
 def test_one_signature_called_with_its_views_at_changing_offsets(monkeypatch):
     """The views' offsets travel in one small buffer, put once per combination and kept
     (backend.OFFSET_BUFFERS of them): every combination reads its own offsets."""
@@ -377,6 +380,7 @@ def test_one_signature_called_with_its_views_at_changing_offsets(monkeypatch):
     assert 1 <= len(entry.executable._offsets) <= 3
 
 
+@pytest.mark.usefixtures("on_the_cpu")
 @pytest.mark.parametrize("offset", [0, 16])
 def test_arguments_read_in_place_are_put_once_per_place(monkeypatch, offset):
     """The device buffer reading a large argument where it is (Backend.alias) is made once per
@@ -501,6 +505,7 @@ def xla_dots(monkeypatch):
     monkeypatch.setattr(blas, "MIN_ELEMENTS", None)
 
 
+@pytest.mark.usefixtures("on_the_cpu")
 @pytest.mark.usefixtures("xla_dots")
 def test_a_hot_signature_reads_its_matrix_in_place_once_made_faster(monkeypatch):
     """The first program copies a misaligned matrix a dot reads (it compiles faster); once the
@@ -523,6 +528,7 @@ def test_a_hot_signature_reads_its_matrix_in_place_once_made_faster(monkeypatch)
     assert f.cache_info()["traces"] == 1
 
 
+@pytest.mark.usefixtures("on_the_cpu")
 @pytest.mark.usefixtures("xla_dots")
 @pytest.mark.usefixtures("one_call_is_hot")
 def test_a_faster_program_that_fails_to_compile_leaves_the_first(monkeypatch, caplog):
@@ -540,6 +546,7 @@ def test_a_faster_program_that_fails_to_compile_leaves_the_first(monkeypatch, ca
     assert "keeping the one in use" in caplog.text and "%tail" not in f.stablehlo(X, w)
 
 
+@pytest.mark.usefixtures("on_the_cpu")
 @pytest.mark.usefixtures("xla_dots")
 def test_threads_calling_a_signature_as_it_turns_hot(monkeypatch):
     """Four threads call while the signature's faster programs are made and tried against
@@ -569,6 +576,7 @@ def test_threads_calling_a_signature_as_it_turns_hot(monkeypatch):
 VIEWED = [(onp.float64, offset) for offset in range(0, 64, 8)] + [(onp.float32, offset) for offset in (0, 4, 28, 60)]
 
 
+@pytest.mark.usefixtures("on_the_cpu")
 @pytest.mark.usefixtures("xla_dots")
 @pytest.mark.usefixtures("one_call_is_hot")
 @pytest.mark.parametrize("dtype,offset", VIEWED, ids=[f"{d.__name__}-{o}" for d, o in VIEWED])
@@ -590,6 +598,7 @@ def test_large_matrices_are_multiplied_where_they_are(dtype, offset):
         onp.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * 10)
 
 
+@pytest.mark.usefixtures("on_the_cpu")
 @pytest.mark.usefixtures("xla_dots")
 @pytest.mark.usefixtures("one_call_is_hot")
 def test_a_vmapped_product_multiplies_the_matrix_where_it_is():
@@ -601,6 +610,7 @@ def test_a_vmapped_product_multiplies_the_matrix_where_it_is():
     assert_close(f(W, X), onp.stack([onp.tanh(X @ w) for w in W]))
 
 
+@pytest.mark.usefixtures("on_the_cpu")
 @pytest.mark.usefixtures("xla_dots")
 @pytest.mark.usefixtures("one_call_is_hot")
 @pytest.mark.parametrize("offset", [0, 8, 56])
@@ -621,6 +631,7 @@ def test_a_matrix_multiplied_where_it_is_keeps_nan_and_infinity_where_numpy_has_
         onp.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.usefixtures("on_the_cpu")
 def test_spare_memory_is_bounded_and_released(monkeypatch):
     """Counts every spare buffer, so nothing else may give one back meanwhile: an earlier
     test's dead results held in cycles (freed when the collector runs) or its compile job."""
@@ -740,6 +751,7 @@ def test_slices_of_an_argument_with_traced_bounds_compile_once():
     assert f.cache_info()["traces"] == 1
 
 
+@pytest.mark.usefixtures("on_the_cpu")
 def test_small_arguments_travel_as_one_buffer_per_dtype():
     """On CPU, arguments of at most PACK_MAX_BYTES go to the device packed per dtype (one
     transfer) and are sliced apart in the program; values, weak types and dtypes survive."""

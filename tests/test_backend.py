@@ -12,12 +12,12 @@ import autograd.numpy as np
 from autograd import grad
 import autograd_xla
 from autograd_xla import DeviceArray, PlatformUnavailableError, jit_ps
-from autograd_xla import backend as backend_mod
+from autograd_xla import backend as backend_mod, clients
 from helpers import assert_close
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 rs = onp.random.RandomState(3)
-HAS_PLUGIN = backend_mod.cuda_plugin()[0] is not None
+HAS_PLUGIN = clients.cuda_plugin()[0] is not None
 HAS_GPU = HAS_PLUGIN and backend_mod.is_available("gpu")
 #: what the absent-GPU error must say: the extra to install, or (plugin installed) that no GPU is visible
 GPU_ABSENT = "no usable GPU" if HAS_PLUGIN else r"autograd-xla\[cuda12\]"
@@ -165,7 +165,7 @@ def test_installed_plugin_without_a_device_is_a_clear_error(monkeypatch):
     machine the message ends in the plugin's own 'No visible GPU devices'.)"""
     if HAS_GPU:
         pytest.skip("a GPU is available here")
-    monkeypatch.setattr(backend_mod, "cuda_plugin", lambda: ("/nonexistent/xla_cuda_plugin.so", "xla_cuda12"))
+    monkeypatch.setattr(clients, "cuda_plugin", lambda: ("/nonexistent/xla_cuda_plugin.so", "xla_cuda12"))
     monkeypatch.setattr(backend_mod, "_unavailable", {})
     with pytest.raises(PlatformUnavailableError, match="installed but found no usable GPU") as info:
         jit_ps(lambda x: x + 1, backend="gpu")(onp.ones(2))

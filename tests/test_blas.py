@@ -16,6 +16,7 @@ from autograd import grad, hessian_vector_product, value_and_grad
 from autograd_xla import backend, blas, fori_loop, jit_ps, lowering, tiering, vmap
 from helpers import assert_close, placed, run_threads
 
+pytestmark = pytest.mark.usefixtures("on_the_cpu")  # features of the CPU runtime (conftest)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 rs = onp.random.RandomState(0)
 M, N = 48, 40  # small matrices, given BLAS here by the fixture below

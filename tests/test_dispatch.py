@@ -18,7 +18,8 @@ from autograd import grad
 from autograd_xla import DeviceArray, backend, dispatch, jit_ps, tiering
 from helpers import assert_close, run_threads
 
-pytestmark = pytest.mark.skipif(not dispatch.available(), reason="this jaxlib offers no C++ dispatch")
+pytestmark = [pytest.mark.skipif(not dispatch.available(), reason="this jaxlib offers no C++ dispatch"),
+              pytest.mark.usefixtures("on_the_cpu")]  # features of the CPU runtime (conftest)
 rs = onp.random.RandomState(11)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -63,7 +63,7 @@ def kill_all(procs):
 
 
 def tail(err, n=15):
-    return "\n".join(line[:300] for line in err.splitlines() if not line.startswith(("I1", "    @"))[-n:])
+    return "\n".join([line[:300] for line in err.splitlines() if not line.startswith(("I1", "    @"))][-n:])
 
 
 def test_psum_and_data_parallel_gradient_step_over_two_processes():

@@ -16,6 +16,8 @@ from autograd import grad
 from autograd_xla import backend, jit_ps, tiering
 from helpers import assert_close
 
+pytestmark = pytest.mark.usefixtures("on_the_cpu")  # features of the CPU runtime (conftest)
+
 rs = onp.random.RandomState(5)
 
 

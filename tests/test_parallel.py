@@ -14,7 +14,8 @@ from autograd_xla import FallbackWarning
 from helpers import assert_close
 
 N = len(ax.devices("cpu"))
-pytestmark = pytest.mark.skipif(N < 2, reason="needs several CPU devices (AUTOGRAD_XLA_CPU_DEVICES)")
+pytestmark = [pytest.mark.skipif(N < 2, reason="needs several CPU devices (AUTOGRAD_XLA_CPU_DEVICES)"),
+              pytest.mark.usefixtures("on_the_cpu")]
 RNG = onp.random.RandomState(0)
 X = RNG.randn(N, 3)
 RING = [(d, (d + 1) % N) for d in range(N)]

@@ -81,3 +81,18 @@ def test_convnet_layer_training_step_is_one_compiled_program():
         onp.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-12)
     graph = step.graph(w, b, x)
     assert "convolve" in str(graph)
+
+
+def test_float32_products_are_asked_for_at_full_precision():
+    """numpy multiplies float32 in float32: every convolution and dot of a float32 convnet
+    step says HIGHEST, or a GPU computes them in TF32 (an H200: a 2 % error in the gradient)."""
+    x = rs.randn(4, 3, 12, 12).astype(onp.float32)
+    w = rs.randn(3, 5, 3, 3).astype(onp.float32)
+
+    def loss(w, x):  # float64 on the CPU runs the convolution as a dot; float32 keeps it
+        return np.sum(np.tanh(convolve(x, w, mode="valid", **CONVNET)) ** 2)
+
+    text = jit_ps(grad(loss)).stablehlo(w, x)
+    products = [line for line in text.splitlines() if "stablehlo.convolution" in line or "stablehlo.dot_general" in line]
+    assert any("stablehlo.convolution" in line for line in products)
+    assert all("precision HIGHEST>, #stablehlo<precision HIGHEST" in line for line in products), products
