@@ -30,7 +30,7 @@ import re
 import numpy as np
 from autograd.tracer import box_types
 
-from . import hlo, lowering, tree
+from . import dispatch, hlo, lowering, tree
 from .core import Aval, Graph, Var, prim_name
 from .errors import ArgumentError, CompileError, ProgramTooLargeError, UnsupportedPrimitiveError
 from .signatures import PlainArgument
@@ -193,17 +193,25 @@ class CacheStats:
     `plain_tier_calls` counts calls run as plain autograd while their signature compiled in the
     background (tiered=True), which `hits` does not count."""
 
-    __slots__ = ("hits", "traces", "compiles", "trace_seconds", "lower_seconds", "compile_seconds", "fallbacks",
-                 "evictions", "host_to_device", "device_to_host", "persistent_hits", "persistent_load_seconds",
-                 "plain_tier_calls", "upgrades", "upgrade_seconds")
+    FIELDS = ("hits", "traces", "compiles", "trace_seconds", "lower_seconds", "compile_seconds", "fallbacks",
+              "evictions", "host_to_device", "device_to_host", "persistent_hits", "persistent_load_seconds",
+              "plain_tier_calls", "upgrades", "upgrade_seconds")
+    COUNTED = ("hits", "host_to_device", "device_to_host")  # kept by `counts`, in C for C++'s hits
+    __slots__ = ("traces", "compiles", "trace_seconds", "lower_seconds", "compile_seconds", "fallbacks", "evictions",
+                 "persistent_hits", "persistent_load_seconds", "plain_tier_calls", "upgrades", "upgrade_seconds", "counts")
 
     def __init__(self):
-        self.hits = self.traces = self.compiles = self.fallbacks = self.evictions = self.plain_tier_calls = 0
-        self.host_to_device = self.device_to_host = self.persistent_hits = self.upgrades = 0
+        self.counts = dispatch.Counts()
+        self.traces = self.compiles = self.fallbacks = self.evictions = self.plain_tier_calls = 0
+        self.persistent_hits = self.upgrades = 0
         self.trace_seconds = self.lower_seconds = self.compile_seconds = self.persistent_load_seconds = self.upgrade_seconds = 0.0
 
+    hits, host_to_device, device_to_host = (
+        property(lambda self, k=k: getattr(self.counts, k), lambda self, value, k=k: setattr(self.counts, k, value))
+        for k in COUNTED)
+
     def as_dict(self):
-        return {k: getattr(self, k) for k in self.__slots__}
+        return {k: getattr(self, k) for k in self.FIELDS}
 
     def __repr__(self):
         return "CacheStats(" + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"

@@ -12,7 +12,6 @@ as plain autograd until it is done. Introspection stops earlier (`graph()` and
 finish. Calls that carry autograd boxes go through one autograd primitive (autodiff.py), so
 `grad(jit_ps(f))` differentiates the compiled function.
 """
-import collections
 import contextlib
 import functools
 import sys
@@ -118,7 +117,8 @@ class JittedFunction(dispatch.Calls, aot.Introspection):
         self.max_program = tuple(max_program)
         self._platform = None  # resolved on first compile: later default changes do not move us
         self.cache_size = cache_size
-        self._cache = collections.OrderedDict()
+        self.stats = CacheStats()
+        self._cache = dispatch.Signatures(self.stats.counts)
         self._untraced = tiering.NewSignatures(cache_size)  # a tiered function's, run plainly first
         self._simple = {}  # (shape, dtype) per positional array -> entry needing no per-call work
         self._lock = threading.RLock()
@@ -129,7 +129,6 @@ class JittedFunction(dispatch.Calls, aot.Introspection):
         self._derivatives = {}
         self._warned = set()
         self._last_key = None
-        self.stats = CacheStats()
         # jaxlib's C++ dispatch (dispatch.py), for the calls of signatures that qualify
         self._fast = dispatch.function_for(self) if not keep_on_device and dispatch.available() else None
         self._fast_calls = [0, 0]  # calls C++ handed back for good, and fast paths given it

@@ -53,6 +53,43 @@ except ImportError:
 #: staging, the results finished by `_finisher`'s Python function.
 NATIVE_ENV = "AUTOGRAD_XLA_NATIVE_CALLS"
 
+class _Counts:
+    """_callpath.Counts in Python, where it is not built."""
+
+    __slots__ = ("hits", "host_to_device", "device_to_host")
+
+    def __init__(self):
+        self.hits = self.host_to_device = self.device_to_host = 0
+
+    def reordered(self):
+        pass
+
+
+#: A jitted function's counts of calls and of the arrays they moved (aot.CacheStats' `hits`,
+#: `host_to_device` and `device_to_host`), kept in C where fast hits count them.
+Counts = native.Counts if native is not None else _Counts
+
+
+class Signatures(collections.OrderedDict):
+    """A jitted function's signature cache, least recently used first. A fast hit moves its
+    key to the end unless it is the one that did so last (_callpath.Counts); moves and
+    insertions here tell `counts` that the order changed."""
+
+    __slots__ = ("counts",)
+
+    def __init__(self, counts):
+        super().__init__()
+        self.counts = counts
+
+    def move_to_end(self, key, last=True):
+        super().move_to_end(key, last)
+        self.counts.reordered()
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        self.counts.reordered()
+
+
 #: What C++ reads of a signature's fast path (jax's pxla.MeshExecutableFastpathData's fields).
 FastpathData = collections.namedtuple("FastpathData", [
     "xla_executable", "out_pytree_def", "in_shardings", "out_shardings", "out_avals", "out_committed",
@@ -244,8 +281,8 @@ def _finisher(executable, out_tree, stats, cache_ref, key):
         results = tuple((a.shape, a.dtype, a.size * a.dtype.itemsize, a.shape == ())
                         if backend_mod.viewable(a, platform) else convert
                         for a, convert in zip(executable.out_avals, converters))
-        return native.Finish(stats, cache_ref, key, results, None if leaf else functools.partial(tree.unflatten, out_tree),
-                             n_in, n_out)
+        return native.Finish(stats.counts, cache_ref, key, results,
+                             None if leaf else functools.partial(tree.unflatten, out_tree), n_in, n_out)
 
     def finish(outs):
         stats.hits += 1

@@ -167,6 +167,23 @@ def test_evicted_and_cleared_signatures_leave_cpp():
     assert_close(jf(a), a * 2.0)
 
 
+def test_the_signature_evicted_is_the_least_recently_used_whichever_path_its_calls_took():
+    """C++'s hits move their key to the end of the cache only when another signature was
+    touched since (_callpath.Counts): here a new signature, between a's calls."""
+    jf = jit_ps(lambda x: x * 2.0, cache_size=2)
+    a, b, c = rs.randn(3), rs.randn(4), rs.randn(5)
+    settled(jf, a)
+    jf(b)  # its first call, through Python
+    for _ in range(3):
+        jf(a)  # through C++: b is now the least recently used
+    traces = jf.cache_info()["traces"]
+    assert_close(jf(c), c * 2.0)  # evicts b
+    assert_close(jf(a), a * 2.0)
+    assert jf.cache_info()["traces"] == traces + 1  # a was kept
+    assert_close(jf(b), b * 2.0)
+    assert jf.cache_info()["traces"] == traces + 2 and jf.cache_info()["evictions"] == 2
+
+
 def test_a_jitted_function_and_its_program_are_freed():
     """C++ holds the jitted function weakly: dropping it frees it and its executable."""
     jf = jit_ps(lambda x: x * 3.0 + 0.125)
