@@ -197,8 +197,7 @@ class CacheStats:
               "evictions", "host_to_device", "device_to_host", "persistent_hits", "persistent_load_seconds",
               "plain_tier_calls", "upgrades", "upgrade_seconds")
     COUNTED = ("hits", "host_to_device", "device_to_host")  # kept by `counts`, in C for C++'s hits
-    __slots__ = ("traces", "compiles", "trace_seconds", "lower_seconds", "compile_seconds", "fallbacks", "evictions",
-                 "persistent_hits", "persistent_load_seconds", "plain_tier_calls", "upgrades", "upgrade_seconds", "counts")
+    __slots__ = tuple(set(FIELDS) - set(COUNTED)) + ("counts",)
 
     def __init__(self):
         self.counts = dispatch.Counts()

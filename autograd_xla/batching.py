@@ -181,19 +181,33 @@ class BatchingContext(LoweringContext):
         return [self.wrap(o) for o in outs]
 
     def _convolution_batches(self, operands, attrs):
-        """Whether a convolution is batched by merging the batch into its own: the input alone
-        batched, with batch dimension 0 in the input and the result (rules/signal.py's form)."""
+        """Whether a convolution is batched as one convolution: rules/signal.py's form (batch
+        dimension 0 in the input and the result, one feature group, no batch groups)."""
         dims = attrs.get("dimension_numbers", "")
-        return (self.batched(operands[0]) and not self.batched(operands[1]) and dims.startswith("#stablehlo.conv<[b,")
-                and "->[b," in dims and attrs.get("batch_group_count") == "1 : i64")
+        return (dims.startswith("#stablehlo.conv<[b,") and "->[b," in dims and attrs.get("batch_group_count") == "1 : i64"
+                and attrs.get("feature_group_count") == "1 : i64")
 
     def _convolution(self, operands, results, attrs):
+        """An input batched alone: its batch merged into the convolution's. A batched kernel:
+        the examples' kernels stacked as output features, and where the input is batched too,
+        each example's input features a feature group of its own (one convolution where a GPU
+        had run one per example: XLA:CPU's float64 convolutions are dots, rules/signal.py)."""
         lhs, rhs = operands
         (shape, dtype), = results
         n, p = self.size, self.parent
-        merged = p.reshape(lhs.phys, (n * lhs.shape[0],) + lhs.shape[1:])
-        out = p.op1("stablehlo.convolution", [merged, rhs], (n * shape[0],) + tuple(shape[1:]), dtype, attrs)
-        return self.wrap(p.reshape(out, (n,) + tuple(shape)))
+        if not self.batched(rhs):
+            merged = p.reshape(lhs.phys, (n * lhs.shape[0],) + lhs.shape[1:])
+            out = p.op1("stablehlo.convolution", [merged, rhs], (n * shape[0],) + tuple(shape[1:]), dtype, attrs)
+            return self.wrap(p.reshape(out, (n,) + tuple(shape)))
+        (b, o), spatial = shape[:2], tuple(shape[2:])
+        kernels = p.reshape(rhs.phys, (n * o,) + rhs.shape[1:])
+        if self.batched(lhs):  # [n, b, f, ...] -> [b, n * f, ...], example k's features the k-th group
+            x = p.transpose(lhs.phys, [1, 0] + list(range(2, lhs.ndim + 1)))
+            lhs = p.reshape(x, (b, n * lhs.shape[1]) + lhs.shape[2:])
+            attrs = dict(attrs, feature_group_count=f"{n} : i64")
+        out = p.op1("stablehlo.convolution", [lhs, kernels], (b, n * o) + spatial, dtype, attrs)
+        out = p.reshape(out, (b, n, o) + spatial)
+        return self.wrap(p.transpose(out, [1, 0] + list(range(2, 3 + len(spatial)))))
 
     def _per_example(self, name, operands, results, attrs, regions):
         """The op once per example, in a loop inside the program."""

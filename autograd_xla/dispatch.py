@@ -53,6 +53,7 @@ except ImportError:
 #: staging, the results finished by `_finisher`'s Python function.
 NATIVE_ENV = "AUTOGRAD_XLA_NATIVE_CALLS"
 
+
 class _Counts:
     """_callpath.Counts in Python, where it is not built."""
 

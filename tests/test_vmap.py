@@ -338,6 +338,7 @@ FFT = [
     case("fft_axis0", lambda x: np.fft.fft(x, axis=0), M),
 ]
 
+IMAGES = rand(2, 3, 6, 5, dtype=onp.float32)
 SPECIAL = [
     case("gammaln", aspecial.gammaln, XP),
     case("erf", aspecial.erf, X),
@@ -345,9 +346,16 @@ SPECIAL = [
     case("norm_logpdf", lambda x, m: anorm.logpdf(x, m, 2.0), X, Y),
     case("norm_logpdf_scale", lambda x, s: anorm.logpdf(x, 0.5, s), X, XP),
     case("convolve", lambda x, k: asignal.convolve(x, k), X, rand(B, 3)),
-    # float32 lowers to stablehlo.convolution, which has no batching rule: one per example
-    case("convolve_f32_per_example", lambda x, k: asignal.convolve(x, k), X.astype(onp.float32),
-         rand(B, 3, dtype=onp.float32), fallback=True),
+    # float32 lowers to stablehlo.convolution (float64, on the CPU, to a dot): its input, its
+    # kernel or both batched, 1-d and a convnet layer's 2-d
+    case("convolve_f32", lambda x, k: asignal.convolve(x, k), X.astype(onp.float32), rand(B, 3, dtype=onp.float32)),
+    case("convolve_f32_kernel", lambda k: asignal.convolve(V3.astype(onp.float32), k), rand(B, 3, dtype=onp.float32)),
+    case("convolve_f32_layer", lambda x, w: asignal.convolve(x, w, axes=([1, 2], [2, 3]), dot_axes=([0], [0]),
+                                                             mode="valid"),
+         rand(B, 3, 6, 5, dtype=onp.float32), rand(B, 3, 4, 3, 2, dtype=onp.float32)),
+    case("convolve_f32_layer_kernel", lambda w: asignal.convolve(IMAGES, w,
+                                                                 axes=([2, 3], [2, 3]), dot_axes=([1], [0]), mode="valid"),
+         rand(B, 3, 4, 3, 2, dtype=onp.float32)),
     case("convolve_valid_2d", lambda x, k: asignal.convolve(x, k, mode="valid"), M, rand(B, 2, 2)),
 ]
 

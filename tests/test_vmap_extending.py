@@ -1,5 +1,6 @@
-"""vmap and user primitives: a translation rule batches op by op with no rule of its own; an
-op the batching context cannot batch runs once per example (with one FallbackWarning); a
+"""vmap and user primitives: a translation rule batches op by op with no rule of its own (a
+convolution too, its per-example kernels as feature groups); an op the batching context
+cannot batch runs once per example (with one FallbackWarning); a
 batching rule registered for the primitive replaces that. And autograd's own jacobian and
 hessian, traced, compile to one batched program whose size does not grow with n."""
 import warnings
@@ -62,10 +63,38 @@ def test_user_rule_batches_op_by_op():
     assert_close(got, onp.stack([correlate_valid(x, K[0]) for x in X]))
 
 
+@primitive
+def correlate_channels(x, k):
+    """Each row of x correlated with the same row of k: a convolution of feature groups."""
+    return onp.stack([correlate_valid(a, b) for a, b in zip(x, k)])
+
+
+def _channels_rule(ctx, x, k):
+    (c, n), m = x.shape, k.shape[1]
+    out = ctx.op1("stablehlo.convolution", [ctx.reshape(x, (1, c, n)), ctx.reshape(k, (c, 1, m))],
+                  (1, c, n - m + 1), x.dtype, _conv_attrs(c))
+    return ctx.reshape(out, (c, n - m + 1))
+
+
+register_translation_rule(correlate_channels, _channels_rule)
+
+
 def test_op_without_batching_runs_per_example_with_a_warning():
+    """The context batches convolutions of one feature group (per-example kernels become
+    groups of their own); these already have several."""
+    xs, ks = onp.random.RandomState(2).randn(3, 2, 8), onp.random.RandomState(3).randn(3, 2, 3)
     with pytest.warns(FallbackWarning, match="stablehlo.convolution' has no batching rule"):
-        got = ax.vmap(correlate_valid)(X, K)
+        got = ax.vmap(correlate_channels)(xs, ks)
+    assert_close(got, onp.stack([correlate_channels(x, k) for x, k in zip(xs, ks)]))
+
+
+def test_a_convolution_with_per_example_kernels_is_one_grouped_convolution():
+    f = ax.vmap(correlate_valid)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        got = f(X, K)
     assert_close(got, LOOP)
+    assert "feature_group_count = 3" in f.stablehlo(X, K) and "stablehlo.while" not in f.stablehlo(X, K)
 
 
 def test_batching_rule_replaces_the_per_example_loop():
