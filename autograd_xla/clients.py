@@ -20,7 +20,7 @@ PLATFORM_EXTRAS = {"gpu": "pip install 'autograd-xla[cuda12]' (or [cuda13] for C
                    "tpu": "pip install 'autograd-xla[tpu]'"}
 
 
-def check_jaxlib():
+def _check_jaxlib():
     version = getattr(xc, "_version", None)
     if version != JAXLIB_API_VERSION:
         warnings.warn(f"autograd_xla was built against jaxlib's runtime API version {JAXLIB_API_VERSION}, "
@@ -54,7 +54,7 @@ def _register_lapack():
             xc.register_custom_call_target(name, capsule, platform=platform, api_version=api_version)
 
 
-def unavailable_error(platform, reason, installed=False):
+def _unavailable_error(platform, reason, installed=False):
     remedy = "" if installed else f"Install it with {PLATFORM_EXTRAS[platform]}, or use"
     return PlatformUnavailableError(
         f"platform {platform!r} is not available: {reason}. {remedy or 'Use'} the CPU instead "
@@ -108,7 +108,7 @@ def cpu_client(num_devices, options):
     faster per call than the asynchronous client for the small programs autograd code makes
     (shared/notes/jaxlib-runtime.md section 10). It has `num_devices` devices; a
     single-device call costs the same with several (6.6 µs either way, measured)."""
-    check_jaxlib()
+    _check_jaxlib()
     client = xc.make_cpu_client(asynchronous=False, num_devices=num_devices, **options)
     _register_lapack()
     return client
@@ -117,31 +117,31 @@ def cpu_client(num_devices, options):
 def gpu_client():
     """CUDA through the jax-cudaNN-pjrt plugin, loaded without jax (notes section 7): the
     client, and whether the vendor kernels (cuSOLVER...) were registered."""
-    check_jaxlib()
+    _check_jaxlib()
     path, flavor = cuda_plugin()
     if path is None:
-        raise unavailable_error("gpu", "no CUDA PJRT plugin (jax-cuda12-pjrt / jax-cuda13-pjrt) is installed")
+        raise _unavailable_error("gpu", "no CUDA PJRT plugin (jax-cuda12-pjrt / jax-cuda13-pjrt) is installed")
     try:
         c_api = _load_plugin("cuda", path)
         options = dict(xc.generate_pjrt_gpu_plugin_options())
         client = xc.make_c_api_client("cuda", options, None)
     except Exception as e:  # the plugin reports a missing driver or GPU in its own words
-        raise unavailable_error("gpu", f"the CUDA plugin is installed but found no usable GPU ({e})",
-                                installed=True) from None
+        raise _unavailable_error("gpu", f"the CUDA plugin is installed but found no usable GPU ({e})",
+                                 installed=True) from None
     return client, _register_cuda_kernels(c_api, flavor)
 
 
 def tpu_client():
-    check_jaxlib()
+    _check_jaxlib()
     path = os.environ.get("TPU_LIBRARY_PATH")
     if path is None:
         try:
             import libtpu
             path = libtpu.get_library_path()
         except ImportError:
-            raise unavailable_error("tpu", "libtpu is not installed") from None
+            raise _unavailable_error("tpu", "libtpu is not installed") from None
     try:
         _load_plugin("tpu", path)
         return xc.make_c_api_client("tpu", {}, None)
     except Exception as e:
-        raise unavailable_error("tpu", f"libtpu is installed but found no usable TPU ({e})", installed=True) from None
+        raise _unavailable_error("tpu", f"libtpu is installed but found no usable TPU ({e})", installed=True) from None

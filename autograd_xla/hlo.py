@@ -155,6 +155,10 @@ UNARY_OPS = frozenset("""abs cbrt ceil cosine count_leading_zeros exponential ex
     sine sqrt tan tanh""".split())
 BINARY_OPS = frozenset("""add and atan2 divide maximum minimum multiply or power remainder shift_left
     shift_right_arithmetic shift_right_logical subtract xor""".split())
+#: The precision_config of products and convolutions: numpy multiplies float32 in float32, so
+#: reduced-precision products (e.g. TF32, which an H200 used for convolutions left DEFAULT: a
+#: convnet step's float32 gradient 2 % off autograd's, benchmarks/gpu_check.sh) are forbidden.
+HIGHEST = "[#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]"
 CHLO_OPS = frozenset("""acos acosh asin asinh atan atanh bessel_i1e conj cosh digamma erf erf_inv erfc
     is_inf is_neg_inf is_pos_inf lgamma next_after polygamma sinh square tan top_k zeta""".split())
 _OTHER_OPS = frozenset("""after_all all_gather all_reduce all_to_all batch_norm_grad batch_norm_inference
@@ -467,9 +471,7 @@ class Builder:
         shape = [x.shape[i] for i in lb] + free_x + free_y
         dims = (f"lhs_batching_dimensions = {i64_list(lb)}, rhs_batching_dimensions = {i64_list(rb)}, "
                 f"lhs_contracting_dimensions = {i64_list(lc)}, rhs_contracting_dimensions = {i64_list(rc)}")
-        # numpy multiplies float32 in float32: forbid reduced-precision (e.g. TF32) products
-        attrs = {"dot_dimension_numbers": f"#stablehlo.dot<{dims}>",
-                 "precision_config": "[#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]"}
+        attrs = {"dot_dimension_numbers": f"#stablehlo.dot<{dims}>", "precision_config": HIGHEST}
         return self.op1("stablehlo.dot_general", [x, y], shape, dtype or x.dtype, attrs)
 
     def fold_transpose(self, v, contracting, batching):

@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from ..context import result_type
+from ..hlo import HIGHEST
 from ..registry import lowers, when_imported
 
 
@@ -52,10 +53,7 @@ def _convolution(ctx, lhs, rhs, padding, dtype):
     ones = "array<i64: " + ", ".join(["1"] * k) + ">"
     attrs = {"batch_group_count": "1 : i64", "dimension_numbers": f"#stablehlo.conv<{dims}>",
              "feature_group_count": "1 : i64", "lhs_dilation": ones, "rhs_dilation": ones,
-             "padding": f"dense<[{pads}]> : tensor<{k}x2xi64>", "window_strides": ones,
-             # as hlo.dot_general's: left DEFAULT, an H200 ran float32 convolutions in TF32 and a
-             # convnet step's gradient differed from autograd's by 2 % (benchmarks/gpu_check.sh)
-             "precision_config": "[#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]"}
+             "padding": f"dense<[{pads}]> : tensor<{k}x2xi64>", "window_strides": ones, "precision_config": HIGHEST}
     return ctx.op1("stablehlo.convolution", [lhs, rhs], shape, dtype, attrs)
 
 
