@@ -177,9 +177,9 @@ static PyObject *finish(Finish *self, PyObject *const *outs, Py_ssize_t n) {
     counts->hits += 1;
     counts->host_to_device += self->n_in;
     counts->device_to_host += self->n_out;
-    PyObject *cache = PyWeakref_GetObject(self->cache_ref);  /* borrowed */
-    if (counts->last != self && cache != Py_None) {  /* least recently used signatures are evicted first */
-        PyObject *argv[2] = {cache, self->key};     /* OrderedDict's own move: Signatures' says `reordered` */
+    PyObject *cache = counts->last == self ? Py_None : PyWeakref_GetObject(self->cache_ref);  /* borrowed */
+    if (cache != Py_None) {  /* least recently used signatures are evicted first */
+        PyObject *argv[2] = {cache, self->key};  /* OrderedDict's own move: Signatures' says `reordered` */
         Py_INCREF(cache);
         PyObject *r = PyObject_Vectorcall(move_to_end, argv, 2, NULL);
         Py_DECREF(cache);
