@@ -8,9 +8,9 @@
  * (`stage`) copies them into device buffers kept for that signature and hands C++ those: C++
  * then runs the executable on them as they are, where a numpy argument costs it a new device
  * buffer a call (made and freed: 7.5 µs a call of x + 1.0 against 5.5 µs, measured). The CPU
- * client is synchronous and a staged argument is below backend.IN_PLACE_MIN_BYTES, so the
- * program has read the buffers when C++ returns; a call made while a staged one is in C++ (a
- * thread, or a miss calling back into Python) is not staged.
+ * client is synchronous and staging copies inline, so the program has read the buffers when
+ * C++ returns; a call made while a staged one is in C++ (a thread, or a miss calling back into
+ * Python) is not staged.
  *
  * Finish: a fast call's results, from C++'s output arrays to the function's numpy results, with
  * the bookkeeping of a hit (dispatch._finisher's Python function: 1.6 µs a result, a frame
@@ -25,9 +25,16 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <stdint.h>
 #include <string.h>
 
 enum { MAX_ARGS = 16, MAX_DIMS = 8, MAX_STAGES = 8, FORMAT_CHARS = 8 };
+/* A numpy argument C++ puts itself is read in place if it is C-contiguous and 64-byte aligned;
+ * PJRT's CPU client copies any other inline below its kSmallDataTransferByteSize (100 KiB) but
+ * on a worker thread from there, and the synchronous client then runs the program before the
+ * copy is done (probed: 6 of 30 results wrong at 8 MiB). Such an argument is staged or the
+ * call goes to Python (`scan`). */
+enum { ALIGNMENT = 64, ASYNC_COPY_BYTES = 100 << 10 };
 
 static PyObject *ndarray_type;   /* numpy.ndarray */
 static PyObject *move_to_end;    /* collections.OrderedDict.move_to_end, unbound */
@@ -348,13 +355,14 @@ static int same(const Slot *slot, const Py_buffer *view) {
 
 /* Whether C++ may take a call of these arguments: 0 where one is a numpy array whose bytes are
  * not in the machine's order, which C++ would read as if they were (its signatures and puts
- * ignore byte order: probed, x * 2 + 1 of a '>f8' array came back as of its bytes swapped).
+ * ignore byte order: probed, x * 2 + 1 of a '>f8' array came back as of its bytes swapped),
+ * and where one PJRT would copy on a worker thread (ASYNC_COPY_BYTES) is not staged.
  * Where it may, *stage is the stage the arguments match, their data copied into its buffers
  * (NULL if none, or if `stage` is NULL). */
 static int scan(Front *self, PyObject *const *args, Py_ssize_t n, Stage **stage) {
     Py_buffer views[MAX_ARGS];
     Py_ssize_t held = 0;
-    int native = 1, stageable = stage != NULL && n > 0 && n <= MAX_ARGS;
+    int native = 1, copied_apart = 0, stageable = stage != NULL && n > 0 && n <= MAX_ARGS;
     for (Py_ssize_t i = 0; i < n && native; i++) {
         if (!PyObject_TypeCheck(args[i], (PyTypeObject *)ndarray_type)) {
             stageable = 0;
@@ -368,7 +376,10 @@ static int scan(Front *self, PyObject *const *args, Py_ssize_t n, Stage **stage)
         }
         char order = view.format[0];
         native = order != '<' && order != '>' && order != '!';  /* numpy marks only a foreign order */
-        if (stageable && native && (PyObject *)Py_TYPE(args[i]) == ndarray_type && PyBuffer_IsContiguous(&view, 'C'))
+        int contiguous = PyBuffer_IsContiguous(&view, 'C');
+        if (view.len >= ASYNC_COPY_BYTES && !(contiguous && (uintptr_t)view.buf % ALIGNMENT == 0))
+            copied_apart = 1;
+        if (stageable && native && (PyObject *)Py_TYPE(args[i]) == ndarray_type && contiguous)
             views[held++] = view;
         else {
             stageable = 0;
@@ -390,7 +401,7 @@ static int scan(Front *self, PyObject *const *args, Py_ssize_t n, Stage **stage)
         PyBuffer_Release(&views[i]);
     if (stage != NULL)
         *stage = found;
-    return native;
+    return native && (found != NULL || !copied_apart);
 }
 
 static PyObject *call_python(Front *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {

@@ -188,6 +188,8 @@ class JittedFunction(dispatch.Calls, aot.Introspection):
                 except (KeyError, RuntimeError):  # evicted meanwhile by another thread
                     pass
                 ladder = entry.ladder
+                if ladder is None and entry.fastpath is None and self._fast is not None:
+                    self._fastpath(args, kwargs)  # staged now: C++ is not given arguments it would copy apart
                 outs = (entry.executable(args, self.keep_on_device) if ladder is None else
                         ladder.run(entry, args, self.keep_on_device))
                 return outs[0] if entry.out_tree is tree.LEAF else tree.unflatten(entry.out_tree, outs)
@@ -590,6 +592,8 @@ class JittedFunction(dispatch.Calls, aot.Introspection):
             aot.report(f"{self!r} traced in {seconds:.3g} s ({len(graph.eqns):,} primitive calls) for "
                        f"{self._signature_text(key)}: {self._why_traced(key)}")
         entry = Entry(out_tree, graph, draws=draws, static_leaves=static, dynamic=dynamic)
+        entry.flat = (not static and spec == ((tuple, (tree.LEAF,) * len(leaves)), False, (), ())
+                      and all(type(x) is np.ndarray for x in leaves))
         if not graph.guards:  # a failed guard reruns the call plainly, on arguments that must still exist
             entry.donated = self._donated_leaves(spec) - entry.static_leaves
         return entry
@@ -647,8 +651,8 @@ class JittedFunction(dispatch.Calls, aot.Introspection):
     def _lowering(self, entry, donate, **variant):
         backend, graph = self._backend(), entry.graph
         # small arguments travel packed, unless the call could be C++'s, which puts each alone faster
-        small = all(v.aval.size * v.aval.dtype.itemsize < backend_mod.IN_PLACE_MIN_BYTES for v in graph.invars)
-        pack = not self.keep_on_device and not (self._fast is not None and small)
+        cpp = entry.flat and all(v.aval.size * v.aval.dtype.itemsize < dispatch.ARGUMENT_BYTES for v in graph.invars)
+        pack = not self.keep_on_device and not (self._fast is not None and cpp)
         return lowering.lower(graph, getattr(self._fun, "__name__", "jit_fn"), backend.platform, self._x64(backend),
                               pack=pack, donate=donate, recycle=not self.keep_on_device, **variant)
 

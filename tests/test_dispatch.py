@@ -15,8 +15,8 @@ import pytest
 
 import autograd.numpy as np
 from autograd import grad
-from autograd_xla import DeviceArray, backend, dispatch, jit_ps, tiering
-from helpers import assert_close, run_threads
+from autograd_xla import DeviceArray, backend, dispatch, jit_ps, lowering, tiering
+from helpers import assert_close, placed, run_threads
 
 pytestmark = [pytest.mark.skipif(not dispatch.available(), reason="this jaxlib offers no C++ dispatch"),
               pytest.mark.usefixtures("on_the_cpu")]  # features of the CPU runtime (conftest)
@@ -134,8 +134,8 @@ def test_what_cpp_cannot_do_runs_through_python(case):
         jf, call, expect = jit_ps(lambda x: x + 1.0), lambda f: f(d), x + 1.0
     elif case == "x64 off":  # the executable takes float32: C++ would hand it float64 buffers
         jf, call, expect = jit_ps(lambda x: x + 1.0, x64=False), lambda f: f(x), (x + 1.0).astype(onp.float32)
-    elif case == "large":  # C++ would put it zero-copy, and PJRT may copy a misaligned one late
-        big = rs.randn(20000)
+    elif case == "large":  # read through a view, whose offset Python puts at each call
+        big = rs.randn(lowering.LARGE_ARRAY_BYTES // 8)
         jf, call, expect = jit_ps(lambda x: x + 1.0), lambda f: f(big), big + 1.0
     else:
         jf, call = jit_ps(lambda x: x + onp.random.normal(size=4)), lambda f: f(x)
@@ -322,6 +322,42 @@ def test_arguments_that_are_not_the_staged_kind_run_as_they_are(case):
         got = jf(x)
         assert_close(got, onp.asarray(x) * 2 + 1)
         assert onp.asarray(got).dtype == (onp.asarray(x) * 2 + 1).dtype
+
+
+@staging
+@pytest.mark.parametrize("offset", [0, 8, 16, "strided", "threads"])
+def test_arguments_pjrt_would_copy_apart_are_staged_or_run_through_python(offset):
+    """PJRT copies a numpy argument it cannot read in place on a worker thread from 100 KiB
+    on, and the synchronous client does not wait for that copy: C++ is never handed such an
+    argument (_callpath's scan). A staged call copies it into its staging buffer; one that is
+    not staged (not C-contiguous, or while another thread's staged call is in C++) runs
+    through Python. The results are right at every alignment and from every thread. (A small
+    arguments beside them travel alone, not packed: C++ takes one buffer per argument.)"""
+    n = 3 * backend.IN_PLACE_MIN_BYTES // 8 + 5  # ~192 KiB
+    jf = jit_ps(lambda x, y, s, t: np.sin(x) * s + y - t)
+    calls = counting(jf)
+    y, s, t = rs.randn(n), onp.array([2.0]), onp.array([0.5])
+    if offset == "threads":
+        errors = []
+
+        def work(seed):
+            local = onp.random.RandomState(seed)
+            for _ in range(60):
+                x = placed((n,), offset=16)
+                x[:] = local.randn(n)
+                if not onp.allclose(jf(x, y, s, t), onp.sin(x) * 2.0 + y - 0.5, rtol=1e-13):
+                    errors.append(seed)
+        run_threads(work, [(s,) for s in range(3)], timeout=120)
+        assert not errors and jf.cache_info()["hits"] > 0
+        return
+    x = rs.randn(2 * n)[::2] if offset == "strided" else placed((n,), offset=offset)
+    for k in range(30):
+        x[:] = rs.randn(n)
+        assert_close(jf(x, y, s, t), onp.sin(x) * 2.0 + y - 0.5)
+    if offset == "strided":
+        assert len(calls) == 30
+    else:  # the first (compiled), the second (staged: dispatch._stage), the first staged one (a miss)
+        assert len(calls) <= 3 and len(jf.staged()) == 1
 
 
 @pytest.mark.parametrize("order", [">f8", ">f4", ">i8", "<f8"])

@@ -116,7 +116,7 @@ def test_jit_with_several_small_params_and_a_large_one():
     # with C++ dispatch every argument is its own parameter (C++ puts each in ~1 µs) ...
     assert main_signature(f.stablehlo(*ARGS)).count("%arg") == (5 if dispatch.available() else 3)
     # ... unless one is too large for C++'s calls: then the large one, one float64 pack, the int32 alone
-    big = onp.linspace(-1, 1, 10000)
+    big = onp.linspace(-1, 1, dispatch.ARGUMENT_BYTES // 8)
     assert main_signature(f.stablehlo(a, b, big, n, c)).count("%arg") == 3
     f(a, b, big, n, c)
     got2 = f(a + 1, onp.array(-2.0), big[::-1].copy(), n, c * 3)  # the cached executable, new packed data
