@@ -138,12 +138,15 @@ UPGRADE_RENT = 4.0
 #: against 3.7, had its median lose to a program 1.4x slower). 0: the new program replaces
 #: the one in use untried (tests use it).
 TRIAL_CALLS = 6
-#: Timed calls of a turn. A turn's calls are timed once it has lasted TURN_SETTLE_SECONDS (0:
-#: all of them): a call soon after the other program's finds that program's state in the
-#: caches and on the cores. The MLP step's new program's first runs took 15-40 ms against 4;
-#: beside a program of BLAS's products, whose OpenBLAS threads spin on after their work,
-#: the SeLU layer's program of XLA's products took 6.2 ms a call where alone it takes 4.2,
-#: so that with turns of 3 calls the BLAS program (6.2-6.7 ms) was kept in 7 of 8 trials.
+#: Timed calls of a turn. Where either program calls BLAS (lowering.Lowered.blas), a turn's
+#: calls are timed once it has lasted TURN_SETTLE_SECONDS: beside a program of BLAS's
+#: products, whose OpenBLAS threads spin on after their work, the SeLU layer's program of
+#: XLA's products took 6.2 ms a call where alone it takes 4.2, so that with turns of 3 calls
+#: the BLAS program (6.2-6.7 ms) was kept in 7 of 8 trials (and the MLP step's new program's
+#: first runs took 15-40 ms against 4). Without BLAS every call is timed: what slows a turn's
+#: first calls (the other program's state in the caches) is what the fastest call leaves out,
+#: and waiting kept a 6 µs function's calls on the 22 µs Python path for ~0.9 s (four turns),
+#: where C++ takes them once the ladder is done.
 TURN_CALLS = 3
 TURN_SETTLE_SECONDS = 0.2
 
@@ -198,7 +201,8 @@ class Ladder:
         if made is None:
             return
         if TRIAL_CALLS:
-            self.trial = Trial(made)
+            blas = entry.lowered.blas or made[1].blas
+            self.trial = Trial(made, TURN_SETTLE_SECONDS if blas else 0.0)
         else:
             self.settle(entry, made, keep_new=True)
 
@@ -223,14 +227,14 @@ class Ladder:
 
 class Trial:
     """Two programs of one signature run in turns, each turn TURN_CALLS timed calls after
-    the untimed ones of its first TURN_SETTLE_SECONDS; after TRIAL_CALLS timed calls of each,
+    the untimed ones of its first `settle` seconds; after TRIAL_CALLS timed calls of each,
     the one whose fastest call is faster stays (Ladder.settle). Both compute the signature's
     results, so any call may run either."""
 
-    __slots__ = ("made", "times", "_turn", "_turn_start", "_turn_timed", "_lock")
+    __slots__ = ("made", "settle", "times", "_turn", "_turn_start", "_turn_timed", "_lock")
 
-    def __init__(self, made):
-        self.made, self.times, self._lock = made, ([], []), threading.Lock()
+    def __init__(self, made, settle):
+        self.made, self.settle, self.times, self._lock = made, settle, ([], []), threading.Lock()
         self._turn, self._turn_start, self._turn_timed = 0, None, 0
 
     def run(self, ladder, entry, args, keep_on_device):
@@ -239,7 +243,7 @@ class Trial:
             if self._turn_start is None:
                 self._turn_start = now
             turn = self._turn
-            timed = now - self._turn_start >= TURN_SETTLE_SECONDS  # a turn's first call only if 0
+            timed = now - self._turn_start >= self.settle  # a turn's first call only if 0
         trying = turn % 2 == 1  # the new program's turn
         executable = self.made[0] if trying else entry.executable
         t0 = time.perf_counter()

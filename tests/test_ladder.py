@@ -148,6 +148,10 @@ def test_both_programs_compute_the_same_bits(monkeypatch, name, dtype):
 
 
 # ----- the trial, with executables of set speed ----------------------------------------------
+#: The lowerings of two programs of no BLAS product (lowering.Lowered.blas).
+LOWERED, LOWERED_2 = types.SimpleNamespace(blas=False), types.SimpleNamespace(blas=False)
+
+
 class Timed:
     """An executable taking `seconds` a call and returning [name]."""
 
@@ -166,8 +170,8 @@ def trial(old_seconds, new_seconds, monkeypatch, step=None):
     monkeypatch.setattr(tiering, "TURN_CALLS", 1)  # the programs alternate, every call timed
     monkeypatch.setattr(tiering, "TURN_SETTLE_SECONDS", 0.0)
     forgotten, settled = [], []
-    entry = types.SimpleNamespace(executable=Timed("old", old_seconds, forgotten), lowered="lowered", options="fast")
-    step = step or (lambda: (Timed("new", new_seconds, forgotten), "lowered 2", None))
+    entry = types.SimpleNamespace(executable=Timed("old", old_seconds, forgotten), lowered=LOWERED, options="fast")
+    step = step or (lambda: (Timed("new", new_seconds, forgotten), LOWERED_2, None))
     entry.ladder = tiering.Ladder([step], 0.01, lambda: lambda entry, step: step(), lambda: lambda: settled.append(1))
     ran = []
     for _ in range(40):
@@ -181,14 +185,14 @@ def trial(old_seconds, new_seconds, monkeypatch, step=None):
 
 def test_a_trial_keeps_the_faster_new_program(monkeypatch):
     entry, ran, forgotten = trial(0.004, 0.0005, monkeypatch)
-    assert (entry.executable.name, entry.lowered, entry.options) == ("new", "lowered 2", None)
+    assert (entry.executable.name, entry.lowered, entry.options) == ("new", LOWERED_2, None)
     # the rent (old calls until 0.01 s spent: 2 or 3 of 4 ms sleeps), then the trial's turns
     assert forgotten == ["old"] and ran[-6:] == ["old", "new"] * 3 and ran.count("old") >= 1 + 3
 
 
 def test_a_trial_keeps_the_program_in_use_when_the_new_is_slower(monkeypatch):
     entry, ran, forgotten = trial(0.0005, 0.004, monkeypatch)
-    assert (entry.executable.name, entry.lowered, entry.options) == ("old", "lowered", "fast")
+    assert (entry.executable.name, entry.lowered, entry.options) == ("old", LOWERED, "fast")
     assert forgotten == ["new"] and ran.count("new") == 3
 
 
@@ -207,17 +211,16 @@ class Disturbed(Timed):
 
 
 def test_a_trial_times_a_turn_s_calls_once_it_has_settled(monkeypatch):
-    """Turns of TURN_CALLS timed calls after TURN_SETTLE_SECONDS: the calls soon after the
-    other program's (which find that program's state on the cores) are not timed."""
+    """Turns of TURN_CALLS timed calls after the trial's settling seconds: the calls soon after
+    the other program's (which find that program's state on the cores) are not timed."""
     monkeypatch.setattr(tiering, "TURN_CALLS", 2)
-    monkeypatch.setattr(tiering, "TURN_SETTLE_SECONDS", 0.05)
     monkeypatch.setattr(tiering, "TRIAL_CALLS", 2)
     forgotten = []
     old = Disturbed("old", 0.001, forgotten, 0.06, lambda k: k == 0)  # its turn's first call outlasts the settling
-    entry = types.SimpleNamespace(executable=old, lowered="lowered", options="fast")
+    entry = types.SimpleNamespace(executable=old, lowered=LOWERED, options="fast")
     new = Timed("new", 0.004, forgotten)
     entry.ladder = tiering.Ladder([lambda: None], 0.0, None, lambda: lambda: None)
-    entry.ladder.trial = tiering.Trial((new, "lowered 2", None))
+    entry.ladder.trial = tiering.Trial((new, LOWERED_2, None), 0.05)
     ran = []
     while entry.ladder.trial is not None:
         ran += entry.ladder.run(entry, (), False)
@@ -230,17 +233,40 @@ def test_a_trial_keeps_the_program_whose_fastest_call_is_faster(monkeypatch):
     """A burst of other work slowing most of one program's calls does not make it lose to a
     program slower on every call (the MLP step's trials, tiering.TRIAL_CALLS)."""
     monkeypatch.setattr(tiering, "TURN_CALLS", 1)
-    monkeypatch.setattr(tiering, "TURN_SETTLE_SECONDS", 0.0)
     monkeypatch.setattr(tiering, "TRIAL_CALLS", 5)
     forgotten = []
     old = Disturbed("old", 0.001, forgotten, 0.02, lambda k: k < 4)  # its first 4 of 5 calls slowed
-    entry = types.SimpleNamespace(executable=old, lowered="lowered", options="fast")
+    entry = types.SimpleNamespace(executable=old, lowered=LOWERED, options="fast")
     new = Timed("new", 0.004, forgotten)
     entry.ladder = tiering.Ladder([lambda: None], 0.0, None, lambda: lambda: None)
-    entry.ladder.trial = tiering.Trial((new, "lowered 2", None))
+    entry.ladder.trial = tiering.Trial((new, LOWERED_2, None), 0.0)
     while entry.ladder.trial is not None:
         entry.ladder.run(entry, (), False)
     assert entry.executable is old and forgotten == ["new"]
+
+
+@pytest.mark.parametrize("blas", [(False, False), (True, False), (False, True)])
+def test_a_trial_waits_for_turns_to_settle_only_beside_blas(monkeypatch, blas):
+    """OpenBLAS's threads spin on after their work and slow the other program's calls for a
+    while: a trial where either program calls BLAS times a turn's calls after
+    TURN_SETTLE_SECONDS; any other times them all (waiting kept a tiny function's calls on the
+    Python path for most of a second)."""
+    monkeypatch.setattr(tiering, "TURN_SETTLE_SECONDS", 0.1)
+    monkeypatch.setattr(tiering, "TURN_CALLS", 1)
+    monkeypatch.setattr(tiering, "TRIAL_CALLS", 2)
+    forgotten = []
+    entry = types.SimpleNamespace(executable=Timed("old", 0.001, forgotten), options="fast",
+                                  lowered=types.SimpleNamespace(blas=blas[0]))
+    made = (Timed("new", 0.001, forgotten), types.SimpleNamespace(blas=blas[1]), None)
+    entry.ladder = ladder = tiering.Ladder([None], 0.0, lambda: lambda entry, step: made, lambda: lambda: None)
+    ladder._make(entry)
+    assert ladder.trial.settle == (0.1 if any(blas) else 0.0)
+    t0, calls = time.perf_counter(), 0
+    while ladder.trial is not None:
+        ladder.run(entry, (), False)
+        calls += 1
+    assert (time.perf_counter() - t0 >= 4 * 0.1) == any(blas)  # four turns, each settling first
+    assert calls == 4 or any(blas)
 
 
 def test_a_step_that_fails_leaves_the_program_in_use(monkeypatch, caplog):
