@@ -29,7 +29,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # jaxlib's INFO lines; must 
 from jaxlib import xla_client as xc  # noqa: E402
 
 from . import blas, clients, hlo, persistent_cache  # noqa: E402
-from .lowering import LARGE_ARRAY_BYTES  # noqa: E402
 from .core import Aval  # noqa: E402
 from .errors import CompileError, PlatformUnavailableError, ProcessLostError  # noqa: E402
 
@@ -622,7 +621,7 @@ def _placement(aval, platform):
     array read in place (PUT_STAGED), whose device buffer `alias` makes once. PJRT's own copy
     would fault in fresh pages from lowering.LARGE_ARRAY_BYTES on and runs on a worker thread
     from 100 KiB: `x + 1.0` on 76,800 misaligned float64 took 118-166 µs a call that way,
-    72-74 staged (19-22 aligned and read in place; numpy 20-27)."""
+    72-74 staged (24-26 aligned and read in place; numpy 18-27)."""
     if platform != "cpu":
         return PUT_COPY
     nbytes = aval.size * aval.dtype.itemsize

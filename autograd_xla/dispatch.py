@@ -48,7 +48,7 @@ from jaxlib import _jax
 from jaxlib import xla_client as xc
 
 from . import backend as backend_mod
-from . import tracing, tree
+from . import lowering, tracing, tree
 
 try:
     from . import _callpath as native  # the per-call work in C (_callpath.c); absent where setup.py had no compiler
@@ -184,7 +184,7 @@ else:
     Calls, Front = _Calls, ()
 #: What each argument of a fast path's executable stays below: the Front stages one that
 #: PJRT would copy apart (see above); without it C++ is given numpy arrays as they are.
-ARGUMENT_BYTES = backend_mod.LARGE_ARRAY_BYTES if Calls is Front else backend_mod.IN_PLACE_MIN_BYTES
+ARGUMENT_BYTES = lowering.LARGE_ARRAY_BYTES if Calls is Front else backend_mod.IN_PLACE_MIN_BYTES
 
 
 def forget(jf):
