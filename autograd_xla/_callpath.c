@@ -324,6 +324,7 @@ typedef struct {
     PyObject *fast;    /* the PjitFunction, or None: calls go to self._call_python */
     int busy;          /* a staged call is in C++ */
     int missed;        /* set by the miss of a staged call: C++ returns the finished results */
+    int waiting;       /* no fast path to be had yet (a ladder climbs): calls go to Python, not C++'s miss */
     int n_stages;
     Stage *stages[MAX_STAGES];
     PyObject *weakrefs;
@@ -415,7 +416,7 @@ static PyObject *call_python(Front *self, PyObject *const *args, size_t nargsf, 
 
 static PyObject *front_vectorcall(Front *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     Py_ssize_t n = PyVectorcall_NARGS(nargsf);
-    int traced = self->fast == NULL || self->fast == Py_None ? 1 : tracing();
+    int traced = self->fast == NULL || self->fast == Py_None || self->waiting ? 1 : tracing();
     if (traced < 0)
         return NULL;
     if (traced)  /* the Python path, which inlines the function into the trace */
@@ -595,6 +596,7 @@ static PyMemberDef front_members[] = {
     {"_fast", T_OBJECT, offsetof(Front, fast), 0, "the PjitFunction calls go to; None: self._call_python"},
     {"busy", T_INT, offsetof(Front, busy), READONLY, "whether a staged call is in C++"},
     {"missed", T_INT, offsetof(Front, missed), 0, "set by a staged call's miss, whose results are finished"},
+    {"_waiting", T_INT, offsetof(Front, waiting), 0, "while set, calls go to self._call_python (no fast path yet)"},
     {NULL},
 };
 

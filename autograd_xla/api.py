@@ -188,7 +188,8 @@ class JittedFunction(dispatch.Calls, aot.Introspection):
                 except (KeyError, RuntimeError):  # evicted meanwhile by another thread
                     pass
                 ladder = entry.ladder
-                if ladder is None and entry.fastpath is None and self._fast is not None:
+                if ladder is None and self._fast is not None and (self._waiting or entry.fastpath is None):
+                    self._waiting = 0  # settled: C++ may take its calls
                     self._fastpath(args, kwargs)  # staged now: C++ is not given arguments it would copy apart
                 outs = (entry.executable(args, self.keep_on_device) if ladder is None else
                         ladder.run(entry, args, self.keep_on_device))
@@ -345,8 +346,9 @@ class JittedFunction(dispatch.Calls, aot.Introspection):
             if hit is None:
                 return None  # not compiled yet (tiered), or not on the simple path: not counted
             entry, key = hit
-            if entry.ladder is not None:
-                return None  # its calls are timed while it may still move to a faster program: not counted
+            if entry.ladder is not None:  # its calls are timed while it may still move to a faster program
+                self._waiting = not self._fast_calls[1]  # none given yet: calls skip C++'s misses meanwhile
+                return None  # not counted
             if entry.fastpath is None:
                 executable = entry.executable
                 takes = len(args) == len(executable.in_avals) and all(
@@ -362,6 +364,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection):
 
     def _forget_fast_paths(self):
         self._simple.clear()
+        self._waiting = 0
         if self._fast is not None:
             dispatch.forget(self)
 

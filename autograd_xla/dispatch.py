@@ -168,10 +168,13 @@ class _Calls:
     """What a jitted function's call runs, in Python (JittedFunction's base where the Front
     is not in use): C++ (`_fast`, function_for's PjitFunction, unless None) or, always while
     tracing, `_call_python`; also for a numpy array whose bytes are not in the machine's order,
-    which C++ would read as if they were (its signatures and puts ignore byte order)."""
+    which C++ would read as if they were (its signatures and puts ignore byte order), and while
+    `_waiting` (no fast path to be had yet: a miss costs C++'s lookup and its call back)."""
+
+    _waiting = 0
 
     def __call__(self, *args, **kwargs):
-        if self._fast is None or tracing.state.traces or any(
+        if self._fast is None or self._waiting or tracing.state.traces or any(
                 isinstance(a, np.ndarray) and not a.dtype.isnative for a in args):
             return self._call_python(*args, **kwargs)
         return self._fast(*args, **kwargs)

@@ -276,3 +276,56 @@ def test_a_step_that_fails_leaves_the_program_in_use(monkeypatch, caplog):
         entry, ran, forgotten = trial(0.0005, None, monkeypatch, step=fails)
     assert entry.executable.name == "old" and set(ran) == {"old"} and forgotten == []
     assert "XLA said no" in caplog.text and "keeping the one in use" in caplog.text
+
+
+@pytest.mark.parametrize("cheap", [True, False])
+def test_a_cheap_program_climbs_after_a_few_calls_without_the_rent(monkeypatch, cheap):
+    """A program running in under CHEAP_CALL_SECONDS a call makes its next one after
+    CHEAP_CALLS calls, however long its compile took (its calls stay on the Python path
+    until the ladder settles); a dearer one pays the rent first."""
+    monkeypatch.setattr(tiering, "UPGRADE_RENT", 1e9)
+    monkeypatch.setattr(tiering, "CHEAP_CALLS", 5)
+    monkeypatch.setattr(tiering, "CHEAP_CALL_SECONDS", 1.0 if cheap else 1e-12)
+    monkeypatch.setattr(tiering, "TRIAL_CALLS", 2)
+    f = jit_ps(lambda x: np.sin(x) * 3.0)
+    x = rs.randn(4)
+    for _ in range(5 + 30):
+        assert_close(f(x), onp.sin(x) * 3.0)
+        assert tiering.compile_thread.wait(60)
+    (entry,) = f._cache.values()
+    assert (entry.ladder is None) == cheap and f.cache_info()["upgrades"] == (1 if cheap else 0)
+
+
+def test_while_a_signature_climbs_its_calls_skip_cpp(monkeypatch):
+    """No fast path can be had while the only signature climbs: its calls go to the Python
+    path at once (`_waiting`), not through C++'s lookup and miss (38 against 16.5 µs a call
+    of tiny_grad); once it settles C++ takes them."""
+    monkeypatch.setattr(tiering, "UPGRADE_RENT", 1e9)
+    monkeypatch.setattr(tiering, "CHEAP_CALLS", 20)
+    monkeypatch.setattr(tiering, "TRIAL_CALLS", 2)
+    f = jit_ps(lambda x: np.cos(x) + 1.0)
+    if f._fast is None:
+        pytest.skip("this jaxlib offers no C++ dispatch")
+    cpp, seen = f._fast, []
+
+    def counted(*args, **kwargs):
+        seen.append(1)
+        return cpp(*args, **kwargs)
+    counted._clear_cache = cpp._clear_cache
+    f._fast = counted
+    x = rs.randn(3)
+    for _ in range(10):  # climbing: the first call asks C++, which has no fast path to give
+        assert_close(f(x), onp.cos(x) + 1.0)
+    assert f._waiting and len(seen) <= 2
+    while next(iter(f._cache.values())).ladder is not None:
+        f(x)
+        assert tiering.compile_thread.wait(60)
+    f._fast = cpp
+    f(x)
+    assert not f._waiting
+    calls = []
+    python = f._call_python
+    f._call_python = lambda *a, **k: calls.append(1) or python(*a, **k)
+    for _ in range(5):
+        assert_close(f(x), onp.cos(x) + 1.0)
+    assert len(calls) <= 2  # C++'s first calls of the signature (and of its staged arguments)
