@@ -30,6 +30,9 @@
 #include <string.h>
 
 enum { MAX_ARGS = 16, MAX_DIMS = 8, MAX_STAGES = 8, FORMAT_CHARS = 8 };
+/* The stages' buffers live as long as the function: 16 MiB of them at most (MAX_STAGES
+ * signatures of arguments below 1 MiB, dispatch.ARGUMENT_BYTES, could otherwise hold 128). */
+enum { MAX_STAGED_BYTES = 16 << 20 };
 /* A numpy argument C++ puts itself is read in place if it is C-contiguous and 64-byte aligned;
  * PJRT's CPU client copies any other inline below its kSmallDataTransferByteSize (100 KiB) but
  * on a worker thread from there, and the synchronous client then runs the program before the
@@ -473,8 +476,8 @@ static int same_slots(const Stage *a, const Stage *b) {
 
 /* stage(slots, arrays, finish): stage calls whose arguments match `slots`, one (format, shape,
  * nbytes, address) per argument, into `arrays`, the device arrays at those addresses, their
- * results finished by `finish`. False when no more stages are kept or the signature cannot be
- * staged. */
+ * results finished by `finish`. False when no more stages are kept (MAX_STAGES,
+ * MAX_STAGED_BYTES) or the signature cannot be staged. */
 static PyObject *front_stage(Front *self, PyObject *args) {
     PyObject *slots, *arrays;
     Finish *done;
@@ -517,6 +520,16 @@ static PyObject *front_stage(Front *self, PyObject *args) {
             Py_SETREF(self->stages[s]->finish, done);
             Py_RETURN_TRUE;
         }
+    Py_ssize_t staged_bytes = 0;
+    for (int s = 0; s <= self->n_stages; s++) {
+        const Stage *kept = s < self->n_stages ? self->stages[s] : stage;
+        for (Py_ssize_t i = 0; i < kept->n; i++)
+            staged_bytes += kept->slots[i].nbytes;
+    }
+    if (staged_bytes > MAX_STAGED_BYTES) {
+        PyMem_Free(stage);
+        Py_RETURN_FALSE;
+    }
     Py_INCREF(arrays);
     Py_INCREF(done);
     stage->arrays = arrays;

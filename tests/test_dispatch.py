@@ -386,6 +386,19 @@ def test_stages_are_bounded_and_leave_with_the_fast_paths():
 
 
 @staging
+def test_stages_hold_16_mib_at_most():
+    """Staging buffers live as long as the function: its stages hold 16 MiB at most
+    (_callpath's MAX_STAGED_BYTES); calls of a signature beyond run as they are."""
+    jf = jit_ps(lambda x, y, z: x * y - z)
+    n = 120_000  # 0.96 MB an argument, 2.9 MB a signature
+    for k in range(7):
+        args = [placed((n + k,), offset=16) for _ in range(3)]
+        for _ in range(3):
+            assert_close(jf(*args), args[0] * args[1] - args[2])
+    assert len(jf.staged()) == 5
+
+
+@staging
 def test_a_donating_function_is_not_staged():
     jf = settled(jit_ps(lambda x: x * 2.0, donate_argnums=0), rs.randn(3))
     assert jf.staged() == []
