@@ -386,6 +386,29 @@ def test_stages_are_bounded_and_leave_with_the_fast_paths():
 
 
 @staging
+@pytest.mark.parametrize("beside", [True, False])
+def test_an_aligned_argument_from_100_kib_is_read_where_it_is(beside):
+    """From 100 KiB a staged signature's aligned argument is passed to C++ as it is, read in
+    place rather than copied into its staging buffer (a jitted function's results are aligned:
+    feeding them back costs no copy); a misaligned one is copied, and so is a small one beside
+    (`beside`; without it the call is an unstaged one). Alternating them, every result is right."""
+    n = 20_000  # 160 KB
+    jf = jit_ps((lambda x, s: np.sin(x) * s) if beside else (lambda x: np.sin(x) * 2.0))
+    calls = counting(jf)
+    extra = (onp.array([2.0]),) if beside else ()
+    misaligned, aligned = placed((n,), offset=16), placed((n,), offset=0)
+    for k in range(12):
+        misaligned[:] = rs.randn(n)
+        assert_close(jf(misaligned, *extra), onp.sin(misaligned) * 2.0)
+        copied = misaligned.copy()
+        aligned[:] = rs.randn(n)
+        assert_close(jf(aligned, *extra), onp.sin(aligned) * 2.0)
+        if k >= 2:  # staged by now: the staging buffer holds the misaligned call's data still
+            onp.testing.assert_array_equal(onp.array(memoryview(jf.staged()[0][0])), copied)
+    assert len(calls) <= 4 and jf.cache_info()["hits"] == 23  # all but the first, which compiled
+
+
+@staging
 def test_stages_hold_16_mib_at_most():
     """Staging buffers live as long as the function: its stages hold 16 MiB at most
     (_callpath's MAX_STAGED_BYTES); calls of a signature beyond run as they are."""
