@@ -4,11 +4,12 @@
  * Front: JittedFunction's base, so that a call enters C at once (a Python __call__ costs a
  * frame). Outside traces a call goes to `_fast`, the PjitFunction; in a trace, or where `_fast`
  * is None, or while `_waiting` (no fast path to be had yet: api.JittedFunction._fastpath), or
- * for a numpy array of the other byte order (which C++ would misread: `scan`) or one PJRT would
- * copy apart (`scan`), to `self._call_python`. A call whose arguments are numpy arrays of a signature it stages
- * (`stage`) copies them into device buffers kept for that signature and hands C++ those: C++
- * then runs the executable on them as they are, where a numpy argument costs it a new device
- * buffer a call (made and freed: 7.5 µs a call of x + 1.0 against 5.5 µs, measured). The CPU
+ * for a numpy array of the other byte order (which C++ would misread) or one PJRT would copy
+ * apart (both `scan`), to `self._call_python`. A call whose arguments are numpy arrays of a
+ * signature it stages (`stage`) copies them into device buffers kept for that signature and
+ * hands C++ those: C++ then runs the executable on them as they are, where a numpy argument
+ * costs it a new device buffer a call (made and freed: 7.5 µs a call of x + 1.0 against 5.5
+ * µs, measured); from 100 KiB an aligned one is passed as it is (`scan`). The CPU
  * client is synchronous and staging copies inline, so the program has read the buffers when
  * C++ returns; a call made while a staged one is in C++ (a thread, or a miss calling back into
  * Python) is not staged.
@@ -358,6 +359,11 @@ static int same(const Slot *slot, const Py_buffer *view) {
     return describes(slot, view->len, view->ndim, view->shape, view->format);
 }
 
+/* Whether C++ reads this C-contiguous argument where it is (ASYNC_COPY_BYTES). */
+static int read_in_place(const Py_buffer *view) {
+    return view->len >= ASYNC_COPY_BYTES && (uintptr_t)view->buf % ALIGNMENT == 0;
+}
+
 /* Whether C++ may take a call of these arguments: 0 where one is a numpy array whose bytes are
  * not in the machine's order, which C++ would read as if they were (its signatures and puts
  * ignore byte order: probed, x * 2 + 1 of a '>f8' array came back as of its bytes swapped),
@@ -386,7 +392,7 @@ static int scan(Front *self, PyObject *const *args, Py_ssize_t n, Stage **stage,
         char order = view.format[0];
         native = order != '<' && order != '>' && order != '!';  /* numpy marks only a foreign order */
         int contiguous = PyBuffer_IsContiguous(&view, 'C');
-        if (view.len >= ASYNC_COPY_BYTES && !(contiguous && (uintptr_t)view.buf % ALIGNMENT == 0))
+        if (view.len >= ASYNC_COPY_BYTES && !(contiguous && read_in_place(&view)))
             copied_apart = 1;
         if (stageable && native && (PyObject *)Py_TYPE(args[i]) == ndarray_type && contiguous)
             views[held++] = view;
@@ -406,7 +412,7 @@ static int scan(Front *self, PyObject *const *args, Py_ssize_t n, Stage **stage,
     }
     Py_ssize_t itself = 0;
     for (Py_ssize_t i = 0; found != NULL && i < n; i++) {
-        if (views[i].len >= ASYNC_COPY_BYTES && (uintptr_t)views[i].buf % ALIGNMENT == 0) {
+        if (read_in_place(&views[i])) {
             pass[i] = args[i];
             itself++;
             continue;
@@ -487,6 +493,13 @@ static int same_slots(const Stage *a, const Stage *b) {
     return 1;
 }
 
+static Py_ssize_t stage_bytes(const Stage *stage) {
+    Py_ssize_t bytes = 0;
+    for (Py_ssize_t i = 0; i < stage->n; i++)
+        bytes += stage->slots[i].nbytes;
+    return bytes;
+}
+
 /* stage(slots, arrays, finish): stage calls whose arguments match `slots`, one (format, shape,
  * nbytes, address) per argument, into `arrays`, the device arrays at those addresses, their
  * results finished by `finish`. False when no more stages are kept (MAX_STAGES,
@@ -533,12 +546,9 @@ static PyObject *front_stage(Front *self, PyObject *args) {
             Py_SETREF(self->stages[s]->finish, done);
             Py_RETURN_TRUE;
         }
-    Py_ssize_t staged_bytes = 0;
-    for (int s = 0; s <= self->n_stages; s++) {
-        const Stage *kept = s < self->n_stages ? self->stages[s] : stage;
-        for (Py_ssize_t i = 0; i < kept->n; i++)
-            staged_bytes += kept->slots[i].nbytes;
-    }
+    Py_ssize_t staged_bytes = stage_bytes(stage);
+    for (int s = 0; s < self->n_stages; s++)
+        staged_bytes += stage_bytes(self->stages[s]);
     if (staged_bytes > MAX_STAGED_BYTES) {
         PyMem_Free(stage);
         Py_RETURN_FALSE;
