@@ -82,6 +82,31 @@ def test_environment_variable_selects_the_platform():
         assert "gpu" in out.stdout and "unavailable" in out.stdout and expected in out.stdout, out.stdout + out.stderr
 
 
+GLIBC = "CS_GNU_LIBC_VERSION" in getattr(os, "confstr_names", {}) and \
+    (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
+
+
+@pytest.mark.skipif(not GLIBC, reason="glibc's malloc thresholds")
+@pytest.mark.parametrize("client", [False, True], ids=["without the client", "with the CPU client"])
+def test_the_cpu_client_raises_glibcs_malloc_thresholds(client):
+    """Once the CPU client is made, a 16 MiB block comes from malloc's heap, not from mmap (the
+    chunk header's IS_MMAPPED bit): results of 64 KiB-1 MiB are then not given back to the
+    kernel and faulted in again at every call (clients.MALLOC_RAISING_BYTES). In a fresh
+    process without the client (the same imports) the block is mmapped: the check can fail."""
+    code = ("import ctypes\n"
+            "from autograd_xla import backend\n"
+            f"if {client}:\n    backend.get_backend('cpu')\n"
+            "libc = ctypes.CDLL(None)\n"
+            "libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]\n"
+            "libc.free.argtypes = [ctypes.c_void_p]\n"
+            "p = libc.malloc(16 << 20)\n"
+            "print(bool(ctypes.c_size_t.from_address(p - ctypes.sizeof(ctypes.c_size_t)).value & 2))\n"
+            "libc.free(p)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(not client)]
+
+
 def test_extras_pin_plugins_to_the_jaxlib_version():
     cfg = configparser.ConfigParser()
     cfg.read(os.path.join(ROOT, "setup.cfg"))
