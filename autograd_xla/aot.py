@@ -223,7 +223,7 @@ class Entry:
 
     __slots__ = ("executable", "out_tree", "graph", "lowered", "fallback_cause", "guards", "draws", "static_leaves",
                  "impure", "stage", "donated", "dynamic", "background", "fastpath", "ladder", "options", "variant",
-                 "previous", "following", "flat")
+                 "previous", "following", "flat", "direct")
 
     def __init__(self, out_tree, graph, draws=(), static_leaves=(), impure=False, dynamic=()):
         self.out_tree, self.graph = out_tree, graph
@@ -244,6 +244,7 @@ class Entry:
         self.previous = None                        # in a ring: the program that ran the call before its last one
         self.following = {}                         # in a ring: previous -> the program that ran the call after (api._took)
         self.flat = False                           # its calls are of positional numpy arrays only: C++ may take them
+        self.direct = None                          # the program C++ runs, where not `executable` (api._direct)
 
     @property
     def python_fallback(self):

@@ -31,8 +31,9 @@ from .backend import DeviceArray
 from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, ImpureFunctionError, JitError,
                      PlatformUnavailableError, library_file, annotate)
 from .hlo import SUPPORTED_DTYPES as _SUPPORTED
-from .signatures import (Learned, PlainArgument, Static, aval_of, describe_change, distance, function_shape, hashable,
-                         leaf_signature, retrace_advice, short, sig_str, signature_of, suspicious_arguments)
+from .signatures import (Learned, PlainArgument, Static, aval_of, describe_change, distance, donated_arguments,
+                         function_shape, hashable, leaf_signature, positional_names, retrace_advice, short, sig_str,
+                         signature_of, static_arguments, suspicious_arguments)
 
 _trace_state = tracing.state
 _FLAT_SPECS = {}
@@ -102,12 +103,9 @@ class JittedFunction(dispatch.Calls, aot.Introspection):
             backend_mod.canonical_platform(backend)  # an unknown name fails now, an absent one on first call
         functools.update_wrapper(self, fun)
         self._fun = fun
-        self._static_argnums = tuple(sorted({int(i) for i in ((static_argnums,) if isinstance(static_argnums, int)
-                                                               else static_argnums)}))
-        self._static_argnames = tuple((static_argnames,) if isinstance(static_argnames, str) else static_argnames)
         self._signature = signature_of(fun)
-        self._resolve_static_names()
-        self._donate_argnums = self._check_donate_argnums(donate_argnums)
+        self._static_argnums, self._static_argnames = static_arguments(self._signature, static_argnums, static_argnames)
+        self._donate_argnums = donated_arguments(self._signature, donate_argnums, self._static_argnums)
         self.explain = explain
         self.tiered = tiered
         self.fallback = fallback
@@ -132,35 +130,6 @@ class JittedFunction(dispatch.Calls, aot.Introspection):
         # jaxlib's C++ dispatch (dispatch.py), for the calls of signatures that qualify
         self._fast = dispatch.function_for(self) if not keep_on_device and dispatch.available() else None
         self._fast_calls = [0, 0]  # calls C++ handed back for good, and fast paths given it
-
-    def _resolve_static_names(self):
-        """static_argnames may name positional parameters and vice versa, as in jax."""
-        if self._signature is None:
-            return
-        params = list(self._signature.parameters.values())
-        positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        nums, names = set(self._static_argnums), set(self._static_argnames)
-        for n in list(names):
-            if n in positional:
-                nums.add(positional.index(n))
-        for i in list(nums):
-            if i < len(positional):
-                names.add(positional[i])
-        self._static_argnums, self._static_argnames = tuple(sorted(nums)), tuple(sorted(names))
-
-    def _check_donate_argnums(self, donate_argnums):
-        """Positional indices whose array buffers calls may donate (jit_ps's donate_argnums)."""
-        nums = tuple(donate_argnums) if isinstance(donate_argnums, (tuple, list, range)) else (donate_argnums,)
-        params = self._signature.parameters.values() if self._signature is not None else ()
-        bound = None if any(p.kind is p.VAR_POSITIONAL for p in params) or self._signature is None \
-            else len(self._positional_names())
-        for i in nums:
-            if not isinstance(i, (int, np.integer)) or isinstance(i, bool) or i < 0 or bound is not None and i >= bound:
-                within = f" below {bound}, the number of positional parameters" if bound is not None else ""
-                raise ArgumentError(f"donate_argnums must hold non-negative ints{within}; got {i!r}")
-            if i in self._static_argnums:
-                raise ArgumentError(f"argument {i} cannot be both static and donated (a static value has no buffer)")
-        return frozenset(int(i) for i in nums)
 
     def __get__(self, obj, objtype=None):
         if obj is None:
@@ -285,10 +254,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection):
             yield f"'{k}'", v
 
     def _positional_names(self):
-        if self._signature is None:
-            return []
-        return [p.name for p in self._signature.parameters.values()
-                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        return positional_names(self._signature)
 
     def _key(self, spec, leaves):
         """The cache key of these arguments (raises PlainArgument for an argument compiled code cannot take)."""
@@ -350,7 +316,9 @@ class JittedFunction(dispatch.Calls, aot.Introspection):
                 self._waiting = not self._fast_calls[1]  # none given yet: calls skip C++'s misses meanwhile
                 return None  # not counted
             if entry.fastpath is None:
-                executable = entry.executable
+                executable = self._direct(entry, args)
+                if executable is None:
+                    return None  # not counted: a call of aligned arguments makes it
                 takes = len(args) == len(executable.in_avals) and all(
                     a.shape == av.shape and a.dtype == av.dtype for a, av in zip(args, executable.in_avals))
                 fast = takes and dispatch.fastpath(executable, entry.out_tree, self.stats, self._cache, key,
@@ -361,6 +329,28 @@ class JittedFunction(dispatch.Calls, aot.Introspection):
         if self._fast_calls == [FAST_REFUSALS, 0]:
             self._fast = None
         return fast or None
+
+    def _direct(self, entry, args):
+        """The executable of an entry C++'s fast path runs: its own, or where that reads large
+        arguments through views or writes results into recycled buffers (both need Python at
+        each call), the graph lowered without them, compiled once (`entry.direct`; within
+        dispatch.DIRECT_BYTES) at a call whose large arguments C++ reads in place (`args`;
+        None till then). The entry's own runs the calls of misaligned ones, in Python."""
+        executable = entry.executable
+        if not (executable.views or executable.recycled) or self.x64 is False or not dispatch.direct(
+                [v.aval for v in entry.graph.invars], executable.out_avals):
+            return executable  # (x64=False: C++ would not take the arguments' float64 anyway)
+        if entry.direct is None:
+            if not dispatch.in_place(args):
+                return None
+            lowered = self._lowering(entry, (), direct=True, **entry.lowered.variant)
+            try:
+                entry.direct, seconds, compiled = self._compile_program(entry, lowered, entry.options, executable)
+            except CompileError:  # not expected of a program whose graph compiled: the Python path stays
+                entry.direct, seconds, compiled = executable, 0.0, False
+            self.stats.upgrades += compiled
+            self.stats.upgrade_seconds += seconds
+        return entry.direct
 
     def _forget_fast_paths(self):
         self._simple.clear()
@@ -651,13 +641,14 @@ class JittedFunction(dispatch.Calls, aot.Introspection):
         self.stats.lower_seconds += seconds
         return seconds
 
-    def _lowering(self, entry, donate, **variant):
+    def _lowering(self, entry, donate, direct=False, **variant):
+        """`direct`: the program for C++ of a signature with large arguments or results (_direct)."""
         backend, graph = self._backend(), entry.graph
         # small arguments travel packed, unless the call could be C++'s, which puts each alone faster
         cpp = entry.flat and all(v.aval.size * v.aval.dtype.itemsize < dispatch.ARGUMENT_BYTES for v in graph.invars)
-        pack = not self.keep_on_device and not (self._fast is not None and cpp)
+        pack = not self.keep_on_device and not direct and not (self._fast is not None and cpp)
         return lowering.lower(graph, getattr(self._fun, "__name__", "jit_fn"), backend.platform, self._x64(backend),
-                              pack=pack, donate=donate, recycle=not self.keep_on_device, **variant)
+                              pack=pack, donate=donate, recycle=not (self.keep_on_device or direct), **variant)
 
     def _faster_program(self, entry, variant):
         """A tiering.Ladder step, on the compile thread: the entry's program with XLA's default
@@ -912,7 +903,8 @@ class JittedFunction(dispatch.Calls, aot.Introspection):
             d._forget_pending()
 
     def _programs(self):
-        found = [e.executable.program for e in self._cache.values() if getattr(e, "executable", None) is not None]
+        found = [x.program for e in self._cache.values()
+                 for x in (getattr(e, "executable", None), getattr(e, "direct", None)) if x is not None]
         for d in self._derivatives.values():
             found += d._programs()
         return found

@@ -119,12 +119,16 @@ def _register_cuda_kernels(c_api, flavor):
 MALLOC_RAISING_BYTES = (32 << 20) - (64 << 10)
 
 
+def glibc():
+    """Whether the C library is glibc (whose malloc _raise_malloc_thresholds tunes)."""
+    return ("CS_GNU_LIBC_VERSION" in getattr(os, "confstr_names", {})
+            and (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc"))
+
+
 def _raise_malloc_thresholds():
     """Move glibc's mmap and trim thresholds to their highest (MALLOC_RAISING_BYTES); nothing
     elsewhere."""
-    if "CS_GNU_LIBC_VERSION" not in getattr(os, "confstr_names", {}):
-        return
-    if not (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc"):
+    if not glibc():
         return
     libc = ctypes.CDLL(None)  # a handle of our own: the restypes set here stay ours
     malloc, free = libc.malloc, libc.free

@@ -22,7 +22,9 @@ What it takes, probed with jaxlib 0.10.2:
 * Executables taking one buffer per argument, none packed, arguments below
   lowering.LARGE_ARRAY_BYTES where the Front stages them (else below
   backend.IN_PLACE_MIN_BYTES), and no views or recycled results (those need Python at each
-  call). Constants lifted into parameters are device arrays C++ passes before the arguments
+  call). A signature with larger arguments or results (up to DIRECT_BYTES) gets a program
+  without them for C++ (api.JittedFunction._direct), which is given its large arguments
+  only where they are aligned; the program with views runs the others in Python. Constants lifted into parameters are device arrays C++ passes before the arguments
   (the fast path's const_args, probed: the module takes them first, lowering._assemble):
   the Table 1 quadratic's value, its 1000x1000 matrix closed over, 101 µs instead of 119.
   C++ puts numpy arrays zero-copy; PJRT's CPU client copies one it cannot alias inline
@@ -49,6 +51,7 @@ from jaxlib import _jax
 from jaxlib import xla_client as xc
 
 from . import backend as backend_mod
+from . import clients
 from . import lowering, tracing, tree
 
 try:
@@ -189,6 +192,17 @@ else:
 #: What each argument of a fast path's executable stays below: the Front stages one that
 #: PJRT would copy apart (see above); without it C++ is given numpy arrays as they are.
 ARGUMENT_BYTES = lowering.LARGE_ARRAY_BYTES if Calls is Front else backend_mod.IN_PLACE_MIN_BYTES
+#: With the Front, what a fast path's arguments, each, and its results, together, stay below
+#: (`direct`): an argument from ARGUMENT_BYTES is given to C++ only where C++ reads it in
+#: place, aligned (a misaligned one's call goes to Python, whose program reads it through a
+#: view, lowering.LARGE_ARRAY_BYTES), and the results are XLA's fresh memory, which malloc
+#: serves from its heap without page faults below its raised thresholds
+#: (clients.MALLOC_RAISING_BYTES). `x + 1.0` on aligned float64, a call through C++ against
+#: the Python path (numpy), medians of 2-4 processes: 300,000 elements 47-55 µs against
+#: 109-113 (52), 400,000 63-98 against 123-126 (70), 600,000 83-131 against 131-147 (110); at
+#: 700,000-850,000 either way 96-290 (XLA's thread pool wakes or not); 10^6 fed back, 178-330
+#: against 170-186 (190-220).
+DIRECT_BYTES = 4 << 20 if Calls is Front and clients.glibc() else ARGUMENT_BYTES
 
 
 def forget(jf):
@@ -202,8 +216,9 @@ def _stage(jf, executable, finish):
     """Have `jf` (a jitted function, a Front) pass numpy arguments of `executable`'s signature
     to C++ in device buffers kept for it: C++ then makes no buffer a call (_callpath.c). C++
     returns a staged call's outputs flat (`_flat`) and the Front finishes them with `finish`.
-    Not for empty arguments nor a dtype the buffer protocol cannot describe."""
-    if any(a.size == 0 for a in executable.in_avals):
+    Not for empty arguments, a dtype the buffer protocol cannot describe, nor arguments from
+    ARGUMENT_BYTES (C++ is given those as they are, aligned, DIRECT_BYTES)."""
+    if any(a.size == 0 or _bytes(a) >= ARGUMENT_BYTES for a in executable.in_avals):
         return
     sharding, devices = executable._put_args
     slots, arrays = [], []
@@ -269,7 +284,24 @@ def fastpath(executable, out_tree, stats, cache, key, front=None):
 def _qualifies(executable):
     return (executable.backend.platform == "cpu" and not executable.views
             and not executable.recycled and executable.sources == list(range(len(executable.in_avals)))
-            and all(a.size * a.dtype.itemsize < ARGUMENT_BYTES for a in executable.in_avals))
+            and all(_bytes(a) < DIRECT_BYTES for a in executable.in_avals))
+
+
+def direct(in_avals, out_avals):
+    """Whether a signature of arguments `in_avals` and results `out_avals`, whose program needs
+    Python at each call (views, recycled results: lowering.LARGE_ARRAY_BYTES), may run through
+    C++ lowered without them (DIRECT_BYTES, api.JittedFunction._direct)."""
+    return all(_bytes(a) < DIRECT_BYTES for a in in_avals) and sum(map(_bytes, out_avals)) < DIRECT_BYTES
+
+
+def in_place(args):
+    """Whether the Front gives C++ each of these numpy arguments from ARGUMENT_BYTES as it is
+    (C-contiguous and 64-byte aligned, _callpath's scan)."""
+    return all(a.nbytes < ARGUMENT_BYTES or a.flags.c_contiguous and not a.ctypes.data % 64 for a in args)
+
+
+def _bytes(aval):
+    return aval.size * aval.dtype.itemsize
 
 
 def _x64_on():

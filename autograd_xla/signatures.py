@@ -21,6 +21,7 @@ from autograd.wrap_util import unary_to_nary
 from . import tree
 from .backend import DeviceArray
 from .core import Aval
+from .errors import ArgumentError
 from .hlo import SUPPORTED_DTYPES as _SUPPORTED
 
 # The code object of the function autograd's differential operators return (grad(f) is an
@@ -311,6 +312,41 @@ def signature_of(fun):
         if code is not _NARY_CODE:
             return signature
         fun = fun.__closure__[code.co_freevars.index("fun")].cell_contents
+
+
+def positional_names(signature):
+    """The names of a signature's positional parameters (none where it is None)."""
+    if signature is None:
+        return []
+    return [p.name for p in signature.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def static_arguments(signature, argnums, argnames):
+    """jit_ps's static_argnums and static_argnames as (sorted indices, names), each completed
+    by the other where the signature names positional parameters, as in jax."""
+    nums = {int(i) for i in ((argnums,) if isinstance(argnums, int) else argnums)}
+    names = (argnames,) if isinstance(argnames, str) else tuple(argnames)
+    if signature is None:
+        return tuple(sorted(nums)), names
+    positional = positional_names(signature)
+    nums |= {positional.index(n) for n in names if n in positional}
+    names = set(names) | {positional[i] for i in nums if i < len(positional)}
+    return tuple(sorted(nums)), tuple(sorted(names))
+
+
+def donated_arguments(signature, donate_argnums, static_argnums):
+    """Positional indices whose array buffers calls may donate (jit_ps's donate_argnums)."""
+    nums = tuple(donate_argnums) if isinstance(donate_argnums, (tuple, list, range)) else (donate_argnums,)
+    params = signature.parameters.values() if signature is not None else ()
+    bound = None if signature is None or any(p.kind is p.VAR_POSITIONAL for p in params) \
+        else len(positional_names(signature))
+    for i in nums:
+        if not isinstance(i, (int, np.integer)) or isinstance(i, bool) or i < 0 or bound is not None and i >= bound:
+            within = f" below {bound}, the number of positional parameters" if bound is not None else ""
+            raise ArgumentError(f"donate_argnums must hold non-negative ints{within}; got {i!r}")
+        if i in static_argnums:
+            raise ArgumentError(f"argument {i} cannot be both static and donated (a static value has no buffer)")
+    return frozenset(int(i) for i in nums)
 
 
 def describe_change(old, new, names=None, static_names=None):

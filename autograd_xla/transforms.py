@@ -14,7 +14,7 @@ from .api import JittedFunction, jit_ps
 from .batched import batch, jacobian_forward, jacobian_reverse
 from .control_flow.common import closure_convert
 from .errors import ArgumentError
-from .signatures import signature_of
+from .signatures import positional_names, signature_of
 
 
 def vmap(fun, in_axes=0, out_axes=0, axis_name=None):
@@ -31,7 +31,7 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None):
     the examples, as pmap's combine devices."""
     _check_axes(in_axes, "in_axes")
     _check_axes(out_axes, "out_axes")
-    names = _positional_names(fun)
+    names = positional_names(signature_of(fun))
 
     @functools.wraps(fun)
     def vmapped(*args, **kwargs):
@@ -125,10 +125,3 @@ def _check_axes(axes, what):
             _check_axes(a, what)
         return
     raise ArgumentError(f"vmap {what} must be an int, None, or a tuple/list/dict of them; got {axes!r}")
-
-
-def _positional_names(fun):
-    sig = signature_of(fun)
-    if sig is None:
-        return []
-    return [p.name for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]

@@ -82,11 +82,7 @@ def test_environment_variable_selects_the_platform():
         assert "gpu" in out.stdout and "unavailable" in out.stdout and expected in out.stdout, out.stdout + out.stderr
 
 
-GLIBC = "CS_GNU_LIBC_VERSION" in getattr(os, "confstr_names", {}) and \
-    (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
-
-
-@pytest.mark.skipif(not GLIBC, reason="glibc's malloc thresholds")
+@pytest.mark.skipif(not clients.glibc(), reason="glibc's malloc thresholds")
 @pytest.mark.parametrize("client", [False, True], ids=["without the client", "with the CPU client"])
 def test_the_cpu_client_raises_glibcs_malloc_thresholds(client):
     """Once the CPU client is made, a 16 MiB block comes from malloc's heap, not from mmap (the

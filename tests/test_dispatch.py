@@ -134,8 +134,8 @@ def test_what_cpp_cannot_do_runs_through_python(case):
         jf, call, expect = jit_ps(lambda x: x + 1.0), lambda f: f(d), x + 1.0
     elif case == "x64 off":  # the executable takes float32: C++ would hand it float64 buffers
         jf, call, expect = jit_ps(lambda x: x + 1.0, x64=False), lambda f: f(x), (x + 1.0).astype(onp.float32)
-    elif case == "large":  # read through a view, whose offset Python puts at each call
-        big = rs.randn(lowering.LARGE_ARRAY_BYTES // 8)
+    elif case == "large":  # misaligned, read through a view, whose offset Python puts at each call
+        big = placed((lowering.LARGE_ARRAY_BYTES // 8,), offset=16)
         jf, call, expect = jit_ps(lambda x: x + 1.0), lambda f: f(big), big + 1.0
     else:
         jf, call = jit_ps(lambda x: x + onp.random.normal(size=4)), lambda f: f(x)
@@ -406,6 +406,51 @@ def test_an_aligned_argument_from_100_kib_is_read_where_it_is(beside):
         if k >= 2:  # staged by now: the staging buffer holds the misaligned call's data still
             onp.testing.assert_array_equal(onp.array(memoryview(jf.staged()[0][0])), copied)
     assert len(calls) <= 4 and jf.cache_info()["hits"] == 23  # all but the first, which compiled
+
+
+@staging
+@pytest.mark.parametrize("fed_back", [False, True])
+def test_large_aligned_arguments_go_through_cpp_and_misaligned_ones_through_python(fed_back):
+    """A signature whose program reads a large argument through a view and writes its result
+    into a recycled buffer (both need Python at each call) runs through C++ a program lowered
+    without them (api.JittedFunction._direct), for calls whose large argument is aligned;
+    a misaligned one's call runs the view's program in Python. Alternated, or each result
+    fed back (aligned: XLA's), every result is right and stays so."""
+    n = lowering.LARGE_ARRAY_BYTES // 8 + 1000
+    jf = jit_ps(lambda x, s: np.cos(x) * s + 1.0)
+    calls = counting(jf)
+    s = onp.array([0.5])
+    misaligned, aligned = placed((n,), offset=16), placed((n,), offset=0)
+    for _ in range(3):  # misaligned calls alone make no program for C++
+        assert_close(jf(misaligned, s), onp.cos(misaligned) * 0.5 + 1.0)
+    assert next(iter(jf._cache.values())).direct is None
+    calls.clear()
+    y, kept = aligned, []
+    for k in range(8):
+        x = y if fed_back else aligned
+        want = onp.cos(x) * 0.5 + 1.0
+        y = jf(x, s)
+        assert_close(y, want)
+        kept.append((y, want.copy()))
+        assert_close(jf(misaligned, s), onp.cos(misaligned) * 0.5 + 1.0)
+    for got, want in kept:  # no later call wrote into an earlier result
+        assert_close(got, want)
+    (entry,) = jf._cache.values()
+    assert entry.executable.views and entry.direct is not None and not entry.direct.views
+    assert len(calls) == 8 + first_calls(jf) - 1  # the misaligned calls, and the first aligned one
+    assert jf.cache_info()["hits"] == 18
+
+
+@staging
+def test_arguments_beyond_the_direct_bound_keep_to_python():
+    """From dispatch.DIRECT_BYTES a large argument's calls run in Python, aligned or not."""
+    n = dispatch.DIRECT_BYTES // 8
+    jf = jit_ps(lambda x: x * 2.0)
+    calls = counting(jf)
+    x = placed((n,), offset=0)
+    for _ in range(3):
+        assert_close(jf(x), x * 2.0)
+    assert len(calls) == 3 and next(iter(jf._cache.values())).direct is None
 
 
 @staging
