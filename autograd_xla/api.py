@@ -338,7 +338,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection):
         None till then). The entry's own runs the calls of misaligned ones, in Python."""
         executable = entry.executable
         if not (executable.views or executable.recycled) or self.x64 is False or not dispatch.direct(
-                [v.aval for v in entry.graph.invars], executable.out_avals):
+                [v.aval for v in entry.graph.invars], executable.out_avals, entry.lowered.text):
             return executable  # (x64=False: C++ would not take the arguments' float64 anyway)
         if entry.direct is None:
             if not dispatch.in_place(args):

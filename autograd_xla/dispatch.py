@@ -203,6 +203,12 @@ ARGUMENT_BYTES = lowering.LARGE_ARRAY_BYTES if Calls is Front else backend_mod.I
 #: 700,000-850,000 either way 96-290 (XLA's thread pool wakes or not); 10^6 fed back, 178-330
 #: against 170-186 (190-220).
 DIRECT_BYTES = 4 << 20 if Calls is Front and clients.glibc() else ARGUMENT_BYTES
+#: ... for programs of StableHLO text up to this. The second program saves the Python path's
+#: work a call (~60 µs for `x + 1.0` on 300,000 elements) and compiles in the call that first
+#: finds the large arguments aligned (`x + 1.0` 29 ms, `sin(x) * s + y - t` 24 ms, 1-2 kB of
+#: text); the benchmarks' MLP gradient (26 kB) runs milliseconds a call, where that saving is
+#: ~1 %, and its compile (0.13-0.35 s) would stall a job.
+DIRECT_TEXT_BYTES = 16 << 10
 
 
 def forget(jf):
@@ -287,11 +293,13 @@ def _qualifies(executable):
             and all(_bytes(a) < DIRECT_BYTES for a in executable.in_avals))
 
 
-def direct(in_avals, out_avals):
-    """Whether a signature of arguments `in_avals` and results `out_avals`, whose program needs
-    Python at each call (views, recycled results: lowering.LARGE_ARRAY_BYTES), may run through
-    C++ lowered without them (DIRECT_BYTES, api.JittedFunction._direct)."""
-    return all(_bytes(a) < DIRECT_BYTES for a in in_avals) and sum(map(_bytes, out_avals)) < DIRECT_BYTES
+def direct(in_avals, out_avals, text):
+    """Whether a signature of arguments `in_avals` and results `out_avals`, whose program
+    (StableHLO `text`) needs Python at each call (views, recycled results:
+    lowering.LARGE_ARRAY_BYTES), may run through C++ lowered without them (DIRECT_BYTES,
+    DIRECT_TEXT_BYTES; api.JittedFunction._direct)."""
+    return (all(_bytes(a) < DIRECT_BYTES for a in in_avals) and sum(map(_bytes, out_avals)) < DIRECT_BYTES
+            and len(text) <= DIRECT_TEXT_BYTES)
 
 
 def in_place(args):

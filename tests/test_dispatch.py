@@ -442,9 +442,13 @@ def test_large_aligned_arguments_go_through_cpp_and_misaligned_ones_through_pyth
 
 
 @staging
-def test_arguments_beyond_the_direct_bound_keep_to_python():
-    """From dispatch.DIRECT_BYTES a large argument's calls run in Python, aligned or not."""
-    n = dispatch.DIRECT_BYTES // 8
+@pytest.mark.parametrize("bound", ["bytes", "text"])
+def test_signatures_beyond_the_direct_bounds_keep_to_python(bound, monkeypatch):
+    """From dispatch.DIRECT_BYTES a large argument's calls run in Python, aligned or not, and
+    so do those of a program of more StableHLO text than DIRECT_TEXT_BYTES."""
+    n = dispatch.DIRECT_BYTES // 8 if bound == "bytes" else lowering.LARGE_ARRAY_BYTES // 8
+    if bound == "text":
+        monkeypatch.setattr(dispatch, "DIRECT_TEXT_BYTES", 100)
     jf = jit_ps(lambda x: x * 2.0)
     calls = counting(jf)
     x = placed((n,), offset=0)
