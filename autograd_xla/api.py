@@ -950,8 +950,8 @@ def jit_ps(fun=None, *, static_argnums=(), static_argnames=(), fallback="python"
     explain: log every trace and compile of this function, with its reason (which argument's
     shape, dtype, structure or static value differs from the closest cached signature) and its
     seconds, on the logger "autograd_xla"; None follows $AUTOGRAD_XLA_LOG_COMPILES=1.
-    tiered: a new signature runs as plain autograd, untraced, until its calls have taken as
-    long as a compile is expected to (tiering.plain_budget); then it is traced and lowered in
+    tiered: a new signature runs as plain autograd, untraced, until its calls have taken
+    what a compile is expected to save (tiering.plain_budget); then it is traced and lowered in
     the call, and XLA compiles it on a background thread (tiering.py), its calls running as
     plain autograd until that is done, then the executable. Both tiers give plain autograd's
     numbers, and draws from numpy.random stay exactly plain autograd's sequence (the compiled

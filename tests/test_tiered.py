@@ -103,13 +103,13 @@ def test_plain_and_untraced_until_the_calls_have_cost_a_compile(monkeypatch):
     assert f.cache_info()["traces"] == 1  # cleared: plain and untraced again
 
 
-def test_the_plain_budget_is_the_mean_compile_so_far(monkeypatch):
+def test_the_plain_budget_is_the_rent_factor_times_the_mean_compile_so_far(monkeypatch):
     monkeypatch.setattr(tiering, "PLAIN_SECONDS", None)
     monkeypatch.setattr(tiering, "_compiles", [0, 0.0])
-    assert tiering.plain_budget() == tiering.FIRST_COMPILE_SECONDS
+    assert tiering.plain_budget() == tiering.RENT_FACTOR * tiering.FIRST_COMPILE_SECONDS
     jit_ps(lambda x: np.sin(x) * 3.0)(X)
     n, total = tiering._compiles
-    assert n == 1 and tiering.plain_budget() == total > 0
+    assert n == 1 and tiering.plain_budget() == tiering.RENT_FACTOR * total > 0
 
 
 def test_off_by_default_compiles_in_the_call():
