@@ -24,7 +24,8 @@ What it takes, probed with jaxlib 0.10.2:
   backend.IN_PLACE_MIN_BYTES), and no views or recycled results (those need Python at each
   call). A signature with larger arguments or results (up to DIRECT_BYTES) gets a program
   without them for C++ (api.JittedFunction._direct), which is given its large arguments
-  only where they are aligned; the program with views runs the others in Python. Constants lifted into parameters are device arrays C++ passes before the arguments
+  only where they are aligned; the program with views runs the others in Python.
+  Constants lifted into parameters are device arrays C++ passes before the arguments
   (the fast path's const_args, probed: the module takes them first, lowering._assemble):
   the Table 1 quadratic's value, its 1000x1000 matrix closed over, 101 µs instead of 119.
   C++ puts numpy arrays zero-copy; PJRT's CPU client copies one it cannot alias inline

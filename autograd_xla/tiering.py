@@ -8,10 +8,11 @@ $AUTOGRAD_XLA_TIERED=1) a new signature first runs as plain autograd, untraced, 
 calls have cost what a compile is expected to save (`plain_budget`: the rent-or-buy rule,
 so a job never costs much more than a few times the better of the two, and a job shorter
 than that costs what plain autograd does: with two cores, a compile running beside the
-plain calls slowed them 2-3x). Then it is traced and lowered in the calling thread (milliseconds;
-tracing runs the user's Python), XLA's compile goes to the one background thread here, and
-calls of that signature run as plain autograd until the executable is ready. Plain autograd
-is the reference the compiled program is checked against, so both tiers give its numbers;
+plain calls slowed them 2-3x). Then it is traced and lowered in the calling thread
+(milliseconds; tracing runs the user's Python), XLA's compile goes to the one background
+thread here, and calls of that signature run as plain autograd until the executable is
+ready. Plain autograd is the reference the compiled program is checked against, so both
+tiers give its numbers;
 XLA's compile releases the GIL (measured: 18 plain MLP gradient calls ran in the caller
 during one 0.42 s compile), so the caller is slowed only by sharing the cores.
 
