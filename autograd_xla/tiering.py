@@ -12,9 +12,9 @@ plain calls slowed them 2-3x). Then it is traced and lowered in the calling thre
 (milliseconds; tracing runs the user's Python), XLA's compile goes to the one background
 thread here, and calls of that signature run as plain autograd until the executable is
 ready. Plain autograd is the reference the compiled program is checked against, so both
-tiers give its numbers;
-XLA's compile releases the GIL (measured: 18 plain MLP gradient calls ran in the caller
-during one 0.42 s compile), so the caller is slowed only by sharing the cores.
+tiers give its numbers; XLA's compile releases the GIL (measured: 18 plain MLP gradient
+calls ran in the caller during one 0.42 s compile), so the caller is slowed only by
+sharing the cores.
 
 A compiled signature climbs too (`Ladder`): its first program is the one XLA compiles
 fastest, and programs that may run faster are made on the compile thread once its calls
