@@ -42,7 +42,7 @@ The modules stand on floors; each imports only its own floor and those below
     background compile thread of tiered execution)
 10. this package, coverage (the primitive report)
 """
-from . import distributed
+from . import clients, distributed
 from .api import JittedFunction, eval_shape, jit_ps
 from .backend import DeviceArray, default_platform, devices, set_cpu_device_count, set_default_platform
 from .collectives import all_gather, axis_index, axis_size, pmax, pmean, pmin, ppermute, psum
@@ -57,6 +57,8 @@ from .registry import register_batching_rule, register_trace_rule, register_tran
 from .replicated import ShardedArray
 from .tiering import set_default_tiered
 from .transforms import hessian, jacfwd, jacrev, vmap
+
+clients.raise_malloc_thresholds()  # glibc: results and temporaries not faulted in afresh at every call
 
 __version__ = "0.1.0"
 

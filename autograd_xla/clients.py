@@ -113,19 +113,22 @@ def _register_cuda_kernels(c_api, flavor):
 #: 120,000 float64 (a settled program, C++'s call path) took 90-176 µs a call with 28-69 page
 #: faults a call for about half of the arrays tried (which array decided where the result
 #: fell), numpy 22 µs; with the thresholds raised, 25-29 µs and no faults for every array.
-#: So the CPU client frees a block of this size when it is made: the thresholds then stand
-#: where a process that freed one 32 MiB array has them. Thresholds the user set (mallopt,
-#: MALLOC_MMAP_THRESHOLD_, GLIBC_TUNABLES) are fixed, and glibc then leaves them as they are.
+#: Plain autograd's temporaries paid the same: the benchmarks' MLP fit ran at 11-11.8 ms a
+#: gradient call, 3.8-5.1 with the thresholds raised. So importing the package frees a block
+#: of this size (raise_malloc_thresholds): the thresholds then stand where a process that
+#: freed one 32 MiB array has them, from the first call on, plain (tiered) ones included.
+#: Thresholds the user set (mallopt, MALLOC_MMAP_THRESHOLD_, GLIBC_TUNABLES) are fixed, and
+#: glibc then leaves them as they are.
 MALLOC_RAISING_BYTES = (32 << 20) - (64 << 10)
 
 
 def glibc():
-    """Whether the C library is glibc (whose malloc _raise_malloc_thresholds tunes)."""
+    """Whether the C library is glibc (whose malloc raise_malloc_thresholds tunes)."""
     return ("CS_GNU_LIBC_VERSION" in getattr(os, "confstr_names", {})
             and (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc"))
 
 
-def _raise_malloc_thresholds():
+def raise_malloc_thresholds():
     """Move glibc's mmap and trim thresholds to their highest (MALLOC_RAISING_BYTES); nothing
     elsewhere."""
     if not glibc():
@@ -140,10 +143,8 @@ def cpu_client(num_devices, options):
     """The CPU client is synchronous: execution runs on the calling thread, which measured
     faster per call than the asynchronous client for the small programs autograd code makes
     (shared/notes/jaxlib-runtime.md section 10). It has `num_devices` devices; a
-    single-device call costs the same with several (6.6 µs either way, measured). Making it
-    raises glibc's malloc thresholds (_raise_malloc_thresholds)."""
+    single-device call costs the same with several (6.6 µs either way, measured)."""
     _check_jaxlib()
-    _raise_malloc_thresholds()
     client = xc.make_cpu_client(asynchronous=False, num_devices=num_devices, **options)
     _register_lapack()
     return client
