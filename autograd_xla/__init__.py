@@ -42,21 +42,25 @@ The modules stand on floors; each imports only its own floor and those below
     background compile thread of tiered execution)
 10. this package, coverage (the primitive report)
 """
-from . import clients, distributed
-from .api import JittedFunction, eval_shape, jit_ps
-from .backend import DeviceArray, default_platform, devices, set_cpu_device_count, set_default_platform
-from .collectives import all_gather, axis_index, axis_size, pmax, pmean, pmin, ppermute, psum
-from .control_flow import cond, fori_loop, scan, switch, while_loop
-from .core import Graph
-from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, UnsupportedDtypeError,  # noqa: E501
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # jaxlib's INFO lines; before any module here imports jaxlib
+
+from . import clients, distributed  # noqa: E402
+from .api import JittedFunction, eval_shape, jit_ps  # noqa: E402
+from .backend import DeviceArray, default_platform, devices, set_cpu_device_count, set_default_platform  # noqa: E402
+from .collectives import all_gather, axis_index, axis_size, pmax, pmean, pmin, ppermute, psum  # noqa: E402
+from .control_flow import cond, fori_loop, scan, switch, while_loop  # noqa: E402
+from .core import Graph  # noqa: E402
+from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, UnsupportedDtypeError,  # noqa: E402,E501
                      ImpureFunctionError, JitError, PlatformUnavailableError, ProcessLostError, ProgramTooLargeError, TracerLeakError,
                      UnsupportedPrimitiveError)
-from .parallel import iterated_map_reduce, pmap
-from .persistent_cache import set_cache_dir
-from .registry import register_batching_rule, register_trace_rule, register_translation_rule
-from .replicated import ShardedArray
-from .tiering import set_default_tiered
-from .transforms import hessian, jacfwd, jacrev, vmap
+from .parallel import iterated_map_reduce, pmap  # noqa: E402
+from .persistent_cache import set_cache_dir  # noqa: E402
+from .registry import register_batching_rule, register_trace_rule, register_translation_rule  # noqa: E402
+from .replicated import ShardedArray  # noqa: E402
+from .tiering import set_default_tiered  # noqa: E402
+from .transforms import hessian, jacfwd, jacrev, vmap  # noqa: E402
 
 clients.raise_malloc_thresholds()  # glibc: results and temporaries not faulted in afresh at every call
 

@@ -24,13 +24,11 @@ import weakref
 
 import numpy as np
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # jaxlib's INFO lines; must precede its import
+from jaxlib import xla_client as xc  # (autograd_xla/__init__.py has quieted its INFO lines)
 
-from jaxlib import xla_client as xc  # noqa: E402
-
-from . import blas, clients, hlo, persistent_cache  # noqa: E402
-from .core import Aval  # noqa: E402
-from .errors import CompileError, PlatformUnavailableError, ProcessLostError  # noqa: E402
+from . import blas, clients, hlo, persistent_cache
+from .core import Aval
+from .errors import CompileError, PlatformUnavailableError, ProcessLostError
 
 try:
     from ._callpath import address  # where a device array's memory is, without importing jax (_callpath.c)

@@ -102,6 +102,15 @@ def test_importing_the_package_raises_glibcs_malloc_thresholds(imported):
     assert out.stdout.split() == [str(not imported)]
 
 
+def test_jaxlibs_info_lines_stay_quiet():
+    """The package sets TF_CPP_MIN_LOG_LEVEL=1 (unless set) before any of its modules imports
+    jaxlib, whose client otherwise logs two INFO lines to stderr when it starts."""
+    code = "import numpy, autograd_xla; autograd_xla.jit_ps(lambda x: x + 1)(numpy.ones(3))"
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "pjrt_client" not in out.stderr, out.stderr
+
+
 def test_extras_pin_plugins_to_the_jaxlib_version():
     cfg = configparser.ConfigParser()
     cfg.read(os.path.join(ROOT, "setup.cfg"))
