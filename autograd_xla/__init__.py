@@ -45,6 +45,7 @@ The modules stand on floors; each imports only its own floor and those below
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # jaxlib's INFO lines; before any module here imports jaxlib
+del os  # not part of the package's namespace
 
 from . import clients, distributed  # noqa: E402
 from .api import JittedFunction, eval_shape, jit_ps  # noqa: E402
