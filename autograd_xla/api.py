@@ -117,10 +117,10 @@ class JittedFunction(dispatch.Calls, aot.Introspection):
         self.cache_size = cache_size
         self.stats = CacheStats()
         self._cache = dispatch.Signatures(self.stats.counts)
-        self._untraced = tiering.NewSignatures(cache_size)  # a tiered function's, run plainly first
         self._simple = {}  # (shape, dtype) per positional array -> entry needing no per-call work
         self._lock = threading.RLock()
         shape = function_shape(fun)  # what traces learn is shared with same-shaped functions (fresh closures)
+        self._untraced = tiering.NewSignatures(cache_size, shape)  # a tiered function's, run plainly first
         self._auto_static = Learned(shape, "static")  # spec -> frozenset of leaf indices made static
         self._static_seen = {}  # (spec, leaf index) -> keys of the values a float leaf was static with
         self._parameters = Learned(shape, "parameters")  # spec -> float leaves with too many values to be static
@@ -612,7 +612,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection):
                 if stage == COMPILED:
                     self._compile_later(key, entry)
                 return entry
-            compile_seconds, compiled = self._compile_lowered(entry)
+            compile_seconds, compiled = self._compile_lowered(entry, key)
         except PlatformUnavailableError:  # configuration, not the program: plain autograd would not help
             raise
         except Exception as e:
@@ -674,7 +674,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection):
         """On the compile thread: compile `entry` unless it left the cache before its turn."""
         if self._cache.get(key) is not entry:
             return
-        seconds, compiled = self._compile_lowered(entry)
+        seconds, compiled = self._compile_lowered(entry, key)
         with self._lock:  # clear_cache marks its pending jobs under the lock
             forget = job.forgotten
         if forget:
@@ -686,10 +686,11 @@ class JittedFunction(dispatch.Calls, aot.Introspection):
     def _tiers(self):
         return tiering.default_tiered() if self.tiered is None else bool(self.tiered)
 
-    def _compile_lowered(self, entry):
+    def _compile_lowered(self, entry, key=None):
         """XLA compiles a lowered entry's first program, with the options it compiles fastest
-        with; the programs that may run faster are its tiering.Ladder. Returns (seconds,
-        whether it compiled rather than reused)."""
+        with; the programs that may run faster are its tiering.Ladder (which notes the saving
+        over signature `key`'s plain calls, tiered). Returns (seconds, whether it compiled
+        rather than reused)."""
         entry.options = self._backend().fast_compile_options()
         executable, seconds, compiled = self._compile_program(entry, entry.lowered, entry.options)
         steps = [variant for variant, wanted in ((None, entry.options is not None), (lowering.VIEWS, entry.lowered.dot_views),
@@ -697,7 +698,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection):
                                                  (lowering.APART, entry.lowered.merged)) if wanted]
         if steps and tiering.UPGRADE_RENT is not None:
             entry.ladder = tiering.Ladder(steps, seconds, weakref.WeakMethod(self._faster_program),
-                                          weakref.WeakMethod(self._forget_fast_paths))
+                                          weakref.WeakMethod(self._forget_fast_paths), self._untraced.learner(key))
         entry.executable = executable
         self.stats.compiles += compiled
         self.stats.compile_seconds += seconds

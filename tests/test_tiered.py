@@ -112,6 +112,33 @@ def test_the_plain_budget_is_the_rent_factor_times_the_mean_compile_so_far(monke
     assert n == 1 and tiering.plain_budget() == tiering.RENT_FACTOR * total > 0
 
 
+def test_a_signature_s_saving_sets_the_budget_of_the_next_function_of_its_shape(monkeypatch):
+    """A tiered signature compiled after its plain calls notes, after LEARN_CALLS calls of its
+    first program, what they cost against the plain ones (c / p); a function of
+    the same shape made afresh (a library's next fit) then runs that signature plainly for
+    p / (p - c) compiles' time (at most MAX_RENT_FACTOR), other signatures for RENT_FACTOR."""
+    monkeypatch.setattr(tiering, "PLAIN_SECONDS", None)
+    monkeypatch.setattr(tiering, "_compiles", [1, 0.002])
+    monkeypatch.setattr(tiering, "_savings", tiering.collections.OrderedDict())
+    monkeypatch.setattr(tiering, "LEARN_CALLS", 1)
+    g = grad(loss, argnum=(0, 1))
+    first = jit_ps(grad(loss, argnum=(0, 1)), tiered=True)
+    while first.stats.compiles == 0:
+        assert_close(first(W, B, X), g(W, B, X))
+        assert compile_thread.wait(60)
+    assert first.stats.plain_tier_calls > 1 and not tiering._savings
+    assert_close(first(W, B, X), g(W, B, X))  # the first compiled call
+    (learned, ratio), = tiering._savings.items()
+    n, total = tiering._compiles
+    factor = 1 / max(1 - ratio, 1 / tiering.MAX_RENT_FACTOR)
+    assert 0 < ratio and tiering.plain_budget(learned) == pytest.approx(factor * total / n)
+    assert tiering.plain_budget((learned[0], "another signature")) == pytest.approx(tiering.RENT_FACTOR * total / n)
+    again = jit_ps(grad(loss, argnum=(0, 1)), tiered=True)
+    untraced = again._untraced.plain(learned[1])
+    untraced.spent = (factor + tiering.RENT_FACTOR) / 2 * total / n  # between the two budgets
+    assert (again._untraced.plain(learned[1]) is None) == (factor < tiering.RENT_FACTOR)
+
+
 def test_off_by_default_compiles_in_the_call():
     jf = jit_ps(grad(loss))
     with compile_thread.paused():  # nothing is handed to the thread: the call compiles
