@@ -74,9 +74,17 @@ def regression_log_posterior(params, inputs, targets, noise_scale=0.1, l2_reg=0.
 # ----- training --------------------------------------------------------------------------------
 def train(name, objective_grad, objective, init_params, num_iters, report_every):
     """Adam from init_params; logs the loss every report_every steps, and prints progress on one
-    line as it goes. Returns the losses, the seconds in all, and the seconds spent logging."""
-    losses, logging, start = [], [0.0], time.perf_counter()
+    line as it goes. Returns the losses, the seconds in all, the seconds spent logging and the
+    seconds spent in the gradient calls."""
+    losses, logging, in_gradient, start = [], [0.0], [0.0], time.perf_counter()
     print(f"  {name:>8}: iteration", end="", flush=True)
+
+    def timed_grad(params, it):
+        begin = time.perf_counter()
+        try:
+            return objective_grad(params, it)
+        finally:
+            in_gradient[0] += time.perf_counter() - begin
 
     def callback(params, it, g):
         if it % report_every == 0:
@@ -85,10 +93,10 @@ def train(name, objective_grad, objective, init_params, num_iters, report_every)
             logging[0] += time.perf_counter() - begin
             print(f"{',' if it else ''} {it} at {begin - start:.1f} s", end="", flush=True)
 
-    adam(objective_grad, init_params, step_size=0.01, num_iters=num_iters, callback=callback)
+    adam(timed_grad, init_params, step_size=0.01, num_iters=num_iters, callback=callback)
     seconds = time.perf_counter() - start
     print(f", {num_iters} at {seconds:.1f} s")
-    return losses, seconds, logging[0]
+    return losses, seconds, logging[0], in_gradient[0]
 
 
 def seconds_per_call(gradient, params, budget=0.5):
@@ -110,9 +118,11 @@ def compare(title, objective, init_params, num_iters):
     """Train with grad(objective), then with jit_ps(grad(objective)); print both."""
     print(f"{title}, Adam, {num_iters} iterations (float64)\n")
     every = max(1, num_iters // 5)
-    plain_losses, plain_time, _ = train("autograd", grad(objective), objective, init_params, num_iters, every)
+    plain_losses, plain_time, _, plain_gradients = train("autograd", grad(objective), objective, init_params,
+                                                         num_iters, every)
     compiled_grad = jit_ps(grad(objective))
-    jit_losses, jit_time, jit_logging = train("jit_ps", compiled_grad, objective, init_params, num_iters, every)
+    jit_losses, jit_time, jit_logging, gradients = train("jit_ps", compiled_grad, objective, init_params,
+                                                         num_iters, every)
     info = compiled_grad.cache_info()
     plain_g, jit_g = flatten(grad(objective)(init_params, 0))[0], flatten(compiled_grad(init_params, 0))[0]
     start_gap = onp.max(onp.abs(plain_g - jit_g)) / onp.max(onp.abs(plain_g))
@@ -130,12 +140,14 @@ def compare(title, objective, init_params, num_iters):
     # The rest of a step is autograd's Adam: unflatten_optimizer (autograd.misc.optimizers) flattens
     # the gradient and unflattens the parameters every step (twice more for the callback), each a
     # make_vjp trace or a backward pass in autograd, and updates them in numpy; none of it is compiled.
-    gradients = num_iters * per_call[1]
-    adam_own = jit_time - first_call - gradients - jit_logging
-    print(f"why not {one_call:.1f}x: of jit_ps's {jit_time:.3f} s, {first_call:.3f} s is compiling (once), "
-          f"{gradients:.3f} s the {num_iters} compiled gradient calls, {adam_own:.3f} s Adam's own work that "
-          f"jit_ps leaves to autograd (it flattens and unflattens the parameters every step), "
-          f"{jit_logging:.3f} s logging losses")
+    # The gradient calls are timed as they ran: a signature's first calls run the program XLA
+    # compiles fastest while a faster one is made and tried beside them (autograd_xla.tiering.Ladder).
+    adam_own = jit_time - gradients - jit_logging
+    print(f"why not {one_call:.1f}x: of jit_ps's {jit_time:.3f} s, {gradients:.3f} s went to the {num_iters} "
+          f"gradient calls (plain: {plain_gradients:.3f} s), {first_call:.3f} s of it tracing and compiling "
+          f"the first and {num_iters * per_call[1]:.3f} s what they cost once settled; {adam_own:.3f} s is "
+          f"Adam's own work, which jit_ps leaves to autograd (it flattens and unflattens the parameters every "
+          f"step), {jit_logging:.3f} s logging losses")
     worst = max(abs(a - b) / max(abs(a), 1e-300) for (_, a), (_, b) in zip(plain_losses, jit_losses))
     print(f"largest relative difference: gradient at the start {start_gap:.1e}, loss curves {worst:.1e}")
     print("(a training run amplifies last-digit differences between BLAS and XLA arithmetic)\n")
