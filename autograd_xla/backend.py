@@ -523,10 +523,15 @@ class Executable:
         return out
 
 
+def is_aligned(array):
+    """Whether a numpy array is C-contiguous and 64-byte aligned, as XLA reads one in place
+    (numpy aligns its data to 16 bytes only)."""
+    return array.flags.c_contiguous and not array.ctypes.data % 64
+
+
 def aligned(array):
-    """`array` if it is C-contiguous and 64-byte aligned, else such a copy of it (numpy aligns
-    its data to 16 bytes only)."""
-    if array.flags.c_contiguous and not array.ctypes.data % 64:
+    """`array` if it is_aligned, else such a copy of it."""
+    if is_aligned(array):
         return array
     out = aligned_empty(array.shape, array.dtype)
     out[...] = array

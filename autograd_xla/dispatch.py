@@ -306,7 +306,7 @@ def direct(in_avals, out_avals, text):
 def in_place(args):
     """Whether the Front gives C++ each of these numpy arguments from ARGUMENT_BYTES as it is
     (C-contiguous and 64-byte aligned, _callpath's scan)."""
-    return all(a.nbytes < ARGUMENT_BYTES or a.flags.c_contiguous and not a.ctypes.data % 64 for a in args)
+    return all(a.nbytes < ARGUMENT_BYTES or backend_mod.is_aligned(a) for a in args)
 
 
 def _bytes(aval):

@@ -9,7 +9,8 @@ import sys
 import numpy as np
 from jaxlib import xla_client as xc
 
-from .backend import COPY_SEMANTICS, IN_PLACE_MIN_BYTES, READ_IN_PLACE, OnDevice, aligned, converter, runtime_error
+from .backend import (COPY_SEMANTICS, IN_PLACE_MIN_BYTES, READ_IN_PLACE, OnDevice, aligned, converter, is_aligned,
+                      runtime_error)
 from .clients import result_handler
 from .core import Aval
 from .lowering import shard_shape
@@ -142,8 +143,7 @@ class ReplicatedExecutable:
 def _semantics(shards, in_place):
     """Read the shards in place when allowed and each is large, C-contiguous and 64-byte
     aligned (the rule of Executable's in-place arguments); else copy them during the put."""
-    if in_place and all(x.nbytes >= IN_PLACE_MIN_BYTES and x.flags.c_contiguous and not x.ctypes.data % 64
-                        for x in shards):
+    if in_place and all(x.nbytes >= IN_PLACE_MIN_BYTES and is_aligned(x) for x in shards):
         return READ_IN_PLACE
     return COPY_SEMANTICS
 

@@ -71,7 +71,7 @@ RENT_FACTOR = 2.0
 MAX_RENT_FACTOR = 8.0
 #: A tiered signature's saving is noted once its first program has run this many calls.
 LEARN_CALLS = 10
-SAVINGS_KEPT = 1024
+SAVINGS_KEPT = 1024  # signatures' savings kept, the least recently noted forgotten first
 _savings = collections.OrderedDict()  # (function shape, signature) -> a compiled call's seconds over a plain one's
 _savings_lock = threading.Lock()
 _compiles = [0, 0.0]  # compiles seen, their seconds
@@ -137,7 +137,7 @@ class NewSignatures:
     plainly, `limit` at most (the oldest are forgotten first), and what their plain calls
     cost once they are compiled, for `learner`."""
 
-    def __init__(self, limit, shape=None):
+    def __init__(self, limit, shape):
         self.limit, self.shape, self._untraced, self._paid = limit, shape, {}, {}
 
     def plain(self, key):
@@ -148,7 +148,7 @@ class NewSignatures:
             untraced = self._untraced.setdefault(key, Untraced())
             if len(self._untraced) > self.limit:
                 self._untraced.pop(next(iter(self._untraced)), None)
-        if untraced.spent < plain_budget(None if self.shape is None else (self.shape, key)):
+        if untraced.spent < plain_budget((self.shape, key)):
             return untraced
         if self._untraced.pop(key, None) is not None and untraced.calls:
             self._paid[key] = untraced.spent / untraced.calls
@@ -160,7 +160,7 @@ class NewSignatures:
         """For the Ladder of signature `key`, compiled after plain calls: note_saving with its
         compiled calls' mean seconds (None if it ran no plain calls)."""
         paid = self._paid.pop(key, None)
-        return None if paid is None or self.shape is None else functools.partial(note_saving, (self.shape, key), paid)
+        return None if paid is None else functools.partial(note_saving, (self.shape, key), paid)
 
     def clear(self):
         self._untraced.clear()
