@@ -1,4 +1,4 @@
-/* blas.py's three XLA FFI handlers (ROWS, COLUMNS, GEMM) in C: the same products, by the same
+/* blas.py's four XLA FFI handlers (ROWS, COLUMNS, GEMM, SYMMETRIC) in C: the same products, by the same
  * BLAS numpy calls (its cblas functions, whose addresses blas.py finds and passes to
  * `handlers`), without Python in the call. The Python handlers take the GIL and cost 4-5 µs
  * a call in ctypes; these cost what cblas costs.
@@ -15,7 +15,8 @@
 enum { S32 = 4, F32 = 11, F64 = 12 };                 /* XLA_FFI_DataType */
 enum { EXTENSION_METADATA = 1, STAGE_EXECUTE = 3, INVALID_ARGUMENT = 3 };
 enum { TRANSPOSED_A = 1, TRANSPOSED_B = 2, OFFSET_A = 4, OFFSET_B = 8 };  /* blas.py's flags */
-enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112 };  /* CBLAS_ORDER, CBLAS_TRANSPOSE */
+enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112, UPPER = 121 };  /* CBLAS_ORDER, _TRANSPOSE, _UPLO */
+enum { ROWS_KIND, COLUMNS_KIND, SYMMETRIC_KIND };  /* the matrix-vector products */
 
 typedef struct Extension { size_t struct_size; int type; struct Extension *next; } Extension;
 typedef struct { size_t struct_size; Extension *extension_start; int major, minor; } ApiVersion;
@@ -33,17 +34,18 @@ typedef struct { size_t struct_size; Extension *extension_start; ApiVersion api_
 typedef struct { size_t struct_size; Extension *extension_start; const Api *api; void *ctx; int stage;
                  Values args, rets; Attrs attrs; void *future; } CallFrame;
 
-/* cblas_?gemv / cblas_?gemm with ints of type I and floats of type F; CALL passes them 64-bit
+/* cblas_?gemv / cblas_?gemm / cblas_?symv with ints of type I and floats of type F; CALL passes them 64-bit
  * ints where the library's are (ILP64, numpy's scipy-openblas64), else 32-bit ones */
 #define GEMV_T(I, F) void (*)(int, int, I, I, F, const void *, I, const void *, I, F, void *, I)
+#define SYMV_T(I, F) void (*)(int, int, I, F, const void *, I, const void *, I, F, void *, I)
 #define GEMM_T(I, F) void (*)(int, int, int, I, I, I, F, const void *, I, const void *, I, F, void *, I)
 #define CALL(T, F, fn, ...) (ilp64 ? ((T(int64_t, F))(fn))(__VA_ARGS__) : ((T(int32_t, F))(fn))(__VA_ARGS__))
 
-static void *dgemv, *sgemv, *dgemm, *sgemm;
+static void *dgemv, *sgemv, *dgemm, *sgemm, *dsymv, *ssymv;
 static int ilp64;
 
-/* the targets' names, for the error messages: blas.ROWS, blas.COLUMNS, blas.GEMM */
-static char ROWS[64], COLUMNS[64], GEMM[64];
+/* the targets' names, for the error messages: blas.ROWS, blas.COLUMNS, blas.GEMM, blas.SYMMETRIC */
+static char ROWS[64], COLUMNS[64], GEMM[64], SYMMETRIC[64];
 
 static void *error(CallFrame *frame, const char *message) {
     ErrorArgs args = {sizeof(ErrorArgs), NULL, message, INVALID_ARGUMENT};
@@ -65,11 +67,13 @@ static int not_a_call(CallFrame *frame) {
 
 static size_t itemsize(int dtype) { return dtype == F64 ? 8 : 4; }
 
-/* y = A x (rows) or y = x A (columns), A row-major rows x cols; operands (A[, offset], x) */
-static void *gemv(CallFrame *frame, int columns) {
+/* y = A x (rows), y = x A (columns) or y = A x with A symmetric (only its upper triangle read),
+ * A row-major rows x cols; operands (A[, offset], x) */
+static void *gemv(CallFrame *frame, int kind) {
     if (not_a_call(frame)) return NULL;
     int64_t n_args = frame->args.size;
-    const char *name = columns ? COLUMNS : ROWS;
+    int columns = kind == COLUMNS_KIND;
+    const char *name = kind == SYMMETRIC_KIND ? SYMMETRIC : columns ? COLUMNS : ROWS;
     Buffer *x = frame->args.values[n_args - 1], *y = frame->rets.values[0];
     if ((y->dtype != F32 && y->dtype != F64) || x->dtype != y->dtype || (n_args != 2 && n_args != 3)) {
         char message[200];
@@ -86,6 +90,19 @@ static void *gemv(CallFrame *frame, int columns) {
         memset(y->data, 0, n_y * itemsize(y->dtype));
         return NULL;
     }
+    if (kind == SYMMETRIC_KIND) {
+        if (n_x != n_y) {
+            char message[200];
+            snprintf(message, sizeof message, "%s: a square matrix expected, got one of %lld x %lld", name,
+                     (long long)n_y, (long long)n_x);
+            return error(frame, message);
+        }
+        if (y->dtype == F64)
+            CALL(SYMV_T, double, dsymv, ROW_MAJOR, UPPER, n_x, 1.0, a, n_x, x->data, 1, 0.0, y->data, 1);
+        else
+            CALL(SYMV_T, float, ssymv, ROW_MAJOR, UPPER, n_x, 1.0f, a, n_x, x->data, 1, 0.0f, y->data, 1);
+        return NULL;
+    }
     if (y->dtype == F64)
         CALL(GEMV_T, double, dgemv, ROW_MAJOR, trans, rows, cols, 1.0, a, cols, x->data, 1, 0.0, y->data, 1);
     else
@@ -93,8 +110,9 @@ static void *gemv(CallFrame *frame, int columns) {
     return NULL;
 }
 
-static void *gemv_rows(CallFrame *frame) { return gemv(frame, 0); }
-static void *gemv_columns(CallFrame *frame) { return gemv(frame, 1); }
+static void *gemv_rows(CallFrame *frame) { return gemv(frame, ROWS_KIND); }
+static void *gemv_columns(CallFrame *frame) { return gemv(frame, COLUMNS_KIND); }
+static void *symv(CallFrame *frame) { return gemv(frame, SYMMETRIC_KIND); }
 
 /* C = op(A) op(B); operands (layout [m, k, n, flags], A[, offset], B[, offset]) as blas.GEMM's */
 static void *gemm(CallFrame *frame) {
@@ -146,34 +164,37 @@ static void *gemm(CallFrame *frame) {
     return NULL;
 }
 
-/* handlers((rows, columns, gemm), (dgemv, sgemv, dgemm, sgemm), ilp64): the targets' names and
- * the cblas functions' addresses; returns the three handlers' capsules, in the names' order,
- * for xla_client.register_custom_call_target. */
+/* handlers((rows, columns, gemm, symmetric), (dgemv, sgemv, dgemm, sgemm, dsymv, ssymv), ilp64): the
+ * targets' names and the cblas functions' addresses; returns the four handlers' capsules, in the
+ * names' order, for xla_client.register_custom_call_target. */
 static PyObject *handlers(PyObject *self, PyObject *args) {
-    const char *rows, *columns, *product;
-    unsigned long long d_gemv, s_gemv, d_gemm, s_gemm;
+    const char *rows, *columns, *product, *symmetric;
+    unsigned long long d_gemv, s_gemv, d_gemm, s_gemm, d_symv, s_symv;
     int wide;
-    if (!PyArg_ParseTuple(args, "(sss)(KKKK)p", &rows, &columns, &product, &d_gemv, &s_gemv, &d_gemm, &s_gemm,
-                          &wide))
+    if (!PyArg_ParseTuple(args, "(ssss)(KKKKKK)p", &rows, &columns, &product, &symmetric, &d_gemv, &s_gemv, &d_gemm,
+                          &s_gemm, &d_symv, &s_symv, &wide))
         return NULL;
-    if (!d_gemv || !s_gemv || !d_gemm || !s_gemm) {
+    if (!d_gemv || !s_gemv || !d_gemm || !s_gemm || !d_symv || !s_symv) {
         PyErr_SetString(PyExc_ValueError, "a cblas function's address is 0");
         return NULL;
     }
     snprintf(ROWS, sizeof ROWS, "%s", rows);
     snprintf(COLUMNS, sizeof COLUMNS, "%s", columns);
     snprintf(GEMM, sizeof GEMM, "%s", product);
+    snprintf(SYMMETRIC, sizeof SYMMETRIC, "%s", symmetric);
     dgemv = (void *)(uintptr_t)d_gemv, sgemv = (void *)(uintptr_t)s_gemv;
     dgemm = (void *)(uintptr_t)d_gemm, sgemm = (void *)(uintptr_t)s_gemm;
+    dsymv = (void *)(uintptr_t)d_symv, ssymv = (void *)(uintptr_t)s_symv;
     ilp64 = wide;
-    return Py_BuildValue("(NNN)", PyCapsule_New((void *)gemv_rows, "xla._CUSTOM_CALL_TARGET", NULL),
+    return Py_BuildValue("(NNNN)", PyCapsule_New((void *)gemv_rows, "xla._CUSTOM_CALL_TARGET", NULL),
                          PyCapsule_New((void *)gemv_columns, "xla._CUSTOM_CALL_TARGET", NULL),
-                         PyCapsule_New((void *)gemm, "xla._CUSTOM_CALL_TARGET", NULL));
+                         PyCapsule_New((void *)gemm, "xla._CUSTOM_CALL_TARGET", NULL),
+                         PyCapsule_New((void *)symv, "xla._CUSTOM_CALL_TARGET", NULL));
 }
 
 static PyMethodDef methods[] = {
-    {"handlers", handlers, METH_VARARGS, "handlers((rows, columns, gemm), (dgemv, sgemv, dgemm, sgemm), ilp64) "
-                                         "-> their three capsules"},
+    {"handlers", handlers, METH_VARARGS, "handlers((rows, columns, gemm, symmetric), (dgemv, sgemv, dgemm, sgemm, "
+                                         "dsymv, ssymv), ilp64) -> their four capsules"},
     {NULL, NULL, 0, NULL},
 };
 

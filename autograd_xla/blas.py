@@ -1,5 +1,5 @@
 """Matrix-vector and matrix products on the CPU by the BLAS numpy runs them with, as XLA FFI
-custom calls (ROWS, COLUMNS; GEMM, whose note gives its measurements).
+custom calls (ROWS, COLUMNS; SYMMETRIC and GEMM, whose notes give their measurements).
 
 XLA:CPU multiplies a matrix by a vector on one thread; numpy's OpenBLAS uses every core.
 Measured on this 2-core machine (µs, float64, a 1000x1000 matrix the function closes over,
@@ -48,6 +48,13 @@ except ImportError:
 #: y[i] = sum_j A[i, j] x[j] (A @ x) and y[j] = sum_i A[i, j] x[i] (x @ A), A row-major;
 #: with three operands the second is A's offset in elements from where the first starts.
 ROWS, COLUMNS = "autograd_xla_gemv_rows", "autograd_xla_gemv_columns"
+#: y = A x with A a symmetric n x n constant (a matrix the function closes over, equal to its
+#: transpose bit for bit: `symmetric`), by BLAS's symv, which reads half of A: the same
+#: operands as ROWS. A covariance, precision or kernel matrix in a Gaussian's log-density
+#: x'Ax, the paper's Table 1 quadratic. Measured, numpy's OpenBLAS, float64 1000x1000 (µs):
+#: symv 44-46 against gemv 59 on two threads, 74-79 against 112 on one. Only constants: an
+#: argument's values are not known when the program is made.
+SYMMETRIC = "autograd_xla_symv"
 #: The smallest matrix (elements) lowering gives BLAS; None: never. Measured (µs, C++'s call
 #: path, float64, XLA / BLAS / numpy): 512x512 37-46 / 41-48 / 26-30, 256x1024 38-52 / 40-54 / 28-37,
 #: 5000x100 52-64 / 42-61 / 36-42, 1000x1000 80-128 / 67-125 / 59-72 (this machine is noisy).
@@ -167,11 +174,14 @@ def _error(frame, message):
     return create(ctypes.byref(args))
 
 
-def _handler(columns):
-    """The FFI handler of ROWS or (`columns`) COLUMNS: numpy's own np.dot on the buffers, so
-    that the product runs in the BLAS (and the threads) numpy's calls around it use. Two
-    OpenBLAS libraries, scipy's called here and numpy's, measured slower by 15-30 µs a
-    1000x1000 product: the threads of the one just used still spin while the other's work."""
+def _handler(target):
+    """The FFI handler of ROWS, COLUMNS or SYMMETRIC (`target`): numpy's own np.dot on the
+    buffers, so that the product runs in the BLAS (and the threads) numpy's calls around it
+    use. Two OpenBLAS libraries, scipy's called here and numpy's, measured slower by 15-30 µs
+    a 1000x1000 product: the threads of the one just used still spin while the other's work.
+    (numpy has no symv: SYMMETRIC's product is ROWS'.)"""
+    columns = target == COLUMNS
+
     def gemv(address):
         frame = _CallFrame.from_address(address)
         if _metadata_asked(frame.extension_start) or frame.stage != _EXECUTE:
@@ -180,12 +190,14 @@ def _handler(columns):
         x, y = _Buffer.from_address(args[n_args - 1]), _Buffer.from_address(frame.rets.values[0])
         dtype = _DTYPES.get(y.dtype)
         if dtype is None or x.dtype != y.dtype or n_args not in (2, 3):
-            return _error(frame, f"{COLUMNS if columns else ROWS}: float32 or float64 (matrix[, offset], vector) "
+            return _error(frame, f"{target}: float32 or float64 (matrix[, offset], vector) "
                                  f"expected, got {n_args} operands of types {x.dtype} -> {y.dtype}")
         data = _Buffer.from_address(args[0]).data
         if n_args == 3:
             data += ctypes.c_int32.from_address(_Buffer.from_address(args[1]).data).value * dtype.itemsize
         n_x, n_y = x.dims[0], y.dims[0]
+        if target == SYMMETRIC and n_x != n_y:
+            return _error(frame, f"{target}: a square matrix expected, got one of {n_y} x {n_x}")
         try:  # an exception must not escape: ctypes would print it and XLA see success
             vector, result = _array(x.data, (n_x,), dtype), _array(y.data, (n_y,), dtype)
             if columns:
@@ -193,7 +205,7 @@ def _handler(columns):
             else:
                 np.dot(_array(data, (n_y, n_x), dtype), vector, out=result)
         except Exception as e:
-            return _error(frame, f"{COLUMNS if columns else ROWS}: {type(e).__name__}: {e}")
+            return _error(frame, f"{target}: {type(e).__name__}: {e}")
         return None
     return ctypes.CFUNCTYPE(_P, _P)(gemv)
 
@@ -245,8 +257,12 @@ _handlers = {}  # target -> its handler (a ctypes function or a capsule), kept a
 implementation = None
 
 
+#: The cblas functions the C handlers call, in the order _blas.handlers takes them
+_CBLAS_FUNCTIONS = ("dgemv", "sgemv", "dgemm", "sgemm", "dsymv", "ssymv")
+
+
 def _cblas():
-    """(dgemv, sgemv, dgemm, sgemm) addresses in the BLAS numpy's own _multiarray_umath links
+    """_CBLAS_FUNCTIONS' addresses in the BLAS numpy's own _multiarray_umath links
     (dlsym on its handle searches the libraries it depends on), and whether their ints are
     64-bit; None where none of _CBLAS_NAMES is found."""
     try:
@@ -256,7 +272,7 @@ def _cblas():
     for prefix, suffix, wide in _CBLAS_NAMES:
         try:
             return [ctypes.cast(getattr(lib, f"{prefix}{name}{suffix}"), _P).value
-                    for name in ("dgemv", "sgemv", "dgemm", "sgemm")], wide
+                    for name in _CBLAS_FUNCTIONS], wide
         except AttributeError:
             continue
     return None
@@ -267,12 +283,12 @@ def _native_handlers():
     if native is None or os.environ.get(NATIVE_ENV, "1") == "0":
         return None
     found = _cblas()
-    targets = (ROWS, COLUMNS, GEMM)
+    targets = (ROWS, COLUMNS, GEMM, SYMMETRIC)
     return None if found is None else dict(zip(targets, native.handlers(targets, *found)))
 
 
 def register():
-    """Register ROWS, COLUMNS and GEMM with XLA:CPU (once per process, before the first compile
+    """Register ROWS, COLUMNS, GEMM and SYMMETRIC with XLA:CPU (once per process, before the first compile
     or executable load that names them): the C handlers where they are built, else Python's."""
     global implementation
     if _handlers:
@@ -283,8 +299,8 @@ def register():
         new_capsule = ctypes.pythonapi.PyCapsule_New
         new_capsule.restype, new_capsule.argtypes = ctypes.py_object, [_P, ctypes.c_char_p, _P]
         capsules = {}
-        for target, handler in ((ROWS, _handler(False)), (COLUMNS, _handler(True)),
-                                (GEMM, ctypes.CFUNCTYPE(_P, _P)(_gemm))):
+        for target, handler in ((ROWS, _handler(ROWS)), (COLUMNS, _handler(COLUMNS)),
+                                (GEMM, ctypes.CFUNCTYPE(_P, _P)(_gemm)), (SYMMETRIC, _handler(SYMMETRIC))):
             _handlers[target] = handler
             capsules[target] = new_capsule(ctypes.cast(handler, _P).value, b"xla._CUSTOM_CALL_TARGET", None)
     for target, capsule in capsules.items():
@@ -298,6 +314,17 @@ def applies(matrix_shape, vector_shape, dim, dtype):
     return (MIN_ELEMENTS is not None and len(matrix_shape) == 2 and len(vector_shape) == 1
             and matrix_shape[dim] == vector_shape[0] and np.prod(matrix_shape) >= MIN_ELEMENTS
             and np.dtype(dtype) in DTYPES)
+
+
+def symmetric(array):
+    """Whether a constant matrix may be multiplied as SYMMETRIC: square, at least MIN_ELEMENTS,
+    of a dtype BLAS multiplies, and equal to its transpose bit for bit (NaNs and signed zeros
+    included, so that symv, reading one triangle, meets the values gemv would). Costs a pass
+    over the matrix (1 ms for 1000x1000 float64), once per program made."""
+    if array.ndim != 2 or array.shape[0] != array.shape[1] or not applies(array.shape, array.shape[:1], 1, array.dtype):
+        return False
+    bits = array.view(f"u{array.itemsize}")
+    return np.array_equal(bits, bits.T)
 
 
 def multiplies(m, k, n, dtype):

@@ -80,6 +80,8 @@ class ModuleState:
         # (lowering.schedule), and how many such groups were
         self.merge, self.merged = merge, 0
         self.lifted = {}  # id(array) -> (array, Value)
+        self.constants = {}  # a lifted constant's Value name -> its array
+        self.symmetric = {}  # a lifted constant's Value name -> whether blas.symmetric holds (asked once)
         self.locations = locations
         self.axes = dict(axes or {})
         # value name -> Uses, for the values lowering watches (its argument views); a
@@ -96,7 +98,15 @@ class ModuleState:
         if hit is None:
             hit = (array, hlo.Value(f"%k{len(self.lifted)}", array.shape, array.dtype))
             self.lifted[id(array)] = hit
+            self.constants[hit[1].name] = array
         return hit[1]
+
+    def is_symmetric(self, v):
+        """Whether Value v is a lifted constant blas.symmetric holds for."""
+        if v.name not in self.symmetric:
+            array = self.constants.get(v.name)
+            self.symmetric[v.name] = array is not None and blas.symmetric(array)
+        return self.symmetric[v.name]
 
 
 def view_pad(dtype):
@@ -256,7 +266,8 @@ class LoweringContext(hlo.Builder):
 
     def _gemv(self, x, lc, y, rc, dtype):
         """dot_general(x, y) as BLAS's matrix-vector product, when it is one blas.applies to:
-        blas.ROWS contracts the matrix's columns, blas.COLUMNS its rows; an argument read
+        blas.ROWS contracts the matrix's columns, blas.COLUMNS its rows, blas.SYMMETRIC either
+        of a symmetric constant (ModuleState.is_symmetric); an argument read
         through a view (ModuleState.in_place) is passed as its memory and offset there. A
         column or row (n x 1, 1 x n) counts as a vector: autograd's matmul gradient multiplies
         by one (logistic regression's X.T @ g is X contracted with a 5000 x 1 matrix)."""
@@ -273,6 +284,8 @@ class LoweringContext(hlo.Builder):
             place = self.module.in_place.get(matrix.name)
             operands = [matrix, vector] if place is None else [*place, vector]
             target, free = (blas.ROWS, 0) if dims[0] == 1 else (blas.COLUMNS, 1)
+            if self.module.is_symmetric(matrix):  # either way, A x: symv reads half of A
+                target = blas.SYMMETRIC
             self.module.blas_products += 1
             product = self.custom_call(target, operands, [((matrix.shape[free],), vector.dtype)])[0]
             if column:  # the dot's own shape: the matrix's free dimension where its operand was

@@ -126,6 +126,7 @@ def test_derivatives_through_blas_are_autograds():
             assert_close(got, want, path=loss.__name__)
     B = rs.randn(2 * N, 2 * N)                          # 2N x 2N: above MIN_ELEMENTS here
     A, b, v = B @ B.T / N + onp.eye(2 * N), rs.randn(2 * N), rs.randn(2 * N)
+    A[0, 1] += 1e-3  # not symmetric: gemv both ways (symv's: test_a_symmetric_constant_is_multiplied_by_symv)
 
     def quadratic(x):
         return 0.5 * np.dot(x, np.dot(A, x)) - np.dot(b, x)
@@ -305,6 +306,45 @@ def test_what_stays_xlas(monkeypatch):
     assert targets(jf, A, x) == (0, 0) and gemms(jf, A, x) == 0 and "dot_general" in jf.stablehlo(A, x)
 
 
+def with_pair(S, i, j, upper, lower):
+    """S with S[i, j] = upper and S[j, i] = lower."""
+    S = S.copy()
+    S[i, j], S[j, i] = upper, lower
+    return S
+
+
+#: (label, the closed-over matrix made of a symmetric one S, whether blas.SYMMETRIC multiplies
+#: it): equal to its transpose bit for bit, or not
+SYMMETRY = [
+    ("symmetric", lambda S: S, True),
+    ("one_element_off", lambda S: with_pair(S, 0, 1, S[0, 1], onp.nextafter(S[0, 1], onp.inf, dtype=S.dtype)), False),
+    ("signed_zeros", lambda S: with_pair(S, 2, 5, 0.0, -0.0), False),
+    ("nans_on_both_sides", lambda S: with_pair(S, 3, 4, onp.nan, onp.nan), True),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.__name__)
+@pytest.mark.parametrize("label,make,symmetric", SYMMETRY, ids=[s[0] for s in SYMMETRY])
+def test_a_symmetric_constant_is_multiplied_by_symv(label, make, symmetric, dtype):
+    """A closed-over matrix equal to its transpose bit for bit is multiplied by BLAS's symv
+    from either side, in derivatives too; one element off, or +0 against -0, and it is gemv."""
+    S = rs.randn(M, M)
+    S = make((S + S.T).astype(dtype))
+    x = rs.randn(M).astype(dtype)
+    forms = {"matrix_first": lambda x: S @ x, "vector_first": lambda x: x @ S, "transposed": lambda x: S.T @ x,
+             "quadratic": lambda x: x @ (S @ x) - np.sum(x)}
+    if dtype == onp.float64:  # autograd's float32 dot has float64 gradients (benchmarks/README)
+        forms["gradient"] = grad(forms["quadratic"])
+    for name, form in forms.items():
+        f = jit_ps(form)
+        symv, gemv = f.stablehlo(x).count(blas.SYMMETRIC), sum(targets(f, x))
+        assert (symv > 0, gemv > 0) == (symmetric, not symmetric), f"{label}/{name}"
+        assert_close(f(x), form(x), path=f"{label}/{name}")
+    argument = jit_ps(lambda S, x: S @ x)  # an argument's values are not known to the program
+    assert targets(argument, S, x) == (1, 0) and blas.SYMMETRIC not in argument.stablehlo(S, x)
+    assert_close(argument(S, x), S @ x)
+
+
 def test_off_the_cpu_xlas_dot_is_emitted():
     A, x, _ = operands(onp.float64)
     graph = jit_ps(lambda A, x: A @ x).graph(A, x)
@@ -325,6 +365,20 @@ def test_the_handler_refuses_operands_it_was_not_made_for():
     exe = backend.Executable(cpu, program, [((4, 3), onp.int32), ((3,), onp.int32)], [((4,), onp.int32)], [], text)
     with pytest.raises(Exception, match="float32 or float64"):
         exe([onp.ones((4, 3), onp.int32), onp.ones(3, onp.int32)])
+
+
+def test_the_symmetric_handler_refuses_a_matrix_that_is_not_square():
+    cpu = backend.get_backend("cpu")
+    text = f"""module @m {{
+  func.func public @main(%a: tensor<4x3xf64>, %x: tensor<3xf64>) -> tensor<4xf64> {{
+    %r = stablehlo.custom_call @{blas.SYMMETRIC}(%a, %x) {{api_version = 4 : i32}} : (tensor<4x3xf64>, tensor<3xf64>) -> tensor<4xf64>
+    return %r : tensor<4xf64>
+  }}
+}}"""
+    program, _ = cpu.compile(text)
+    exe = backend.Executable(cpu, program, [((4, 3), onp.float64), ((3,), onp.float64)], [((4,), onp.float64)], [], text)
+    with pytest.raises(Exception, match="a square matrix expected, got one of 4 x 3"):
+        exe([onp.ones((4, 3)), onp.ones(3)])
 
 
 @pytest.mark.parametrize("layout,operands,message", [
