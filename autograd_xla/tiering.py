@@ -199,15 +199,17 @@ CHEAP_CALL_SECONDS = 50e-6
 #: against 3.7, had its median lose to a program 1.4x slower). 0: the new program replaces
 #: the one in use untried (tests use it).
 TRIAL_CALLS = 6
-#: Timed calls of a turn. Where either program calls BLAS (lowering.Lowered.blas), a turn's
-#: calls are timed once it has lasted TURN_SETTLE_SECONDS: beside a program of BLAS's
-#: products, whose OpenBLAS threads spin on after their work, the SeLU layer's program of
-#: XLA's products took 6.2 ms a call where alone it takes 4.2, so that with turns of 3 calls
-#: the BLAS program (6.2-6.7 ms) was kept in 7 of 8 trials (and the MLP step's new program's
-#: first runs took 15-40 ms against 4). Without BLAS every call is timed: what slows a turn's
-#: first calls (the other program's state in the caches) is what the fastest call leaves out,
-#: and waiting kept a 6 µs function's calls on the 22 µs Python path for ~0.9 s (four turns),
-#: where C++ takes them once the ladder is done.
+#: Timed calls of a turn. Where one program calls BLAS and the other leaves its products to
+#: XLA (lowering.Lowered.blas), a turn's calls are timed once it has lasted
+#: TURN_SETTLE_SECONDS: beside a program of BLAS's products, whose OpenBLAS threads spin on
+#: after their work, the SeLU layer's program of XLA's products took 6.2 ms a call where alone
+#: it takes 4.2, so that with turns of 3 calls the BLAS program (6.2-6.7 ms) was kept in 7 of
+#: 8 trials (and the MLP step's new program's first runs took 15-40 ms against 4). Two
+#: programs that both call BLAS are slowed alike: waiting made the demo classifier's trial of
+#: XLA's options (12-15 ms calls) last 1.07 s of a 200-step job, 0.2 s without. Otherwise
+#: every call is timed: what slows a turn's first calls (the other program's state in the
+#: caches) is what the fastest call leaves out, and waiting kept a 6 µs function's calls on
+#: the 22 µs Python path for ~0.9 s (four turns), where C++ takes them once the ladder is done.
 TURN_CALLS = 3
 TURN_SETTLE_SECONDS = 0.2
 
@@ -270,8 +272,8 @@ class Ladder:
         if made is None:
             return
         if TRIAL_CALLS:
-            blas = entry.lowered.blas or made[1].blas
-            self.trial = Trial(made, TURN_SETTLE_SECONDS if blas else 0.0)
+            mixed = entry.lowered.blas != made[1].blas  # one calls BLAS, the other leaves products to XLA
+            self.trial = Trial(made, TURN_SETTLE_SECONDS if mixed else 0.0)
         else:
             self.settle(entry, made, keep_new=True)
 
