@@ -1,5 +1,5 @@
-/* blas.py's four XLA FFI handlers (ROWS, COLUMNS, GEMM, SYMMETRIC) in C: the same products, by the same
- * BLAS numpy calls (its cblas functions, whose addresses blas.py finds and passes to
+/* blas.py's four XLA FFI handlers (ROWS, COLUMNS, GEMM, SYMMETRIC) in C: the same products, by
+ * the same BLAS numpy calls (its cblas functions, whose addresses blas.py finds and passes to
  * `handlers`), without Python in the call. The Python handlers take the GIL and cost 4-5 µs
  * a call in ctypes; these cost what cblas costs.
  *
@@ -34,8 +34,8 @@ typedef struct { size_t struct_size; Extension *extension_start; ApiVersion api_
 typedef struct { size_t struct_size; Extension *extension_start; const Api *api; void *ctx; int stage;
                  Values args, rets; Attrs attrs; void *future; } CallFrame;
 
-/* cblas_?gemv / cblas_?gemm / cblas_?symv with ints of type I and floats of type F; CALL passes them 64-bit
- * ints where the library's are (ILP64, numpy's scipy-openblas64), else 32-bit ones */
+/* cblas_?gemv / cblas_?gemm / cblas_?symv with ints of type I and floats of type F; CALL passes
+ * them 64-bit ints where the library's are (ILP64, numpy's scipy-openblas64), else 32-bit ones */
 #define GEMV_T(I, F) void (*)(int, int, I, I, F, const void *, I, const void *, I, F, void *, I)
 #define SYMV_T(I, F) void (*)(int, int, I, F, const void *, I, const void *, I, F, void *, I)
 #define GEMM_T(I, F) void (*)(int, int, int, I, I, I, F, const void *, I, const void *, I, F, void *, I)
@@ -164,9 +164,9 @@ static void *gemm(CallFrame *frame) {
     return NULL;
 }
 
-/* handlers((rows, columns, gemm, symmetric), (dgemv, sgemv, dgemm, sgemm, dsymv, ssymv), ilp64): the
- * targets' names and the cblas functions' addresses; returns the four handlers' capsules, in the
- * names' order, for xla_client.register_custom_call_target. */
+/* handlers((rows, columns, gemm, symmetric), (dgemv, sgemv, dgemm, sgemm, dsymv, ssymv), ilp64):
+ * the targets' names and the cblas functions' addresses; returns the four handlers' capsules, in
+ * the names' order, for xla_client.register_custom_call_target. */
 static PyObject *handlers(PyObject *self, PyObject *args) {
     const char *rows, *columns, *product, *symmetric;
     unsigned long long d_gemv, s_gemv, d_gemm, s_gemm, d_symv, s_symv;

@@ -288,8 +288,9 @@ def _native_handlers():
 
 
 def register():
-    """Register ROWS, COLUMNS, GEMM and SYMMETRIC with XLA:CPU (once per process, before the first compile
-    or executable load that names them): the C handlers where they are built, else Python's."""
+    """Register ROWS, COLUMNS, GEMM and SYMMETRIC with XLA:CPU (once per process, before the
+    first compile or executable load that names them): the C handlers where they are built,
+    else Python's."""
     global implementation
     if _handlers:
         return
@@ -320,11 +321,12 @@ def symmetric(array):
     """Whether a constant matrix may be multiplied as SYMMETRIC: square, at least MIN_ELEMENTS,
     of a dtype BLAS multiplies, and equal to its transpose bit for bit (NaNs and signed zeros
     included, so that symv, reading one triangle, meets the values gemv would). Costs a pass
-    over the matrix (1 ms for 1000x1000 float64), once per program made."""
+    over a symmetric matrix (1 ms for 1000x1000 float64), once per program made; most others
+    differ in their first row and column already."""
     if array.ndim != 2 or array.shape[0] != array.shape[1] or not applies(array.shape, array.shape[:1], 1, array.dtype):
         return False
     bits = array.view(f"u{array.itemsize}")
-    return np.array_equal(bits, bits.T)
+    return np.array_equal(bits[0], bits[:, 0]) and np.array_equal(bits, bits.T)
 
 
 def multiplies(m, k, n, dtype):
