@@ -50,12 +50,12 @@ def test_the_first_program_compiles_fast_and_the_default_is_tried_once_the_rent_
     x = rs.randn(3000)
     f(x)
     (entry,) = f._cache.values()
-    assert entry.options.env_option_overrides == backend.FAST_COMPILE_OVERRIDES
+    assert entry.options.env_option_overrides == backend.FAST_COMPILE_OVERRIDES + backend.SCHEDULER_OVERRIDES
     assert (f.cache_info()["compiles"], f.cache_info()["upgrades"]) == (1, 0)
     entry, results = settle(f, x)
     info = f.cache_info()
     assert (info["compiles"], info["upgrades"], info["traces"]) == (1, 1, 1) and info["upgrade_seconds"] > 0
-    assert entry.options is None or entry.options.env_option_overrides == backend.FAST_COMPILE_OVERRIDES
+    assert entry.options is None or entry.options.env_option_overrides[:1] == backend.FAST_COMPILE_OVERRIDES
     want = grad(lambda x: np.sum(np.tanh(x) * np.exp(-x * x)))(x)
     for got in results:  # both programs ran, in turn, during the trial
         onp.testing.assert_array_equal(got, results[0])
@@ -113,7 +113,26 @@ def test_xla_flags_choosing_the_emitters_are_left_alone(monkeypatch):
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=true")
     assert backend.get_backend("cpu").fast_compile_options() is None
     monkeypatch.delenv("XLA_FLAGS")
-    assert backend.get_backend("cpu").fast_compile_options().env_option_overrides == backend.FAST_COMPILE_OVERRIDES
+    overrides = backend.get_backend("cpu").fast_compile_options().env_option_overrides
+    assert overrides == backend.FAST_COMPILE_OVERRIDES + backend.SCHEDULER_OVERRIDES
+
+
+def test_every_cpu_program_compiles_with_the_memory_optimised_scheduler(monkeypatch):
+    """backend.SCHEDULER_OVERRIDES reach XLA with the first program's options and with a
+    later program's default ones, unless XLA_FLAGS chose a scheduler (which they would undo)."""
+    cpu = backend.get_backend("cpu")
+    seen = []
+    compile_and_load = cpu.client.compile_and_load
+    monkeypatch.setattr(cpu, "client", types.SimpleNamespace(
+        compile_and_load=lambda text, devices, options: seen.append(list(options.env_option_overrides))
+        or compile_and_load(text, devices, options), platform=cpu.client.platform,
+        platform_version=cpu.client.platform_version))
+    x = rs.randn(5)
+    assert_close(jit_ps(lambda x: np.sin(x) * 3.0)(x), np.sin(x) * 3.0)
+    cpu.compile(f"module @m {{ func.func public @main(%a: tensor<2xf64>) -> tensor<2xf64> {{ return %a : tensor<2xf64> }} }}")
+    assert seen == [backend.FAST_COMPILE_OVERRIDES + backend.SCHEDULER_OVERRIDES, backend.SCHEDULER_OVERRIDES]
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_scheduler_type=CPU_SCHEDULER_TYPE_DEFAULT")
+    assert cpu.fast_compile_options().env_option_overrides == backend.FAST_COMPILE_OVERRIDES
 
 
 # The functions the two programs were measured to compute the same bits of (backend.py's
