@@ -70,15 +70,15 @@ ALIASES_KEPT = 64
 #: times as long: a signature's first program uses it, and the default's is tried once the
 #: signature's calls have cost a few compiles (tiering.Ladder).
 FAST_COMPILE_OVERRIDES = [("xla_cpu_use_fusion_emitters", False)]
-#: XLA:CPU's memory-optimised scheduler, for every program a CPU backend compiles (unless
-#: XLA_FLAGS chose a scheduler; pmap's programs keep XLA's): the default orders a program's
-#: thunks for concurrency, so that its independent small kernels are handed to the thread pool
-#: and waited for, in each iteration of a loop too. Measured (a program alone, aligned
-#: arguments, fastest of 9 samples; first program / default emitters): the HMM's gradient 421
-#: -> 283 µs / 300 -> 302, its Hessian-vector product 621 -> 411 / 471 -> 430, the convnet
-#: step 156 -> 130 ms / 159 -> 137, logistic regression's value and gradient 183 -> 160 µs /
-#: 166 -> 166; the MLP step, the SeLU layer, the tiny functions and Table 1's other
-#: programs within 1-4 % either way. Compile times alike (MLP step, convnet, HMM).
+#: XLA:CPU's memory-optimised scheduler (the order its operations run in, chosen to keep
+#: fewer buffers live) in place of its default, for every program a CPU backend compiles
+#: (unless XLA_FLAGS chose a scheduler; pmap's programs keep XLA's). Measured (a program
+#: alone, aligned arguments, fastest of 9 samples; first program / default emitters): the
+#: HMM's gradient 421 -> 283 µs / 300 -> 302, its Hessian-vector product 621 -> 411 / 471
+#: -> 430, the convnet step 156 -> 130 ms / 159 -> 137, logistic regression's value and
+#: gradient 183 -> 160 µs / 166 -> 166; the MLP step, the SeLU layer, the tiny functions and
+#: Table 1's other programs within 1-4 % either way. Compile times alike (MLP step, convnet,
+#: HMM).
 SCHEDULER_OVERRIDES = [("xla_cpu_scheduler_type", "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED")]
 
 log = logging.getLogger(__name__)
