@@ -61,12 +61,13 @@ def compiled_pair(fun, args, repeat):
     tiering.UPGRADE_RENT = None  # each keeps its first program ...
     legacy = jit_ps(fun)
     legacy(*args)
+    fast_overrides = list(backend.FAST_COMPILE_OVERRIDES)
     backend.FAST_COMPILE_OVERRIDES[:] = [("xla_cpu_use_fusion_emitters", True)]  # ... this one the default's
     try:
         default = jit_ps(fun)
         default(*args)
     finally:
-        backend.FAST_COMPILE_OVERRIDES[:] = [("xla_cpu_use_fusion_emitters", False)]
+        backend.FAST_COMPILE_OVERRIDES[:] = fast_overrides
     return legacy, default, {k: statistics.median(v) for k, v in seconds.items()}
 
 

@@ -55,7 +55,7 @@ def test_the_first_program_compiles_fast_and_the_default_is_tried_once_the_rent_
     entry, results = settle(f, x)
     info = f.cache_info()
     assert (info["compiles"], info["upgrades"], info["traces"]) == (1, 1, 1) and info["upgrade_seconds"] > 0
-    assert entry.options is None or entry.options.env_option_overrides[:1] == backend.FAST_COMPILE_OVERRIDES
+    assert entry.options is None or entry.options.env_option_overrides[:2] == backend.FAST_COMPILE_OVERRIDES
     want = grad(lambda x: np.sum(np.tanh(x) * np.exp(-x * x)))(x)
     for got in results:  # both programs ran, in turn, during the trial
         onp.testing.assert_array_equal(got, results[0])
@@ -133,6 +133,8 @@ def test_every_cpu_program_compiles_with_the_memory_optimised_scheduler(monkeypa
     assert seen == [backend.FAST_COMPILE_OVERRIDES + backend.SCHEDULER_OVERRIDES, backend.SCHEDULER_OVERRIDES]
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_scheduler_type=CPU_SCHEDULER_TYPE_DEFAULT")
     assert cpu.fast_compile_options().env_option_overrides == backend.FAST_COMPILE_OVERRIDES
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_parallel_codegen_split_count=8")  # any override XLA_FLAGS sets
+    assert cpu.fast_compile_options().env_option_overrides == backend.FAST_COMPILE_OVERRIDES[:1] + backend.SCHEDULER_OVERRIDES
 
 
 # The functions the two programs were measured to compute the same bits of (backend.py's
