@@ -122,11 +122,16 @@ def test_every_cpu_program_compiles_with_the_memory_optimised_scheduler(monkeypa
     later program's default ones, unless XLA_FLAGS chose a scheduler (which they would undo)."""
     cpu = backend.get_backend("cpu")
     seen = []
-    compile_and_load = cpu.client.compile_and_load
-    monkeypatch.setattr(cpu, "client", types.SimpleNamespace(
-        compile_and_load=lambda text, devices, options: seen.append(list(options.env_option_overrides))
-        or compile_and_load(text, devices, options), platform=cpu.client.platform,
-        platform_version=cpu.client.platform_version))
+
+    class Watched:  # the client, noting the overrides of each compile
+        def __getattr__(self, name):
+            return getattr(client, name)
+
+        def compile_and_load(self, text, devices, options):
+            seen.append(list(options.env_option_overrides))
+            return client.compile_and_load(text, devices, options)
+    client = cpu.client
+    monkeypatch.setattr(cpu, "client", Watched())
     x = rs.randn(5)
     assert_close(jit_ps(lambda x: np.sin(x) * 3.0)(x), np.sin(x) * 3.0)
     cpu.compile(f"module @m {{ func.func public @main(%a: tensor<2xf64>) -> tensor<2xf64> {{ return %a : tensor<2xf64> }} }}")
