@@ -247,14 +247,11 @@ class JittedFunction(dispatch.Calls, aot.Introspection):
         return spec, leaves
 
     def _static_items(self, static_pos, static_kw):
-        names = self._positional_names()
+        names = positional_names(self._signature)
         for i, v in static_pos:
             yield (f"'{names[i]}'" if i < len(names) else f"#{i}"), v
         for k, v in static_kw:
             yield f"'{k}'", v
-
-    def _positional_names(self):
-        return positional_names(self._signature)
 
     def _key(self, spec, leaves):
         """The cache key of these arguments (raises PlainArgument for an argument compiled code cannot take)."""
@@ -796,7 +793,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection):
     def _top_level(self, spec):
         """(name, treedef) of each dynamic top-level argument, positional then keyword."""
         treedef, has_kwargs, static_pos, _ = spec
-        names = self._positional_names()
+        names = positional_names(self._signature)
         static_idx = {i for i, _ in static_pos}
         dyn_names = [n for i, n in enumerate(names) if i not in static_idx]
         args_def, kw_def = treedef[1] if has_kwargs else (treedef, None)
