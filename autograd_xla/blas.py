@@ -29,7 +29,8 @@ A matrix argument only these products and elementwise ops read is read where num
 it (a matrix product's two operands alike): lowering passes the memory from the 64-byte
 boundary below it (a view, lowering.LARGE_ARRAY_BYTES) and its offset there as a further
 operand, and BLAS, which needs no alignment, starts at the offset: no copy, no correction
-(lowering.FUSED_USES).
+(lowering.FUSED_USES). That copy saved is what BLAS's matrix products gain, so a program
+gets them only where each reads such an argument (GEMM_ALONE).
 
 A module naming these targets runs only in a process that registered them (`register`,
 done when the CPU backend starts; the persistent cache's entries load after that).
@@ -72,6 +73,18 @@ GEMM = "autograd_xla_gemm"
 TRANSPOSED_A, TRANSPOSED_B, OFFSET_A, OFFSET_B = 1, 2, 4, 8
 #: The fewest multiply-adds (m * k * n) of a matrix product lowering gives BLAS; None: never.
 GEMM_MIN_PRODUCT = 1 << 20
+#: Whether BLAS multiplies a program's matrices (GEMM) only where each of the products it
+#: would take reads a large argument (lowering.LARGE_ARRAY_BYTES) where numpy keeps it, else
+#: XLA multiplies them all (lowering.emit). What BLAS saves is the copy XLA's dot makes of a
+#: misaligned matrix, and a program switching between OpenBLAS's threads and XLA's pays for
+#: it, as they spin after their work. Measured (ms a call, float64, arguments at 16 mod 64,
+#: each program alone; first programs, legacy emitters, BLAS / XLA): the SeLU layer, its one
+#: product reading its 8 MiB weights, 7.8 / 9.1, its gradient 13.7 / 15.3; the MLP step, 5
+#: products, 3 reading no argument, 4.15 / 3.63; the demo's classifier (its images closed
+#: over) 13.7 / 11.8. BLAS for the MLP step's two products that read its arguments and XLA
+#: for the three others took longer than either (default emitters: 3.27-3.58 against
+#: 2.91-3.08 and 2.97-3.13). False: BLAS takes every product it can.
+GEMM_ALONE = True
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 _P = ctypes.c_void_p

@@ -74,7 +74,7 @@ class ModuleState:
     source locations of its ops (an hlo.Locations, or None for none); the named axes its
     collectives may reduce over (`axes`: name -> size), each a pmap's devices."""
 
-    def __init__(self, platform="cpu", locations=None, axes=None, use_blas=False, merge=True):
+    def __init__(self, platform="cpu", locations=None, axes=None, use_blas=False, merge=True, gemm=True):
         self.platform = platform
         # whether independent calls of a looping primitive are emitted as one
         # (lowering.schedule), and how many such groups were
@@ -88,9 +88,11 @@ class ModuleState:
         # transpose's uses are its operand's
         self.uses = None
         self.views = {}  # value name -> View, the arguments lowering reads through views
-        # whether matrix-vector products go to BLAS (blas.py: a single-device CPU program), and
-        # value name -> (memory, offset) for the arguments read through views they may read in place
-        self.blas, self.blas_products = use_blas, 0
+        # whether matrix-vector products go to BLAS (blas.py: a single-device CPU program) and
+        # matrix products too (`gemm`), the products it took and those of them that read no
+        # watched value (a large argument: blas.GEMM_ALONE), and value name -> (memory,
+        # offset) for the arguments read through views they may read in place
+        self.blas, self.gemm, self.blas_products, self.gemm_apart = use_blas, use_blas and gemm, 0, 0
         self.in_place = {}
 
     def lift(self, array):
@@ -298,7 +300,7 @@ class LoweringContext(hlo.Builder):
         each read where it is stored, transposed or not, an argument read through a view as
         its memory and offset there (as _gemv's)."""
         real = hlo.canonical_dtype(x.dtype)
-        if (x.ndim != 2 or y.ndim != 2 or len(lc) != 1 or x.dtype != y.dtype
+        if (not self.module.gemm or x.ndim != 2 or y.ndim != 2 or len(lc) != 1 or x.dtype != y.dtype
                 or (dtype is not None and np.dtype(dtype) != real) or x.name in self.module.views
                 or y.name in self.module.views):
             return None
@@ -313,6 +315,8 @@ class LoweringContext(hlo.Builder):
             flags |= 0 if place is None else offset
         layout = self.constant(np.array([m, k, n, flags], np.int32))
         self.module.blas_products += 1
+        watched = self.module.uses or {}
+        self.module.gemm_apart += not any(v.name in watched or v.name in self.module.in_place for v in (x, y))
         return self.custom_call(blas.GEMM, [layout, *operands], [((m, n), x.dtype)])[0]
 
     def _dot_general(self, x, y, contracting, batching, dtype):

@@ -445,7 +445,8 @@ def emit(graph, name="jit_fn", platform="cpu", x64=True, pack=True, donate=(), l
     `dot_views` those matrix products read too (context.View); not with `donate`, whose donors
     XLA may alias to the same results. `Lowered.dot_views` says whether lowering again with
     dot_views would read an argument in place that this program copies. `use_blas`: on the CPU,
-    BLAS multiplies large matrices by vectors (blas.py; `Lowered.blas` says whether it does).
+    BLAS multiplies large matrices by vectors, and by matrices where each such product reads a
+    large argument (blas.GEMM_ALONE; `Lowered.blas` says whether it does either).
     `merge`: independent calls of a looping primitive are emitted as one (`schedule`;
     `Lowered.merged` says whether some were)."""
     with hlo.narrow_64_bit(not x64):
@@ -453,10 +454,14 @@ def emit(graph, name="jit_fn", platform="cpu", x64=True, pack=True, donate=(), l
         use_blas = use_blas and platform == "cpu"
         read = _read(graph)
         main = _Main(graph, read, platform, locations, pack, recycle, use_blas=use_blas, merge=merge)
+        gemm = not (blas.GEMM_ALONE and main.ctx.module.gemm_apart)
+        if not gemm:  # some of BLAS's matrix products read no large argument: XLA's, all of them
+            main = _Main(graph, read, platform, locations, pack, recycle, use_blas=use_blas, merge=merge, gemm=gemm)
         worth = any(main.viewable.values())
         views = main.viewable if dot_views else {i: d for i, d in main.viewable.items() if not d}
         if views:  # emit again, with those arguments read through views
-            main = _Main(graph, read, platform, locations, pack, recycle, views, use_blas=use_blas, merge=merge)
+            main = _Main(graph, read, platform, locations, pack, recycle, views, use_blas=use_blas, merge=merge,
+                         gemm=gemm)
         donors = {k: "{jax.buffer_donor = true}" for k, s in enumerate(main.sources) if type(s) is int and s in donate}
         lowered = _assemble(name, main.ctx, main.params, main.outs, main.sources, recycle, main.views, main.tails,
                             arg_attrs=donors)
@@ -496,11 +501,13 @@ VIEW_DOT_TRAFFIC = 0.5
 class _Main:
     """The main function's body: parameters for the graph's inputs that it `read`s (small ones
     packed, `views` read through views), the body, and which large arguments it only reads
-    elementwise or multiplies as a context.View can (`viewable`), found by watching their uses."""
+    elementwise or multiplies as a context.View can (`viewable`, where it `recycle`s), found by
+    watching their uses; BLAS's matrix products only with `gemm` (blas.GEMM_ALONE)."""
 
-    def __init__(self, graph, read, platform, locations, pack, recycle, views=(), use_blas=False, merge=True):
+    def __init__(self, graph, read, platform, locations, pack, recycle, views=(), use_blas=False, merge=True,
+                 gemm=True):
         self.ctx = ctx = LoweringContext(ModuleState(platform, hlo.Locations() if locations else None,
-                                                     use_blas=use_blas, merge=merge))
+                                                     use_blas=use_blas, merge=merge, gemm=gemm))
         avals = [v.aval for v in graph.invars]
         packs = _packs([a if v in read else None for v, a in zip(graph.invars, avals)], platform, pack)
         packed = {i for _, members in packs for i in members}
@@ -519,7 +526,7 @@ class _Main:
             else:
                 inputs[i] = hlo.Value(f"%arg{len(self.params)}", a.shape, a.dtype, a.weak_type)
                 self.params.append(inputs[i])
-                if recycle and not views and _large(a):
+                if not views and _large(a):
                     watched[inputs[i].name] = i
         for dtype, members in packs:
             buffer = hlo.Value(f"%arg{len(self.params)}", (sum(avals[i].size for i in members),), dtype)
@@ -535,7 +542,7 @@ class _Main:
         self.outs = lower_subgraph(ctx, graph, inputs, [])
         results = {o.name for o in self.outs}
         self.viewable = {}  # graph input index -> whether a dot reads its view
-        for name, i in watched.items():
+        for name, i in watched.items() if recycle else ():
             u, a = ctx.module.uses[name], avals[i]
             if name in results or not (u.ops or u.dots) or not u.ops.keys() <= FUSED_USES:
                 continue

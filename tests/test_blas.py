@@ -153,7 +153,9 @@ MATRIX_FORMS = [
 
 @pytest.fixture
 def small_products(monkeypatch):
+    """BLAS takes these small matrices' products too, wherever their operands come from."""
     monkeypatch.setattr(blas, "GEMM_MIN_PRODUCT", M * N * N)
+    monkeypatch.setattr(blas, "GEMM_ALONE", False)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.__name__)
@@ -187,6 +189,29 @@ def test_large_matrices_are_multiplied_where_they_are(offsets, monkeypatch):
     g = jit_ps(grad(lambda W, b, x: np.sum(layer(W, b, x)), argnum=(0, 1, 2)))  # x.T @ d, d @ W.T
     assert gemms(g, W, b, x) == 3
     assert_close(g(W, b, x), grad(lambda W, b, x: np.sum(layer(W, b, x)), argnum=(0, 1, 2))(W, b, x))
+
+
+def test_blas_multiplies_matrices_only_where_each_product_reads_a_large_argument(monkeypatch):
+    """blas.GEMM_ALONE: an MLP whose first layer reads a large argument but whose next ones
+    do not leaves every product to XLA, as does a product of a matrix closed over; a layer
+    whose products all read large arguments gets BLAS's. The results are autograd's either
+    way, and with GEMM_ALONE off BLAS takes them all."""
+    sizes = (512, 256, 64, 10)                      # x and the first weights are 1 MiB: large
+    params = [(placed((m, n), offset=16) / m, rs.randn(n)) for m, n in zip(sizes[:-1], sizes[1:])]
+    x, y = placed((256, 512), offset=16), onp.eye(10)[rs.randint(0, 10, 256)]
+    A = rs.randn(512, 256)
+
+    def closed(W):                                   # A is a constant: no argument read in place
+        return np.sum(np.tanh(A @ W) ** 2)
+    layer = (lambda W, x: np.sum(np.tanh(x @ W)), (params[0][0], x))  # both large: BLAS's
+    cases = [("mlp", grad(mlp_loss), (params, x, y), 0), ("closed", grad(closed), (rs.randn(256, 64),), 0),
+             ("layer", grad(layer[0], argnum=(0, 1)), layer[1], 3)]
+    for alone in (True, False):
+        monkeypatch.setattr(blas, "GEMM_ALONE", alone)
+        for label, fun, args, products in cases:
+            f = jit_ps(fun)
+            assert (gemms(f, *args) == products) if alone else gemms(f, *args) >= 2, (label, alone)
+            assert_close(f(*args), fun(*args), path=label)
 
 
 def mlp_loss(params, x, y):
@@ -249,6 +274,7 @@ def test_a_later_program_leaves_the_products_to_xla(monkeypatch):
     assert targets(f, A, x, g) == (0, 0)
     assert_close(f(A, x, g), form(A, x, g))
     monkeypatch.setattr(blas, "GEMM_MIN_PRODUCT", 1)           # a matrix product, the same way
+    monkeypatch.setattr(blas, "GEMM_ALONE", False)
     B = placed((N, M), offset=8)
     f = jit_ps(lambda A, B: np.tanh(A @ B))
     assert gemms(f, A, B) == 1
