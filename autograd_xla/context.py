@@ -84,8 +84,8 @@ class ModuleState:
         self.symmetric = {}  # a lifted constant's Value name -> whether blas.symmetric holds (asked once)
         self.locations = locations
         self.axes = dict(axes or {})
-        # value name -> Uses, for the values lowering watches (its argument views); a
-        # transpose's uses are its operand's
+        # value name -> Uses, for the values lowering watches (its large arguments: their
+        # views, blas.GEMM_ALONE); a transpose's uses are its operand's
         self.uses = None
         self.views = {}  # value name -> View, the arguments lowering reads through views
         # whether matrix-vector products go to BLAS (blas.py: a single-device CPU program) and
@@ -315,8 +315,8 @@ class LoweringContext(hlo.Builder):
             flags |= 0 if place is None else offset
         layout = self.constant(np.array([m, k, n, flags], np.int32))
         self.module.blas_products += 1
-        watched = self.module.uses or {}
-        self.module.gemm_apart += not any(v.name in watched or v.name in self.module.in_place for v in (x, y))
+        watched = self.module.uses or {}  # the large arguments, in the first emission (the one asked)
+        self.module.gemm_apart += x.name not in watched and y.name not in watched
         return self.custom_call(blas.GEMM, [layout, *operands], [((m, n), x.dtype)])[0]
 
     def _dot_general(self, x, y, contracting, batching, dtype):
