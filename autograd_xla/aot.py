@@ -311,7 +311,8 @@ class Introspection:
         return self._execute(entry, spec, leaves)
 
     def optimized_hlo(self, *args, **kwargs):
-        """XLA's optimised HLO for these arguments: shows what was fused."""
+        """XLA's optimised HLO for these arguments: shows what was fused. Its ops' source lines
+        are those of the first trace of this program (hlo.without_source_lines)."""
         return self.lower(*args, **kwargs).compile().as_text()
 
     def cost_analysis(self, *args, **kwargs):

@@ -263,17 +263,19 @@ class Backend:
         return options
 
     def compile(self, text, options=None, devices=None, expect_long=False, stats=None):
-        """Compile StableHLO text. Identical programs share one executable while anything
-        uses it, and the RECENT_PROGRAMS last used stay alive after that (`_hold`); an
-        executable is freed once the last jitted function (cache entry) using it is gone and
-        that many others have been used since, or when its function's cache is cleared
-        (`forget`). Returns (Program, compiled_now).
+        """Compile StableHLO text. Identical programs (whatever lines they were traced from:
+        hlo.without_source_lines) share one executable while anything uses it, and the
+        RECENT_PROGRAMS last used stay alive after that (`_hold`); an executable is freed once
+        the last jitted function (cache entry) using it is gone and that many others have been
+        used since, or when its function's cache is cleared (`forget`). Returns (Program,
+        compiled_now).
         With the persistent cache on (persistent_cache.py) a program not in memory is looked
         up on disk before XLA compiles it, and stored after; a disk hit is not compiled_now
         and counts in `stats` (an aot.CacheStats: persistent_hits, persistent_load_seconds).
         A compile expected to be long (`expect_long`, or LONG_COMPILE_BYTES of text) is
         logged (warning level) before it starts and with its duration when it ends."""
-        key = hashlib.sha256(text.encode()).hexdigest()
+        code = hlo.without_source_lines(text)
+        key = hashlib.sha256(code.encode()).hexdigest()
         opts_key = options.SerializeAsString() if options is not None else b""
         cache_key = (key, opts_key, tuple(d.id for d in devices) if devices else None)
         with self._programs_lock:
@@ -287,7 +289,7 @@ class Backend:
         disk = persistent_cache.active()
         exe = None
         if disk is not None:
-            disk_key = persistent_cache.key(text, _options_bytes(options), self.client.platform,
+            disk_key = persistent_cache.key(code, _options_bytes(options), self.client.platform,
                                             self.client.platform_version, _describe(device_tuple))
             exe = _load(self.client, disk, disk_key, devs, stats)
         compiled_now = exe is None

@@ -247,6 +247,18 @@ class Locations:
                    for (name, filename, line), alias in self._ops.items()])
 
 
+def without_source_lines(text):
+    """A module's text without the files and lines of its ops (the `#L` aliases Locations
+    defines after it; op names, and which ops share a line, stay): what the compile caches key
+    on, so that a program traced from another line, or from a file edited above it, finds the
+    executable compiled before. XLA keeps locations only as op metadata (profiles, dumps), so
+    the executable's are the first trace's."""
+    start = text.find("\n#L0 = loc(")
+    if start < 0:
+        return text
+    return text[:start + 1] + "\n".join(line for line in text[start + 1:].split("\n") if not line.startswith("#L"))
+
+
 def _letters(k):
     """The k-th name made of letters only: a, ..., Z, aa, ab, ... (the shortest alias names)."""
     name = ""

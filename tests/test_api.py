@@ -239,6 +239,31 @@ def test_a_fresh_function_finds_the_executable_of_the_same_program(monkeypatch):
     assert program() is None
 
 
+def layered_loss(params, x):  # autograd's zeros for params[0]'s gradient are made on the caller's line
+    W, b = params[-1]
+    return np.sum(np.tanh(x @ W + b))
+
+
+def test_a_program_traced_from_another_line_finds_its_executable():
+    """The ops a program takes from its caller's line (hlo.Locations) do not keep the backend
+    from sharing an executable: a library's fit() called from two places compiles once."""
+    params = [(rs.randn(3, 2), rs.randn(2)), (rs.randn(3, 2), rs.randn(2))]
+    x = rs.randn(4, 3)
+    f, g = jit_ps(grad(layered_loss)), jit_ps(grad(layered_loss))
+    traced_here = f.stablehlo(params, x)  # traced: the calls below reuse these traces
+    traced_there = g.stablehlo(params, x)
+    assert traced_here != traced_there
+    out_f = f(params, x)
+    out_g = g(params, x)
+    assert (f.stats.compiles, g.stats.compiles) == (1, 0)
+    expected = grad(layered_loss)(params, x)
+    for out in (out_f, out_g):
+        for got, want in zip(out, expected):
+            assert_close(got[0], want[0])
+            assert_close(got[1], want[1])
+        assert not onp.any(out[0][0])
+
+
 class Fitter:
     """A library's model: its likelihood slices by a count, so `n` must be static."""
 
@@ -551,6 +576,8 @@ def test_a_faster_program_that_fails_to_compile_leaves_the_first(monkeypatch, ca
 def test_threads_calling_a_signature_as_it_turns_hot(monkeypatch):
     """Four threads call while the signature's faster programs are made and tried against
     the one in use (tiering.Trial, 3 calls each): every result right, the ladder climbed."""
+    gc.collect()
+    backend.get_backend("cpu").release_recent()  # its programs, compiled from other lines above, are made again
     monkeypatch.setattr(tiering, "UPGRADE_RENT", 0.0)
     monkeypatch.setattr(tiering, "TRIAL_CALLS", 3)
     monkeypatch.setattr(tiering, "TURN_SETTLE_SECONDS", 0.0)

@@ -85,6 +85,45 @@ def test_hit_across_processes(tmp_path):
     assert (dumped["compiles"], dumped["hits"]) == (0, 1)
 
 
+MOVED_CHILD = """
+import hashlib, json
+import autograd.numpy as np
+import numpy
+from autograd import grad
+from autograd_xla import jit_ps
+
+def loss(params, x):  # autograd's zeros for params[0]'s gradient are made on the caller's line
+    W, b = params[-1]
+    return np.sum(np.tanh(x @ W + b))
+
+rs = numpy.random.RandomState(0)
+params = [(rs.randn(3, 2), rs.randn(2)), (rs.randn(3, 2), rs.randn(2))]
+x = rs.randn(4, 3){pad}
+f = jit_ps(grad(loss))
+out = f(params, x)
+info = f.cache_info()
+print(json.dumps({{"out": [a.tolist() for a in out[1]], "compiles": info["compiles"], "hits": info["persistent_hits"],
+                   "text": hashlib.sha256(f.stablehlo(params, x).encode()).hexdigest()}}))
+"""
+
+
+def test_hit_from_a_script_whose_lines_moved(tmp_path):
+    """An edit above the call moves the lines a program's ops carry (hlo.Locations); the
+    entry is found all the same (hlo.without_source_lines)."""
+    env = dict(os.environ, PYTHONPATH=ROOT, AUTOGRAD_XLA_CACHE_DIR=str(tmp_path / "cache"),
+               AUTOGRAD_XLA_CACHE_MIN_COMPILE_SECONDS="0", AUTOGRAD_XLA_CACHE_KEY_FILE=str(tmp_path / "key"))
+    runs = []
+    for pad in ("", "\n\n# an edit\n"):
+        r = subprocess.run([sys.executable, "-c", MOVED_CHILD.format(pad=pad)], capture_output=True, text=True,
+                           timeout=120, cwd=ROOT, env=env)
+        assert r.returncode == 0, r.stderr
+        runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    first, moved = runs
+    assert first["text"] != moved["text"]
+    assert (first["compiles"], first["hits"]) == (1, 0) and (moved["compiles"], moved["hits"]) == (0, 1)
+    assert moved["out"] == first["out"]
+
+
 def test_off_by_default(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOGRAD_XLA_CACHE")}
     env.update(HOME=str(tmp_path), PYTHONPATH=ROOT)
