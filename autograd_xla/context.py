@@ -89,10 +89,12 @@ class ModuleState:
         self.uses = None
         self.views = {}  # value name -> View, the arguments lowering reads through views
         # whether matrix-vector products go to BLAS (blas.py: a single-device CPU program) and
-        # matrix products too (`gemm`), the products it took and those of them that read no
-        # watched value (a large argument: blas.GEMM_ALONE), and value name -> (memory,
-        # offset) for the arguments read through views they may read in place
-        self.blas, self.gemm, self.blas_products, self.gemm_apart = use_blas, use_blas and gemm, 0, 0
+        # matrix products too (`gemm`), the products it took, the matrix products it could
+        # take (with `gemm` or not) and those of them that read no watched value (a large
+        # argument: blas.GEMM_ALONE), and value name -> (memory, offset) for the arguments read
+        # through views they may read in place
+        self.blas, self.gemm = use_blas, use_blas and gemm
+        self.blas_products = self.gemm_products = self.gemm_apart = 0
         self.in_place = {}
 
     def lift(self, array):
@@ -300,13 +302,18 @@ class LoweringContext(hlo.Builder):
         each read where it is stored, transposed or not, an argument read through a view as
         its memory and offset there (as _gemv's)."""
         real = hlo.canonical_dtype(x.dtype)
-        if (not self.module.gemm or x.ndim != 2 or y.ndim != 2 or len(lc) != 1 or x.dtype != y.dtype
+        if (not self.module.blas or x.ndim != 2 or y.ndim != 2 or len(lc) != 1 or x.dtype != y.dtype
                 or (dtype is not None and np.dtype(dtype) != real) or x.name in self.module.views
                 or y.name in self.module.views):
             return None
         (ka,), (kb,) = lc, rc
         m, k, n = x.shape[1 - ka], x.shape[ka], y.shape[1 - kb]
         if not blas.multiplies(m, k, n, real):
+            return None
+        watched = self.module.uses or {}  # the large arguments, in the first emission (the one asked)
+        self.module.gemm_products += 1
+        self.module.gemm_apart += x.name not in watched and y.name not in watched
+        if not self.module.gemm:
             return None
         flags, operands = (blas.TRANSPOSED_A if ka == 0 else 0) | (blas.TRANSPOSED_B if kb == 1 else 0), []
         for v, offset in ((x, blas.OFFSET_A), (y, blas.OFFSET_B)):
@@ -315,8 +322,6 @@ class LoweringContext(hlo.Builder):
             flags |= 0 if place is None else offset
         layout = self.constant(np.array([m, k, n, flags], np.int32))
         self.module.blas_products += 1
-        watched = self.module.uses or {}  # the large arguments, in the first emission (the one asked)
-        self.module.gemm_apart += x.name not in watched and y.name not in watched
         return self.custom_call(blas.GEMM, [layout, *operands], [((m, n), x.dtype)])[0]
 
     def _dot_general(self, x, y, contracting, batching, dtype):
