@@ -133,6 +133,7 @@ def steady_state(data, repeat):
     samples, _ = timing.interleaved({mode: (f, data) for mode, f in calls.items()}, max(repeat, 9), 0.04)
     for mode, s in samples.items():
         out[mode] = statistics.median(s)
+    calls.clear()  # their programs, alive, would be found by the first calls below (whatever line traced them)
     first = {}
     for mode in MODES:
         samples = []
