@@ -13,9 +13,10 @@ AUTOGRAD_XLA_CACHE_MAX_BYTES): the least recently used entries (file mtime, touc
 hit) are deleted to stay within it.
 
 The key (`key`) is a SHA-256 over everything that changes the executable: the StableHLO
-text (without its ops' files and lines, hlo.without_source_lines), jaxlib's version and C++ API counter, the client's platform and platform version, the
-CompileOptions' bytes (XLA_FLAGS are parsed into them; dump-only flags are normalised away
-by the backend, as jax does), the device kinds and count, and LOWERING_VERSION.
+text (without its ops' files and lines: hlo.without_source_lines), jaxlib's version and C++
+API counter, the client's platform and platform version, the CompileOptions' bytes
+(XLA_FLAGS are parsed into them; dump-only flags are normalised away by the backend, as jax
+does), the device kinds and count, and LOWERING_VERSION.
 
 Safety. A serialized executable holds native code that deserializing maps and runs; jaxlib
 checks the proto around it but not the code (a byte flipped inside its ELF object was

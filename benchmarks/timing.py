@@ -3,9 +3,9 @@
 Contenders for one workload are *interleaved*: each round times one sample of every
 contender, in balanced orders (`balanced_orders`), so a burst of load from someone else's
 process, or what a contender leaves behind, lands on all of them rather than on whichever
-happened to run then. A sample is a batch of calls
-long enough (`target` seconds) for the clock to be accurate; the per-call time of a
-sample is batch time / calls. Reported: median over samples and the interquartile range.
+happened to run then. A sample is a batch of calls long enough (`target` seconds) for the
+clock to be accurate; the per-call time of a sample is batch time / calls. Reported: median
+over samples and the interquartile range.
 The garbage collector is collected before and disabled during each sample, as timeit does.
 """
 import argparse
