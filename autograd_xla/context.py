@@ -298,11 +298,12 @@ class LoweringContext(hlo.Builder):
         return None
 
     def _gemm(self, x, lc, y, rc, dtype):
-        """dot_general(x, y) of two matrices as BLAS's product (blas.GEMM), when blas.multiplies:
-        each read where it is stored, transposed or not, an argument read through a view as
-        its memory and offset there (as _gemv's)."""
+        """dot_general(x, y) of two matrices as BLAS's product (blas.GEMM), when blas.multiplies
+        and the module takes them (`gemm`; counted either way, for blas.GEMM_ALONE): each read
+        where it is stored, transposed or not, an argument read through a view as its memory
+        and offset there (as _gemv's)."""
         real = hlo.canonical_dtype(x.dtype)
-        if (not self.module.blas or x.ndim != 2 or y.ndim != 2 or len(lc) != 1 or x.dtype != y.dtype
+        if (x.ndim != 2 or y.ndim != 2 or len(lc) != 1 or x.dtype != y.dtype
                 or (dtype is not None and np.dtype(dtype) != real) or x.name in self.module.views
                 or y.name in self.module.views):
             return None

@@ -502,7 +502,8 @@ def rel(a, b):
 def run_one(name):
     from autograd import grad
     import autograd_xla
-    from autograd_xla import jit_ps, tiering
+    from autograd_xla import jit_ps
+    import timing
     spec = EX[name]()
     fun, args, argnum = spec["fun"], spec["args"], spec.get("argnum", 0)
     reset_ex = spec.get("reset")
@@ -544,20 +545,13 @@ def run_one(name):
     out["rel_jit_grad"] = rel(g1, g0) if g1 is not None else None
     out["rel_grad_jit"] = rel(g2, g0) if g2 is not None else None
 
-    def settle(f, label, limit=20.0):
-        """Call until the signature's ladder (tiering.Ladder) has settled, so that the program
-        timed is the one it keeps and no compile runs beside the timed calls (which made a
-        fastest-of-3 right after the first call read 0.7x where settled calls give 1.2-1.3x)."""
-        t0 = time.perf_counter()
-        while f.cache_info()["climbing"] and time.perf_counter() - t0 < limit:
-            call(label, f)
-            tiering.compile_thread.wait(limit)
-
     def best(f, label):
         return min(call(label, f)[1] for _ in range(5))
     out["t_plain"] = best(gfun, "plain grad")
     if g1 is not None:
-        settle(jg, "jit_ps(grad)")
+        # the program its ladder keeps, with no compile beside the timed calls (fastest of 3
+        # right after the first call read neural_net at 0.7x where settled calls give 1.2-1.3x)
+        timing.settle(jg, args, limit=20.0)
     out["t_jit"] = best(jg, "jit_ps(grad)") if g1 is not None else None
     return out
 
