@@ -21,8 +21,9 @@ The modules stand on floors; each imports only its own floor and those below
     Graphviz picture of XLA's optimised HLO text (fusions as clusters)
  3. blas: BLAS's matrix products as XLA custom calls on the CPU; clients: jaxlib's clients
     per platform (CPU, the CUDA and TPU plugins) and the runtime calls that moved between
-    jaxlib versions; context: what a translation rule gets as ctx (numpy promotion,
-    broadcasting, constants)
+    jaxlib versions; memory: glibc's malloc thresholds and numpy's arrays at 64-byte
+    boundaries (XLA reads those in place); context: what a translation rule gets as ctx
+    (numpy promotion, broadcasting, constants)
  4. rules/: translation rules only, one module per family (adding a primitive is one
     @lowers function in one of them)
  5. tracing, lowering, partial_eval: the interpreters of a graph; batching: lowering for
@@ -47,7 +48,7 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # jaxlib's INFO lines; before any module here imports jaxlib
 del os  # not part of the package's namespace
 
-from . import clients, distributed  # noqa: E402
+from . import distributed, memory  # noqa: E402
 from .api import JittedFunction, eval_shape, jit_ps  # noqa: E402
 from .backend import DeviceArray, default_platform, devices, set_cpu_device_count, set_default_platform  # noqa: E402
 from .collectives import all_gather, axis_index, axis_size, pmax, pmean, pmin, ppermute, psum  # noqa: E402
@@ -63,7 +64,8 @@ from .replicated import ShardedArray  # noqa: E402
 from .tiering import set_default_tiered  # noqa: E402
 from .transforms import hessian, jacfwd, jacrev, vmap  # noqa: E402
 
-clients.raise_malloc_thresholds()  # glibc: results and temporaries not faulted in afresh at every call
+memory.raise_malloc_thresholds()  # glibc: results and temporaries not faulted in afresh at every call
+memory.align_numpy_unless_told_not()  # numpy's large arrays where XLA reads them in place
 
 __version__ = "0.1.0"
 

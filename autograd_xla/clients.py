@@ -3,7 +3,6 @@ plugin (CUDA from jax-cudaNN-pjrt, TPU from libtpu), with the vendor kernels eac
 and the runtime calls whose form differs between jaxlib versions. backend.py wraps a client
 in a Backend.
 """
-import ctypes
 import functools
 import importlib
 import importlib.util
@@ -102,41 +101,6 @@ def _register_cuda_kernels(c_api, flavor):
         for name, capsule, *rest in module.registrations().get("CUDA", []):
             xc.register_custom_call_target(name, capsule, platform="CUDA", api_version=rest[0] if rest else 1)
     return True
-
-
-#: glibc's malloc serves a request below its mmap threshold from its heap, and gives the
-#: heap's free top back to the kernel (brk) once that exceeds the trim threshold, twice the
-#: mmap threshold. Both start at 128 and 256 KiB and rise, up to 32 and 64 MiB on 64 bits, as
-#: the process frees larger mmapped blocks. XLA:CPU allocates each result afresh
-#: (posix_memalign) and frees it when numpy lets go of it, so with the thresholds part-way up
-#: a result at the heap's top was given back and faulted in again at every call: `x + 1.0` on
-#: 120,000 float64 (a settled program, C++'s call path) took 90-176 µs a call with 28-69 page
-#: faults a call for about half of the arrays tried (which array decided where the result
-#: fell), numpy 22 µs; with the thresholds raised, 25-29 µs and no faults for every array.
-#: Plain autograd's temporaries paid the same: the benchmarks' MLP fit ran at 11-11.8 ms a
-#: gradient call, 3.8-5.1 with the thresholds raised. So importing the package frees a block
-#: of this size (raise_malloc_thresholds): the thresholds then stand where a process that
-#: freed one 32 MiB array has them, from the first call on, plain (tiered) ones included.
-#: Thresholds the user set (mallopt, MALLOC_MMAP_THRESHOLD_, GLIBC_TUNABLES) are fixed, and
-#: glibc then leaves them as they are.
-MALLOC_RAISING_BYTES = (32 << 20) - (64 << 10)
-
-
-def glibc():
-    """Whether the C library is glibc (whose malloc raise_malloc_thresholds tunes)."""
-    return ("CS_GNU_LIBC_VERSION" in getattr(os, "confstr_names", {})
-            and (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc"))
-
-
-def raise_malloc_thresholds():
-    """Move glibc's mmap and trim thresholds to their highest (MALLOC_RAISING_BYTES); nothing
-    elsewhere."""
-    if not glibc():
-        return
-    libc = ctypes.CDLL(None)  # a handle of our own: the restypes set here stay ours
-    malloc, free = libc.malloc, libc.free
-    malloc.restype, malloc.argtypes, free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
-    free(malloc(MALLOC_RAISING_BYTES))
 
 
 def cpu_client(num_devices, options):

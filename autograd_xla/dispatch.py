@@ -52,7 +52,7 @@ from jaxlib import _jax
 from jaxlib import xla_client as xc
 
 from . import backend as backend_mod
-from . import clients
+from . import memory
 from . import lowering, tracing, tree
 
 try:
@@ -198,12 +198,12 @@ ARGUMENT_BYTES = lowering.LARGE_ARRAY_BYTES if Calls is Front else backend_mod.I
 #: place, aligned (a misaligned one's call goes to Python, whose program reads it through a
 #: view, lowering.LARGE_ARRAY_BYTES), and the results are XLA's fresh memory, which malloc
 #: serves from its heap without page faults below its raised thresholds
-#: (clients.MALLOC_RAISING_BYTES). `x + 1.0` on aligned float64, a call through C++ against
+#: (memory.MALLOC_RAISING_BYTES). `x + 1.0` on aligned float64, a call through C++ against
 #: the Python path (numpy), medians of 2-4 processes: 300,000 elements 47-55 µs against
 #: 109-113 (52), 400,000 63-98 against 123-126 (70), 600,000 83-131 against 131-147 (110); at
 #: 700,000-850,000 either way 96-290 (XLA's thread pool wakes or not); 10^6 fed back, 178-330
 #: against 170-186 (190-220).
-DIRECT_BYTES = 4 << 20 if Calls is Front and clients.glibc() else ARGUMENT_BYTES
+DIRECT_BYTES = 4 << 20 if Calls is Front and memory.glibc() else ARGUMENT_BYTES
 #: ... for programs of StableHLO text up to this. The second program saves the Python path's
 #: work a call (~60 µs for `x + 1.0` on 300,000 elements) and compiles in the call that first
 #: finds the large arguments aligned (`x + 1.0` 29 ms, `sin(x) * s + y - t` 24 ms, 1-2 kB of

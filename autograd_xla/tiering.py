@@ -57,7 +57,7 @@ FIRST_COMPILE_SECONDS = 0.2
 #: but what it saves, p - c a call, and breaks even after C / (p - c) calls, which cost
 #: C * p / (p - c) of plain time: this factor is p / (p - c) for compiled calls twice as
 #: fast as plain ones, the middle of the benchmarks' range (the MLP gradient 4-5.5 ms a call
-#: plain, with glibc's thresholds raised, clients.MALLOC_RAISING_BYTES, and 4.2-4.5 compiled;
+#: plain, with glibc's thresholds raised, memory.MALLOC_RAISING_BYTES, and 4.2-4.5 compiled;
 #: tiny_grad 55-63 µs against 6). tiered.py, tiered / plain autograd, median of 5 jobs: with
 #: 1, 30 calls 1.12x (the job crossed the budget: traced at its end), 100 1.29x, 300 1.11x;
 #: with 2, 30 calls 1.05x (plain all through), 100 1.37x, 300 1.15x.

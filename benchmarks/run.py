@@ -50,9 +50,11 @@ def parse_args(argv=None):
                    help="statistic of the samples shown and used for ratios (min resists other people's load "
                         "better; median is the default)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--align", type=int, choices=(16, 64), default=16,
-                   help="input arrays' address modulo 64 (default 16): 16 is what malloc gives large numpy "
-                        "arrays, which XLA must copy in; 64 lets a runtime use them in place (jax.jit does)")
+    p.add_argument("--align", choices=("numpy", "16", "64"), default="numpy",
+                   help="where the input arrays are: 'numpy' (default) as numpy made them in this process, which "
+                        "imported autograd_xla (so 64-byte aligned from 64 KiB on: memory.align_numpy); 16 or 64 "
+                        "their address modulo 64: 16 is where numpy's own handler puts large arrays, which XLA "
+                        "must copy in; 64 lets a runtime use them in place (jax.jit does)")
     p.add_argument("--no-jax", action="store_true", help="leave jax out even if it is importable")
     p.add_argument("--no-device-inputs", action="store_true",
                    help="omit the 'jax.jit, inputs on device' column")
@@ -191,6 +193,14 @@ def place(tree, offset):
     return out
 
 
+def placement(align):
+    if align == "numpy":
+        from autograd_xla import memory
+        return ("inputs as numpy made them, " + ("64-byte aligned from 64 KiB on (autograd_xla's numpy memory handler)"
+                                                 if memory.numpy_aligned() else "with numpy's own memory handler"))
+    return f"inputs at address ≡ {int(align) % 64} mod 64"
+
+
 # ----- correctness ----------------------------------------------------------------------------
 
 def leaves_of(obj):
@@ -232,7 +242,9 @@ def run_workload(wl, args, jax, jnp):
     from autograd_xla import jit_ps
 
     dtype = onp.dtype(args.dtype)
-    inputs = place(wl.make_inputs(dtype, onp.random.default_rng(args.seed)), args.align)
+    inputs = wl.make_inputs(dtype, onp.random.default_rng(args.seed))
+    if args.align != "numpy":
+        inputs = place(inputs, int(args.align))
     result = {"name": wl.name, "times": wl.times, "overhead_bound": wl.overhead_bound,
               "speedup_target": wl.speedup_target, "first_call": {},
               "errors": {}, "dtype_notes": []}
@@ -389,8 +401,7 @@ def report(results, failures, env, args):
     has_jax = "jax" in present
 
     lines += ["", f"## Steady state: {STAT} time per call (± = interquartile range / median; {args.repeat} "
-                  f"interleaved samples of ≥{args.target_ms:g} ms; dtype {args.dtype}; inputs at address "
-                  f"≡ {args.align % 64} mod 64)", ""]
+                  f"interleaved samples of ≥{args.target_ms:g} ms; dtype {args.dtype}; {placement(args.align)})", ""]
     head = ["workload"] + [CONTENDER_TITLES[c] for c in present] + ["autograd / jit_ps"]
     if has_jax:
         head += ["jit_ps / jax.jit", "autograd / jax.jit"]

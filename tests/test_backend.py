@@ -12,7 +12,7 @@ import autograd.numpy as np
 from autograd import grad
 import autograd_xla
 from autograd_xla import DeviceArray, PlatformUnavailableError, jit_ps
-from autograd_xla import backend as backend_mod, clients
+from autograd_xla import backend as backend_mod, clients, memory
 from helpers import assert_close
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -82,12 +82,12 @@ def test_environment_variable_selects_the_platform():
         assert "gpu" in out.stdout and "unavailable" in out.stdout and expected in out.stdout, out.stdout + out.stderr
 
 
-@pytest.mark.skipif(not clients.glibc(), reason="glibc's malloc thresholds")
+@pytest.mark.skipif(not memory.glibc(), reason="glibc's malloc thresholds")
 @pytest.mark.parametrize("imported", [False, True], ids=["numpy and jaxlib alone", "autograd_xla imported"])
 def test_importing_the_package_raises_glibcs_malloc_thresholds(imported):
     """Once autograd_xla is imported, a 16 MiB block comes from malloc's heap, not from mmap
     (the chunk header's IS_MMAPPED bit): results and temporaries of 64 KiB-1 MiB are then not
-    given back to the kernel and faulted in again at every call (clients.MALLOC_RAISING_BYTES).
+    given back to the kernel and faulted in again at every call (memory.MALLOC_RAISING_BYTES).
     In a fresh process with numpy and jaxlib alone the block is mmapped: the check can fail."""
     code = ("import ctypes, numpy, jaxlib.xla_client\n"
             f"if {imported}:\n    import autograd_xla\n"
