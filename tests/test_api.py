@@ -679,7 +679,7 @@ def spare_memory_is_bounded_and_released(monkeypatch):
     x, x32 = placed(), placed(dtype=onp.float32)
     results = [jit_ps(poly)(x) for _ in range(4)]
     del results                                 # four dead results: two kept (RECYCLE_PER_TYPE)
-    assert [len(v) for v in cpu._spare.values()] == [2] and cpu._spare_bytes == 2 * unit
+    assert [len(v) for v in cpu._spare.values()] == [2] and cpu._spare_bytes == 2 * unit, {k: len(v) for k, v in cpu._spare.items()}
     results = [jit_ps(lambda x: x * 2.0)(onp.concatenate([x32, x32])) for _ in range(3)]
     del results                                 # three more of another type: one kept (the byte bound)
     assert sorted(len(v) for v in cpu._spare.values() if v) == [1, 2] and cpu._spare_bytes == 3 * unit
