@@ -7,9 +7,9 @@
  * handler (malloc, and its cache of small blocks: without it `x * 2.0 + 1.0` on 3 elements took
  * 5 % longer); the blocks are all malloc's, which free() and realloc() take, so a size numpy
  * misreported, or C code that frees an array's data itself (which NEP 49 forbids, but old
- * extensions do), still frees one correctly. calloc from
- * LAZY_ZEROS_FROM bytes stays calloc (misaligned): a block that large comes from fresh mmapped
- * pages that need no zeroing, and np.zeros of a huge array must not touch every page at once.
+ * extensions do), still frees one correctly. calloc from LAZY_ZEROS_FROM bytes stays numpy's
+ * (misaligned): a block that large comes from fresh mmapped pages that need no zeroing, and
+ * np.zeros of a huge array must not touch every page at once.
  * Like numpy's default handler, blocks from HUGE_FROM bytes are advised onto transparent huge
  * pages where numpy's own setting (_set_madvise_hugepage) says so. numpy tracks the blocks for
  * tracemalloc itself, whatever the handler.

@@ -180,8 +180,9 @@ def place(tree, offset):
 
     Where an input lives decides whether XLA can read it in place: jax.jit passes 64-byte
     aligned numpy arrays to the CPU runtime without copying and copies the others. numpy's
-    own large arrays come from mmap and sit 16 bytes past a page boundary, so the default
-    (16) is the common case; fixing the address keeps runs comparable."""
+    own memory handler puts large arrays 16 bytes past a 64-byte boundary (mmap's, 16 past a
+    page; malloc's heap, by chance on one or not); the one autograd_xla gives numpy on import
+    puts them on one (--align numpy, the default, leaves inputs where numpy made them)."""
     if isinstance(tree, (list, tuple)):
         return type(tree)(place(x, offset) for x in tree)
     a = onp.asarray(tree)
