@@ -675,7 +675,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection):
         with self._lock:  # clear_cache marks its pending jobs under the lock
             forget = job.forgotten
         if forget:
-            self._backend().forget([entry.executable.program])
+            self._backend().forget(entry.executable.programs())
         if aot.explaining(self.explain):
             what = f"compiled in {seconds:.3g} s" if compiled else "not compiled: identical to one compiled before"
             aot.report(f"{self!r} {what} in the background for {self._signature_text(key)}")
@@ -689,7 +689,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection):
         over signature `key`'s plain calls, tiered). Returns (seconds, whether it compiled
         rather than reused)."""
         entry.options = self._backend().fast_compile_options()
-        executable, seconds, compiled = self._compile_program(entry, entry.lowered, entry.options)
+        executable, seconds, compiled = self._compile_program(entry, entry.lowered, entry.options, fresh_first=True)
         steps = [variant for variant, wanted in ((None, entry.options is not None), (lowering.VIEWS, entry.lowered.dot_views),
                                                  (lowering.XLA_DOTS, entry.lowered.blas),
                                                  (lowering.APART, entry.lowered.merged)) if wanted]
@@ -704,17 +704,34 @@ class JittedFunction(dispatch.Calls, aot.Introspection):
         entry.stage = COMPILED  # last: a call on another thread (tiered) uses the entry once it reads this
         return seconds, compiled
 
-    def _compile_program(self, entry, lowered, options, share=None):
+    def _compile_program(self, entry, lowered, options, share=None, fresh_first=False):
         """XLA compiles `lowered` (a lowering of the entry's graph) with `options`; returns
-        (backend.Executable sharing `share`'s constants, seconds, whether it compiled or reused)."""
+        (backend.Executable sharing `share`'s constants, seconds, whether it compiled or reused).
+        `fresh_first`, for a lowering with a fresh_text (lowering.FRESH_RESULT_BYTES) none of
+        whose recycled results has a dead one to reuse yet: that is compiled now, and
+        `lowered.text` on the compile thread after the first call (the Executable's `fresh`,
+        `start_compile`)."""
         t0, backend = time.perf_counter(), self._backend()
+        fresh_first = fresh_first and lowered.fresh_text is not None and not all(
+            backend.has_spare(*lowered.out_avals[k]) for k in lowered.recycled)
         try:
-            exe, compiled = backend.compile(lowered.text, options, expect_long=len(entry.graph.eqns) > LARGE_PROGRAM_WARN_AFTER,
-                                           stats=self.stats)
+            exe, compiled = backend.compile(lowered.fresh_text if fresh_first else lowered.text, options,
+                                            expect_long=len(entry.graph.eqns) > LARGE_PROGRAM_WARN_AFTER, stats=self.stats)
         except CompileError as e:
             raise aot.explain_compile_error(self, e, entry.graph, lowered, backend, self._x64(backend)) from None
-        return (backend_mod.Executable.from_lowered(backend, exe, lowered, self.stats, share), time.perf_counter() - t0,
-                compiled)
+        if fresh_first:
+            executable = backend_mod.Executable.from_lowered(backend, None, lowered, self.stats, share, fresh=exe)
+            executable.start_compile = functools.partial(tiering.Job.start, functools.partial(
+                self._compile_recycling, executable, lowered.text, options))
+        else:
+            executable = backend_mod.Executable.from_lowered(backend, exe, lowered, self.stats, share)
+        return executable, time.perf_counter() - t0, compiled
+
+    def _compile_recycling(self, executable, text, options, job):
+        """On the compile thread: a fresh_first Executable's own program (_compile_program)."""
+        program, compiled = self._backend().compile(text, options, stats=self.stats)
+        self.stats.compiles += compiled
+        executable.adopt(program)
 
     def _trace(self, flat_fun, in_avals, names, spec, leaves, example, parameters):
         """Trace with numpy.random's global-state calls recorded as host draws, and with the
@@ -901,8 +918,9 @@ class JittedFunction(dispatch.Calls, aot.Introspection):
             d._forget_pending()
 
     def _programs(self):
-        found = [x.program for e in self._cache.values()
-                 for x in (getattr(e, "executable", None), getattr(e, "direct", None)) if x is not None]
+        found = [p for e in self._cache.values()
+                 for x in (getattr(e, "executable", None), getattr(e, "direct", None)) if x is not None
+                 for p in x.programs()]
         for d in self._derivatives.values():
             found += d._programs()
         return found

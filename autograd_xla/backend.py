@@ -208,6 +208,10 @@ class Backend:
             raise MemoryError(f"out of memory for a result of a jitted function: {hlo.tensor_type(aval.shape, aval.dtype)}"
                               f" needs {aval.size * aval.dtype.itemsize / 2**30:.1f} GiB") from None
 
+    def has_spare(self, shape, dtype):
+        """Whether `take` would find a dead result of this type to reuse."""
+        return bool(self._spare.get(("result", tuple(shape), np.dtype(dtype))))
+
     def give(self, buffer, aval):
         """Keep the buffer of a result no one sees any more, for `take` (within RECYCLE_*)."""
         self._push(("result", aval.shape, aval.dtype), buffer, aval)
@@ -424,15 +428,24 @@ COST_KEYS = {"flops": "flops", "transcendentals": "transcendentals", "bytes acce
 
 
 class Executable:
-    """One compiled signature, with everything the call path needs prepared up front."""
+    """One compiled signature, with everything the call path needs prepared up front.
+
+    `fresh`: a Program of the same signature that writes every result afresh (lowering's
+    Lowered.fresh_text, where a recycled result is of FRESH_RESULT_BYTES or more), run by a
+    call that finds no dead result to reuse for one of them, and by every call while
+    `program` is None: its compile is begun (`start_compile`, set by its maker, which hands
+    the program to `adopt`) once the first such call has returned, so that it does not share
+    the cores with that call."""
 
     __slots__ = ("backend", "program", "exe", "in_avals", "consts", "const_arrays", "handlers", "out_avals",
                  "_put_args", "converters", "text", "stats", "_placements", "sources", "recycled", "views", "tails",
-                 "_offsets")
+                 "_offsets", "fresh", "start_compile")
 
     def __init__(self, backend, program, in_avals, out_avals, consts, text, stats=None, sources=None, recycled=(),
-                 views=(), tails=(), share=None):
-        self.backend, self.program, self.exe, self.text = backend, program, program.exe, text
+                 views=(), tails=(), share=None, fresh=None):
+        self.backend, self.program, self.text = backend, program, text
+        self.exe = program.exe if program is not None else None
+        self.fresh, self.start_compile = fresh, None
         self.in_avals = [Aval(s, d) for s, d in in_avals]
         # what each parameter is made of: an argument index, or a list of them packed together
         self.sources = list(range(len(in_avals))) if sources is None else sources
@@ -456,10 +469,21 @@ class Executable:
         self.stats = stats if stats is not None else TransferStats()
 
     @classmethod
-    def from_lowered(cls, backend, program, lowered, stats=None, share=None):
-        """The executable of `program`, compiled from a lowering.Lowered (`share`: __init__'s)."""
+    def from_lowered(cls, backend, program, lowered, stats=None, share=None, fresh=None):
+        """The executable of `program`, compiled from a lowering.Lowered (`share`, `fresh`:
+        __init__'s)."""
         return cls(backend, program, lowered.in_avals, lowered.out_avals, lowered.consts, lowered.text, stats,
-                   lowered.sources, lowered.recycled, lowered.views, lowered.tails, share)
+                   lowered.sources, lowered.recycled, lowered.views, lowered.tails, share, fresh)
+
+    def adopt(self, program):
+        """Take `program` (compiled from `text`) into use: the calls that find the dead results
+        they need run it from now on."""
+        self.program = program
+        self.exe = program.exe
+
+    def programs(self):
+        """The compiled programs this executable holds."""
+        return [p for p in (self.program, self.fresh) if p is not None]
 
     def __call__(self, leaves, keep_on_device=False):
         sharding, devices = self._put_args
@@ -496,17 +520,26 @@ class Executable:
             moved += 1
         stats = self.stats
         stats.host_to_device += moved
+        exe = self.exe
+        fresh = self.fresh is not None and (exe is None or not all(
+            self.backend.has_spare(self.out_avals[k].shape, self.out_avals[k].dtype) for k in self.recycled))
         try:
             if offsets:
                 buffers.append(self._offsets_buffer(tuple(offsets)))
-            for k in self.recycled:
-                buffers.append(self.backend.take(self.out_avals[k]))
-            outs = self.exe.execute_sharded(buffers).consume_with_handlers(self.handlers)
+            if fresh:
+                exe = self.fresh.exe
+            else:
+                for k in self.recycled:
+                    buffers.append(self.backend.take(self.out_avals[k]))
+            outs = exe.execute_sharded(buffers).consume_with_handlers(self.handlers)
         except xc.XlaRuntimeError as e:
             raise runtime_error(e) from None
         finally:
             for copy, aval in staged:  # read by now: the CPU client is synchronous
                 self.backend.unstage(copy, aval)
+        start, self.start_compile = self.start_compile, None
+        if start is not None:
+            start()
         if keep_on_device:
             return [DeviceArray(o, a, self.backend) for o, a in zip(outs, self.out_avals)]
         stats.device_to_host += len(outs)
@@ -534,19 +567,23 @@ class Executable:
         inputs aliased by outputs, generated code); NotImplementedError where the platform's
         PJRT client does not report them."""
         try:
-            stats = self.exe.get_compiled_memory_stats()
+            stats = self._running().get_compiled_memory_stats()
         except (AttributeError, xc.XlaRuntimeError) as e:
             raise NotImplementedError(f"the {self.backend.platform} client reports no memory statistics: {e}") from None
         return {name: getattr(stats, name) for name in dir(stats) if name.endswith("_in_bytes")}
 
+    def _running(self):
+        """The loaded executable calls run now (`fresh`'s while `program` is compiling)."""
+        return self.exe if self.exe is not None else self.fresh.exe
+
     def optimized_hlo(self):
-        return self.exe.hlo_modules()[0].to_string()
+        return self._running().hlo_modules()[0].to_string()
 
     def cost_analysis(self):
         """XLA's estimate of what one call costs, summed over the program's operations (see
         COST_KEYS). XLA's per-operand entries ('bytes accessed0{}', 'utilization1{}', ...) are
         left out: they sum over operations by operand position, not over the arguments."""
-        raw = self.exe.cost_analysis()
+        raw = self._running().cost_analysis()
         out = {key: float(raw.get(xla_key, 0.0)) for key, xla_key in COST_KEYS.items()}
         if "optimal_seconds" in raw:
             out["optimal seconds"] = float(raw["optimal_seconds"])

@@ -203,6 +203,18 @@ PACK_MAX_BYTES = 1 << 12
 #: signature's second program, context.View) is a view (`Lowered.views`): its data is read
 #: where it is, from the 64-byte boundary below it (numpy aligns to 16 bytes, XLA needs 64).
 LARGE_ARRAY_BYTES = 1 << 20
+#: A result this large comes from glibc's mmap (memory.MALLOC_RAISING_BYTES) as fresh pages
+#: wherever it is made, so the buffer a recycling program writes it into costs a call with no
+#: dead result to reuse what the program's own result would: PJRT makes it by copying
+#: uninitialised memory on one thread, faulting its pages in (x * x * x on 10000x10000
+#: float32: 180 ms, 98,000 faults), where XLA's program faults a fresh result's on its pool
+#: threads as it writes them (88-99 ms). A program with such a result is emitted a second
+#: time without recycled results (`Lowered.fresh_text`), which such a call runs instead,
+#: where its text is at most FRESH_TEXT_BYTES: a signature compiles both (api), which pays
+#: where compiles are short (1-2 kB of elementwise work: 20-30 ms, dispatch.DIRECT_TEXT_BYTES)
+#: and a copy's 0.45 ms a MB is not small beside them; not where they take seconds.
+FRESH_RESULT_BYTES = 32 << 20
+FRESH_TEXT_BYTES = 16 << 10
 
 
 class Lowered:
@@ -215,10 +227,14 @@ class Lowered:
     it, `view_pad` elements more, or as many as the argument's when its last ones are in a
     parameter of `tails`, those a context.View multiplies), whose offsets from there come in
     one int32 parameter after them; `recycled` the results written into buffers passed as
-    the last parameters, one each (LARGE_ARRAY_BYTES)."""
+    the last parameters, one each (LARGE_ARRAY_BYTES). `fresh_text`: the module without
+    those parameters, writing every result afresh, where a recycled one is of
+    FRESH_RESULT_BYTES or more and that text is at most FRESH_TEXT_BYTES (else None)."""
 
-    def __init__(self, text, consts, in_avals, out_avals, sources=None, recycled=(), views=(), tails=()):
+    def __init__(self, text, consts, in_avals, out_avals, sources=None, recycled=(), views=(), tails=(),
+                 fresh_text=None):
         self.text, self.consts, self.in_avals, self.out_avals = text, consts, in_avals, out_avals
+        self.fresh_text = fresh_text
         self.sources = list(range(len(in_avals))) if sources is None else sources
         self.recycled, self.views, self.tails = list(recycled), list(views), list(tails)
         self.dot_views = False  # lower(dot_views=True) would read more arguments in place
@@ -590,9 +606,13 @@ def _read(graph):
 
 
 def _large(aval):
-    """Whether lowering treats an argument or result of `aval` as large (LARGE_ARRAY_BYTES), in
-    the dtype it really has in the module (x64 off narrows it)."""
-    return aval.size * hlo.canonical_dtype(aval.dtype).itemsize >= LARGE_ARRAY_BYTES
+    """Whether lowering treats an argument or result of `aval` as large (LARGE_ARRAY_BYTES)."""
+    return _bytes(aval) >= LARGE_ARRAY_BYTES
+
+
+def _bytes(aval):
+    """The bytes of `aval` in the dtype it really has in the module (x64 off narrows it)."""
+    return aval.size * hlo.canonical_dtype(aval.dtype).itemsize
 
 
 def _assemble(name, ctx, params, outs, sources=None, recycle=False, views=(), tails=(), arg_attrs=None,
@@ -608,6 +628,11 @@ def _assemble(name, ctx, params, outs, sources=None, recycle=False, views=(), ta
         entry.append(hlo.Value("%offsets", (len(views),), np.int32))
     attrs = {len(lifted) + k: a for k, a in (arg_attrs or {}).items()}
     recycled = [k for k, o in enumerate(outs) if recycle and _large(o)]
+    fresh_text = None
+    if any(_bytes(outs[k]) >= FRESH_RESULT_BYTES for k in recycled):
+        fresh_text = hlo.module_text(_identifier(name), entry, ctx.lines, outs, locations=ctx.module.locations,
+                                     arg_attrs=attrs, **module_options)
+        fresh_text = fresh_text if len(fresh_text) <= FRESH_TEXT_BYTES else None
     for k in recycled:
         attrs[len(entry)] = f"{{tf.aliasing_output = {k} : i32}}"
         entry.append(hlo.Value(f"%out{k}", outs[k].shape, outs[k].dtype))
@@ -616,7 +641,7 @@ def _assemble(name, ctx, params, outs, sources=None, recycle=False, views=(), ta
     consts = [a.astype(hlo.canonical_dtype(a.dtype), copy=False) for a, _ in lifted]
     in_avals = [(p.shape, hlo.canonical_dtype(p.dtype)) for p in params]
     out_avals = [(o.shape, hlo.canonical_dtype(o.dtype)) for o in outs]
-    return Lowered(text, consts, in_avals, out_avals, sources, recycled, views, tails)
+    return Lowered(text, consts, in_avals, out_avals, sources, recycled, views, tails, fresh_text)
 
 
 def _identifier(name):

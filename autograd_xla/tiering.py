@@ -284,7 +284,7 @@ class Ladder:
         loser = entry.executable if keep_new else executable
         if keep_new:
             entry.executable, entry.lowered, entry.options = executable, lowered, options
-        loser.backend.forget([loser.program])  # a call running it keeps it alive until it returns
+        loser.backend.forget(loser.programs())  # a call running it keeps it alive until it returns
         self._next(entry)
 
     def _next(self, entry):

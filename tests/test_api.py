@@ -687,6 +687,52 @@ def spare_memory_is_bounded_and_released(monkeypatch):
     assert cpu._spare_bytes == 0 and not cpu._spare
 
 
+
+#: float64: just over lowering.FRESH_RESULT_BYTES
+HUGE = (2048, 2049)
+
+
+@pytest.mark.usefixtures("on_the_cpu")
+def test_a_huge_result_is_written_afresh_until_a_dead_one_can_be_reused(monkeypatch):
+    """A signature whose result is as large as lowering.FRESH_RESULT_BYTES and has no dead
+    result to reuse compiles first the program that writes it afresh (its pages faulted in by
+    the program's threads, not by a copy on one thread: backend.Backend.take), and the one
+    writing into a dead result's buffer on the compile thread after its first call; calls run
+    that once they find a dead result."""
+    assert tiering.compile_thread.wait(60)
+    cpu = backend.get_backend("cpu")
+    cpu.release_spare()
+    taken = []
+    take = backend.Backend.take
+    monkeypatch.setattr(backend.Backend, "take", lambda self, aval: taken.append(aval) or take(self, aval))
+    f = jit_ps(lambda x: x * 2.0 + 1.0)
+    x = rs.rand(*HUGE)
+    y1 = f(x)
+    executable = next(iter(f._cache.values())).executable
+    assert executable.fresh is not None and f.stats.compiles == 1
+    assert tiering.compile_thread.wait(60) and executable.exe is not None and f.stats.compiles == 2
+    y2 = f(x)                                # y1 alive: no dead result, written afresh again
+    assert taken == []
+    address = y1.ctypes.data
+    assert_close(y1, x * 2.0 + 1.0)
+    del y1
+    y3 = f(x)                                # into y1's buffer
+    assert len(taken) == 1 and y3.ctypes.data == address
+    assert_close(y2, x * 2.0 + 1.0)
+    assert_close(y3, x * 2.0 + 1.0)
+    g = jit_ps(lambda x: x * 3.0)
+    del y2
+    assert_close(g(x), x * 3.0)              # a dead result of its type exists: one program only
+    assert next(iter(g._cache.values())).executable.fresh is None and g.stats.compiles == 1
+    assert "tf.aliasing_output" in g.stablehlo(x) and "tf.aliasing_output" in f.stablehlo(x)
+    cpu.release_spare()
+    monkeypatch.setattr(lowering, "FRESH_TEXT_BYTES", 100)  # a longer program: one program only, as before
+    h = jit_ps(lambda x: x * 4.0)
+    assert_close(h(x), x * 4.0)
+    assert next(iter(h._cache.values())).executable.fresh is None and h.stats.compiles == 1
+    cpu.release_spare()
+
+
 # ----- what cannot be traced, and the legacy patterns that still work ---------------------------
 def _line_of(fn, text):
     import inspect

@@ -189,6 +189,9 @@ class Timed:
         time.sleep(self.seconds)
         return [self.name]
 
+    def programs(self):
+        return [self.program]
+
 
 def trial(old_seconds, new_seconds, monkeypatch, step=None):
     monkeypatch.setattr(tiering, "UPGRADE_RENT", 1.0)
