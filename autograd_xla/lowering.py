@@ -204,9 +204,9 @@ PACK_MAX_BYTES = 1 << 12
 #: where it is, from the 64-byte boundary below it (numpy aligns to 16 bytes, XLA needs 64).
 LARGE_ARRAY_BYTES = 1 << 20
 #: A result this large comes from glibc's mmap (memory.MALLOC_RAISING_BYTES) as fresh pages
-#: wherever it is made, so the buffer a recycling program writes it into costs a call with no
-#: dead result to reuse what the program's own result would: PJRT makes it by copying
-#: uninitialised memory on one thread, faulting its pages in (x * x * x on 10000x10000
+#: wherever it is made, so a recycling program's call with no dead result to reuse pays for
+#: the buffer it writes into more than a fresh result would cost: PJRT makes the buffer by
+#: copying uninitialised memory on one thread, faulting its pages in (x * x * x on 10000x10000
 #: float32: 180 ms, 98,000 faults), where XLA's program faults a fresh result's on its pool
 #: threads as it writes them (88-99 ms). A program with such a result is emitted a second
 #: time without recycled results (`Lowered.fresh_text`), which such a call runs instead,
