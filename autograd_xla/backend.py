@@ -537,8 +537,8 @@ class Executable:
         finally:
             for copy, aval in staged:  # read by now: the CPU client is synchronous
                 self.backend.unstage(copy, aval)
-        start, self.start_compile = self.start_compile, None
-        if start is not None:
+        if fresh and self.start_compile is not None:  # (only a fresh call writes: not on every call's path)
+            start, self.start_compile = self.start_compile, None
             start()
         if keep_on_device:
             return [DeviceArray(o, a, self.backend) for o, a in zip(outs, self.out_avals)]

@@ -229,7 +229,7 @@ class Lowered:
     one int32 parameter after them; `recycled` the results written into buffers passed as
     the last parameters, one each (LARGE_ARRAY_BYTES). `fresh_text`: the module without
     those parameters, writing every result afresh, where a recycled one is of
-    FRESH_RESULT_BYTES or more and that text is at most FRESH_TEXT_BYTES (else None)."""
+    FRESH_RESULT_BYTES or more and the module's text is at most FRESH_TEXT_BYTES (else None)."""
 
     def __init__(self, text, consts, in_avals, out_avals, sources=None, recycled=(), views=(), tails=(),
                  fresh_text=None):
@@ -628,16 +628,17 @@ def _assemble(name, ctx, params, outs, sources=None, recycle=False, views=(), ta
         entry.append(hlo.Value("%offsets", (len(views),), np.int32))
     attrs = {len(lifted) + k: a for k, a in (arg_attrs or {}).items()}
     recycled = [k for k, o in enumerate(outs) if recycle and _large(o)]
-    fresh_text = None
-    if any(_bytes(outs[k]) >= FRESH_RESULT_BYTES for k in recycled):
-        fresh_text = hlo.module_text(_identifier(name), entry, ctx.lines, outs, locations=ctx.module.locations,
-                                     arg_attrs=attrs, **module_options)
-        fresh_text = fresh_text if len(fresh_text) <= FRESH_TEXT_BYTES else None
+    fresh = any(_bytes(outs[k]) >= FRESH_RESULT_BYTES for k in recycled)
+    fresh_entry, fresh_attrs = (list(entry), dict(attrs)) if fresh else (None, None)
     for k in recycled:
         attrs[len(entry)] = f"{{tf.aliasing_output = {k} : i32}}"
         entry.append(hlo.Value(f"%out{k}", outs[k].shape, outs[k].dtype))
     text = hlo.module_text(_identifier(name), entry, ctx.lines, outs, locations=ctx.module.locations,
                            arg_attrs=attrs, **module_options)
+    fresh_text = None
+    if fresh and len(text) <= FRESH_TEXT_BYTES:  # (emitted only then: the fresh text is a few lines shorter)
+        fresh_text = hlo.module_text(_identifier(name), fresh_entry, ctx.lines, outs, locations=ctx.module.locations,
+                                     arg_attrs=fresh_attrs, **module_options)
     consts = [a.astype(hlo.canonical_dtype(a.dtype), copy=False) for a, _ in lifted]
     in_avals = [(p.shape, hlo.canonical_dtype(p.dtype)) for p in params]
     out_avals = [(o.shape, hlo.canonical_dtype(o.dtype)) for o in outs]
