@@ -30,7 +30,7 @@
 #include <stdint.h>
 #include <string.h>
 
-enum { MAX_ARGS = 16, MAX_DIMS = 8, MAX_STAGES = 8, FORMAT_CHARS = 8 };
+enum { MAX_ARGS = 16, MAX_DIMS = 8, MAX_STAGES = 8, FORMAT_CHARS = 8, MAX_DEPTH = 32 };
 /* The stages' buffers live as long as the function: 16 MiB of them at most (MAX_STAGES
  * signatures of arguments below 1 MiB, dispatch.ARGUMENT_BYTES, could otherwise hold 128). */
 enum { MAX_STAGED_BYTES = 16 << 20 };
@@ -364,6 +364,48 @@ static int read_in_place(const Py_buffer *view) {
     return view->len >= ASYNC_COPY_BYTES && (uintptr_t)view->buf % ALIGNMENT == 0;
 }
 
+/* Whether an array's bytes are in the machine's order (numpy marks only a foreign order). */
+static int native_order(const Py_buffer *view) {
+    char order = view->format[0];
+    return order != '<' && order != '>' && order != '!';
+}
+
+/* Whether PJRT would copy this array on a worker thread (ASYNC_COPY_BYTES). */
+static int copied_apart(const Py_buffer *view, int contiguous) {
+    return view->len >= ASYNC_COPY_BYTES && !(contiguous && read_in_place(view));
+}
+
+/* Whether C++ may take this numpy array as it is. */
+static int takes_as_is(const Py_buffer *view) {
+    return native_order(view) && !copied_apart(view, PyBuffer_IsContiguous(view, 'C'));
+}
+
+/* Whether C++ may take the numpy arrays in a list or tuple argument (nested in lists and tuples
+ * MAX_DEPTH deep) as they are (`takes_as_is`): C++ flattens them and puts each itself. Other
+ * containers hold no fast path's arguments (api.JittedFunction._fastpath), so C++ only looks
+ * their signature up, misses and calls back: their arrays are not read. */
+static int nested_as_is(PyObject *obj, int depth) {
+    if (PyList_CheckExact(obj) || PyTuple_CheckExact(obj)) {
+        if (depth == MAX_DEPTH)
+            return 0;
+        PyObject **items = PySequence_Fast_ITEMS(obj);
+        for (Py_ssize_t i = 0, n = PySequence_Fast_GET_SIZE(obj); i < n; i++)
+            if (!nested_as_is(items[i], depth + 1))
+                return 0;
+        return 1;
+    }
+    if (!PyObject_TypeCheck(obj, (PyTypeObject *)ndarray_type))
+        return 1;
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_RECORDS_RO) < 0) {
+        PyErr_Clear();  /* a dtype the buffer protocol cannot describe: never a fast path's */
+        return 1;
+    }
+    int ok = takes_as_is(&view);
+    PyBuffer_Release(&view);
+    return ok;
+}
+
 /* Whether C++ may take a call of these arguments: 0 where one is a numpy array whose bytes are
  * not in the machine's order, which C++ would read as if they were (its signatures and puts
  * ignore byte order: probed, x * 2 + 1 of a '>f8' array came back as of its bytes swapped),
@@ -377,10 +419,11 @@ static int read_in_place(const Py_buffer *view) {
 static int scan(Front *self, PyObject *const *args, Py_ssize_t n, Stage **stage, PyObject **pass) {
     Py_buffer views[MAX_ARGS];
     Py_ssize_t held = 0;
-    int native = 1, copied_apart = 0, stageable = stage != NULL && n > 0 && n <= MAX_ARGS;
+    int native = 1, apart = 0, stageable = stage != NULL && n > 0 && n <= MAX_ARGS;
     for (Py_ssize_t i = 0; i < n && native; i++) {
         if (!PyObject_TypeCheck(args[i], (PyTypeObject *)ndarray_type)) {
             stageable = 0;
+            native = nested_as_is(args[i], 0);  /* (or copied apart: either way, Python's call) */
             continue;
         }
         Py_buffer view;
@@ -389,11 +432,9 @@ static int scan(Front *self, PyObject *const *args, Py_ssize_t n, Stage **stage,
             stageable = 0;
             continue;
         }
-        char order = view.format[0];
-        native = order != '<' && order != '>' && order != '!';  /* numpy marks only a foreign order */
+        native = native_order(&view);
         int contiguous = PyBuffer_IsContiguous(&view, 'C');
-        if (view.len >= ASYNC_COPY_BYTES && !(contiguous && read_in_place(&view)))
-            copied_apart = 1;
+        apart |= copied_apart(&view, contiguous);
         if (stageable && native && (PyObject *)Py_TYPE(args[i]) == ndarray_type && contiguous)
             views[held++] = view;
         else {
@@ -424,7 +465,7 @@ static int scan(Front *self, PyObject *const *args, Py_ssize_t n, Stage **stage,
         PyBuffer_Release(&views[i]);
     if (stage != NULL)
         *stage = itself == n ? NULL : found;
-    return native && (found != NULL || !copied_apart);
+    return native && (found != NULL || !apart);
 }
 
 static PyObject *call_python(Front *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {

@@ -141,10 +141,12 @@ def function(name, python, miss, owner):
     """A PjitFunction for `owner` (a jitted function), whose fast paths leave C++'s cache when
     `owner` is collected (they would hold its executables alive). `python(*args, **kwargs)` is
     the Python call path (C++ takes it when jit is disabled); `miss(*args, **kwargs)` runs a
-    call C++ has no fast path for and returns (result, FastpathData or None)."""
+    call C++ has no fast path for and returns (result, FastpathData, or False: none for the
+    call's signature, or None: none yet). C++ keeps a signature's answer: a None is asked
+    again at its next call (C++ drops the entry, the miss's third value), a False never."""
     def cache_miss(*args, **kwargs):
         result, fast = miss(*args, **kwargs)
-        return result, fast, False
+        return result, fast or None, fast is None
     fast = _jax.pjit(name, python, cache_miss, [], [], (name, id(cache_miss)), _state["registry"], _shard_arg, None)
     weakref.finalize(owner, fast._clear_cache)
     return fast
@@ -179,10 +181,22 @@ class _Calls:
     _waiting = 0
 
     def __call__(self, *args, **kwargs):
-        if self._fast is None or self._waiting or tracing.state.traces or any(
-                isinstance(a, np.ndarray) and not a.dtype.isnative for a in args):
+        if self._fast is None or self._waiting or tracing.state.traces or _foreign(args):
             return self._call_python(*args, **kwargs)
         return self._fast(*args, **kwargs)
+
+
+def _foreign(args, depth=0):
+    """Whether a numpy array among `args`, or in their tuples and lists (C++ flattens those
+    and puts their arrays: _callpath's nested_as_is), has its bytes in the other order, or
+    they nest deeper than _callpath's MAX_DEPTH."""
+    for a in args:
+        if type(a) is tuple or type(a) is list:
+            if depth == 32 or _foreign(a, depth + 1):
+                return True
+        elif isinstance(a, np.ndarray) and not a.dtype.isnative:
+            return True
+    return False
 
 
 if native is not None and os.environ.get(NATIVE_ENV, "1") != "0":
@@ -204,11 +218,12 @@ ARGUMENT_BYTES = lowering.LARGE_ARRAY_BYTES if Calls is Front else backend_mod.I
 #: 700,000-850,000 either way 96-290 (XLA's thread pool wakes or not); 10^6 fed back, 178-330
 #: against 170-186 (190-220).
 DIRECT_BYTES = 4 << 20 if Calls is Front and memory.glibc() else ARGUMENT_BYTES
-#: ... for programs of StableHLO text up to this. The second program saves the Python path's
-#: work a call (~60 µs for `x + 1.0` on 300,000 elements) and compiles in the call that first
-#: finds the large arguments aligned (`x + 1.0` 29 ms, `sin(x) * s + y - t` 24 ms, 1-2 kB of
-#: text); the benchmarks' MLP gradient (26 kB) runs milliseconds a call, where that saving is
-#: ~1 %, and its compile (0.13-0.35 s) would stall a job.
+#: The second program saves the Python path's work a call (~60 µs for `x + 1.0` on 300,000
+#: elements; the benchmarks' MLP step, its parameters a list of pairs, 0.1-0.15 ms of ~2.9).
+#: It is compiled in the call that first finds the large arguments aligned where its
+#: StableHLO text is at most this (`x + 1.0` 29 ms, `sin(x) * s + y - t` 24 ms, 1-2 kB of
+#: text), else on the compile thread, its calls staying on the Python path meanwhile: the MLP
+#: step's (26 kB) takes 0.13-0.35 s, which would stall a job.
 DIRECT_TEXT_BYTES = 16 << 10
 
 
@@ -294,13 +309,11 @@ def _qualifies(executable):
             and all(_bytes(a) < DIRECT_BYTES for a in executable.in_avals))
 
 
-def direct(in_avals, out_avals, text):
+def direct(in_avals, out_avals):
     """Whether a signature of arguments `in_avals` and results `out_avals`, whose program
-    (StableHLO `text`) needs Python at each call (views, recycled results:
-    lowering.LARGE_ARRAY_BYTES), may run through C++ lowered without them (DIRECT_BYTES,
-    DIRECT_TEXT_BYTES; api.JittedFunction._direct)."""
-    return (all(_bytes(a) < DIRECT_BYTES for a in in_avals) and sum(map(_bytes, out_avals)) < DIRECT_BYTES
-            and len(text) <= DIRECT_TEXT_BYTES)
+    needs Python at each call (views, recycled results: lowering.LARGE_ARRAY_BYTES), may run
+    through C++ lowered without them (DIRECT_BYTES; api.JittedFunction._direct)."""
+    return all(_bytes(a) < DIRECT_BYTES for a in in_avals) and sum(map(_bytes, out_avals)) < DIRECT_BYTES
 
 
 def in_place(args):

@@ -84,6 +84,15 @@ def leaf_paths(treedef, prefix=()):
     return [p for i, c in enumerate(treedef[1]) for p in leaf_paths(c, prefix + (i,))]
 
 
+def sequences_only(treedef):
+    """Whether a structure is made of tuples, lists and None only: one that jaxlib's C++
+    pytrees flatten to the same leaves in the same order (they sort a dict's keys)."""
+    if treedef is LEAF:
+        return True
+    kind = treedef[0]
+    return kind is None or (kind is tuple or kind is list) and all(map(sequences_only, treedef[1]))
+
+
 def format_path(keys):
     return "".join(f"[{k!r}]" for k in keys)
 
