@@ -381,9 +381,11 @@ static int takes_as_is(const Py_buffer *view) {
 }
 
 /* Whether C++ may take the numpy arrays in a list or tuple argument (nested in lists and tuples
- * MAX_DEPTH deep) as they are (`takes_as_is`): C++ flattens them and puts each itself. Other
- * containers hold no fast path's arguments (api.JittedFunction._fastpath), so C++ only looks
- * their signature up, misses and calls back: their arrays are not read. */
+ * MAX_DEPTH deep) as they are (`takes_as_is`): C++ flattens them and puts each itself. Not a
+ * subclass of ndarray (C++ would take an np.matrix for an array, where the Python path
+ * runs it as plain autograd does: `*` a matrix product). Other containers hold no fast path's
+ * arguments (api.JittedFunction._fastpath), so C++ only looks their signature up, misses and
+ * calls back: their arrays are not read. */
 static int nested_as_is(PyObject *obj, int depth) {
     if (PyList_CheckExact(obj) || PyTuple_CheckExact(obj)) {
         if (depth == MAX_DEPTH)
@@ -396,6 +398,8 @@ static int nested_as_is(PyObject *obj, int depth) {
     }
     if (!PyObject_TypeCheck(obj, (PyTypeObject *)ndarray_type))
         return 1;
+    if ((PyObject *)Py_TYPE(obj) != ndarray_type)
+        return 0;
     Py_buffer view;
     if (PyObject_GetBuffer(obj, &view, PyBUF_RECORDS_RO) < 0) {
         PyErr_Clear();  /* a dtype the buffer protocol cannot describe: never a fast path's */

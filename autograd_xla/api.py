@@ -23,7 +23,7 @@ import weakref
 import numpy as np
 from autograd.tracer import box_types, getval
 
-from . import aot, autodiff, dispatch
+from . import aot, autodiff, dispatch, fastpaths
 from . import backend as backend_mod
 from . import compositions, impurity, lowering, rules, tiering, tracing, tree  # noqa: F401 (importing registers rules)
 from .aot import COMPILED, LOWERED, TRACED, CacheStats, Entry
@@ -66,12 +66,6 @@ GUARDED_PROGRAMS = 4
 MAX_PROGRAM = (40000, 32 << 20)
 
 
-#: A function whose calls C++ has handed back this many times for good (keyword, scalar or
-#: container arguments, large arrays), none ever taken, keeps to the Python path: C++'s
-#: signature and lookup cost such calls ~2 µs each (17.0 against 15.3 µs, measured).
-FAST_REFUSALS = 8
-
-
 def _fallback_entry(cause, impure=False):
     """A signature that runs as plain autograd; `cause` (the exception that stopped compiling
     it) is reported once the plain run has succeeded, and then cleared."""
@@ -80,7 +74,7 @@ def _fallback_entry(cause, impure=False):
     return entry
 
 
-class JittedFunction(dispatch.Calls, aot.Introspection):
+class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
     """A function compiled per signature. Call it like the original; made by `jit_ps`, whose
     docstring describes the arguments.
 
@@ -296,104 +290,6 @@ class JittedFunction(dispatch.Calls, aot.Introspection):
             sig = tuple([(x.shape, x.dtype) for x in leaves])
             self._simple[sig] = (entry, (spec, sig))
         return self._execute(entry, spec, leaves)
-
-    def _fastpath(self, args, kwargs):
-        """C++'s fast path for a call like this one (just run by _call_python), False, or None
-        (none yet: asked again at the signature's next call, dispatch.function): for
-        numpy arrays, positional (a signature on the simple path) or in tuples and lists
-        (`_sequences_hit`), of a signature whose executable qualifies (dispatch.fastpath) and
-        takes them as they are (x64=False narrows them). Calls of other arguments, and of
-        executables that do not qualify, are refusals for good; after FAST_REFUSALS of them
-        with no fast path given, the function keeps to the Python path."""
-        hit = None
-        if not kwargs:
-            flat = all(type(a) is np.ndarray for a in args)
-            hit, leaves = ((self._simple.get(tuple([(a.shape, a.dtype) for a in args]), (None, None)), args) if flat
-                           else self._sequences_hit(args))
-        if hit is not None:
-            entry, key = hit
-            if entry is None:
-                return None  # not compiled yet (tiered), or not on the simple path: not counted
-            if entry.ladder is not None:  # its calls are timed while it may still move to a faster program
-                self._waiting = not self._fast_calls[1]  # none given yet: calls skip C++'s misses meanwhile
-                return None  # not counted
-            if entry.fastpath is None:
-                executable = self._direct(entry, leaves)
-                if executable is None:
-                    return None  # not counted: a call of aligned arguments makes it, or it is compiling
-                takes = len(leaves) == len(executable.in_avals) and all(
-                    a.shape == av.shape and a.dtype == av.dtype for a, av in zip(leaves, executable.in_avals))
-                # staged: positional arrays only (_callpath's scan matches a stage against those)
-                stage = flat and not entry.donated
-                fast = takes and dispatch.fastpath(executable, entry.out_tree, self.stats, self._cache, key,
-                                                   self if stage else None)
-                entry.fastpath = fast or False  # not self in it: C++ keeps it
-        fast = hit[0].fastpath if hit is not None else False
-        self._fast_calls[bool(fast)] += 1
-        if self._fast_calls == [FAST_REFUSALS, 0]:
-            self._fast = None
-        return fast
-
-    def _sequences_hit(self, args):
-        """For positional arguments holding numpy arrays in tuples and lists (C++'s pytrees
-        flatten those as we do: tree.sequences_only): ((entry, key) of their signature, leaves),
-        entry None where it is not compiled or C++ may not take its calls (Entry.flat); (None,
-        None) for other arguments."""
-        if self._static_argnums:
-            return None, None
-        spec, leaves = self._split(args, {})
-        if not tree.sequences_only(spec[0]) or not all(type(x) is np.ndarray and x.dtype in _SUPPORTED for x in leaves):
-            return None, None
-        key = self._key(spec, leaves)
-        entry = self._cache.get(key)
-        usable = (entry is not None and entry.stage == COMPILED and entry.flat
-                  and not (entry.draws or entry.guards))
-        return (entry if usable else None, key), leaves
-
-    def _direct(self, entry, args):
-        """The executable of an entry C++'s fast path runs: its own, or where that reads large
-        arguments through views or writes results into recycled buffers (both need Python at
-        each call), the graph lowered without them (`entry.direct`; within
-        dispatch.DIRECT_BYTES), made once a call's large arguments are where C++ reads them in
-        place (`args`; None till then): compiled in that call, or where its text is longer
-        than dispatch.DIRECT_TEXT_BYTES on the compile thread (None till it is done, a
-        tiering.Job in `entry.direct` meanwhile). The entry's own runs the calls of misaligned
-        arguments, in Python."""
-        executable = entry.executable
-        if not (executable.views or executable.recycled) or self.x64 is False or not dispatch.direct(
-                [v.aval for v in entry.graph.invars], executable.out_avals):
-            return executable  # (x64=False: C++ would not take the arguments' float64 anyway)
-        if entry.direct is None:
-            if not dispatch.in_place(args):
-                return None
-            lowered = self._lowering(entry, (), direct=True, **entry.lowered.variant)
-            if len(lowered.text) <= dispatch.DIRECT_TEXT_BYTES:
-                self._compile_direct(entry, lowered)
-            else:
-                entry.direct = tiering.Job.start(functools.partial(self._compile_direct, entry, lowered))
-        if type(entry.direct) is tiering.Job:  # done and still here: it failed, the Python path stays
-            if entry.direct.running():
-                return None
-            tiering.log.warning("the program for C++'s calls failed to compile; calls stay on the Python path: %s",
-                        entry.direct.error)
-            entry.direct = executable
-        return entry.direct
-
-    def _compile_direct(self, entry, lowered, job=None):
-        """_direct's program, in the call or on the compile thread (`job`)."""
-        try:
-            direct, seconds, compiled = self._compile_program(entry, lowered, entry.options, entry.executable)
-        except CompileError:  # not expected of a program whose graph compiled: the Python path stays
-            direct, seconds, compiled = entry.executable, 0.0, False
-        self.stats.upgrades += compiled
-        self.stats.upgrade_seconds += seconds
-        entry.direct = direct
-
-    def _forget_fast_paths(self):
-        self._simple.clear()
-        self._waiting = 0
-        if self._fast is not None:
-            dispatch.forget(self)
 
     def _execute(self, entry, spec, leaves):
         """Run a compiled entry on these leaves (of its signature), or its signature's others

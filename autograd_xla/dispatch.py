@@ -188,13 +188,13 @@ class _Calls:
 
 def _foreign(args, depth=0):
     """Whether a numpy array among `args`, or in their tuples and lists (C++ flattens those
-    and puts their arrays: _callpath's nested_as_is), has its bytes in the other order, or
-    they nest deeper than _callpath's MAX_DEPTH."""
+    and puts their arrays), has its bytes in the other order, or is a subclass in one, or
+    they nest deeper than 32 (as _callpath's nested_as_is)."""
     for a in args:
         if type(a) is tuple or type(a) is list:
             if depth == 32 or _foreign(a, depth + 1):
                 return True
-        elif isinstance(a, np.ndarray) and not a.dtype.isnative:
+        elif isinstance(a, np.ndarray) and (not a.dtype.isnative or depth and type(a) is not np.ndarray):
             return True
     return False
 

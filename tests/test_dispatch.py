@@ -8,6 +8,7 @@ import subprocess
 import sys
 import sysconfig
 import types
+import warnings
 import weakref
 
 import numpy as onp
@@ -15,7 +16,7 @@ import pytest
 
 import autograd.numpy as np
 from autograd import grad
-from autograd_xla import DeviceArray, backend, dispatch, jit_ps, lowering, tiering
+from autograd_xla import DeviceArray, FallbackWarning, backend, dispatch, fastpaths, jit_ps, lowering, tiering
 from helpers import assert_close, placed, run_threads
 
 pytestmark = [pytest.mark.skipif(not dispatch.available(), reason="this jaxlib offers no C++ dispatch"),
@@ -116,7 +117,7 @@ def test_closed_over_arrays_go_through_cpp_too():
     assert len(calls_f) == first_calls(f) and len(calls_g) == first_calls(g)
 
 
-@pytest.mark.parametrize("case", ["keyword", "python scalar", "list", "static", "device array", "x64 off",
+@pytest.mark.parametrize("case", ["keyword", "python scalar", "dict", "static", "device array", "x64 off",
                                   "large", "draws"])
 def test_what_cpp_cannot_do_runs_through_python(case):
     x = rs.randn(4)
@@ -124,8 +125,8 @@ def test_what_cpp_cannot_do_runs_through_python(case):
         jf, call, expect = jit_ps(lambda x, s: x * s), lambda f: f(x, s=2.0), x * 2.0
     elif case == "python scalar":
         jf, call, expect = jit_ps(lambda x, s: x * s), lambda f: f(x, 2.0), x * 2.0
-    elif case == "list":
-        jf, call, expect = jit_ps(lambda xs: xs[0] + xs[1]), lambda f: f([x, x]), 2 * x
+    elif case == "dict":  # C++ orders a dict's leaves by sorted key, ours by insertion (tree.sequences_only)
+        jf, call, expect = jit_ps(lambda xs: xs["b"] - xs["a"]), lambda f: f({"b": x, "a": 2 * x}), -x
     elif case == "static":
         jf, call, expect = jit_ps(lambda x, n: x * n, static_argnums=1), lambda f: f(x, 3), 3 * x
     elif case == "device array":
@@ -262,17 +263,83 @@ def test_the_largest_qualifying_arguments_at_any_alignment_are_read_in_full(offs
     assert len(calls) == first_calls(jf)
 
 
+def sgd_step(params, x):
+    """An MLP's step, its parameters a list of (W, b) pairs, as autograd's examples keep them."""
+    def loss(params):
+        h = x
+        for W, b in params:
+            h = np.tanh(np.dot(h, W) + b)
+        return np.sum(h ** 2)
+    return [(W - 0.1 * dW, b - 0.1 * db) for (W, b), (dW, db) in zip(params, grad(loss)(params))]
+
+
+def mlp_params(sizes=(5, 4, 3)):
+    return [(rs.randn(m, n), rs.randn(n)) for m, n in zip(sizes[:-1], sizes[1:])]
+
+
+def test_arrays_in_tuples_and_lists_go_through_cpp():
+    """C++ flattens tuples and lists as tree.flatten does, so a signature of numpy arrays in
+    them takes C++'s path like one of positional arrays (unstaged: each array is put alone),
+    and returns the function's structure."""
+    jf = jit_ps(sgd_step)
+    calls = counting(jf)
+    params, x = mlp_params(), rs.randn(6, 5)
+    jf(params, x)
+    assert len(calls) == 1 and not (isinstance(jf, dispatch.Front) and jf.staged())
+    for k in range(6):
+        moved = [(W + k, b - k) for W, b in params]
+        got, want = jf(moved, x), sgd_step(moved, x)
+        assert type(got) is list and all(type(pair) is tuple for pair in got)
+        for (W, b), (W0, b0) in zip(got, want):
+            assert_close(W, W0)
+            assert_close(b, b0)
+    assert len(calls) == 1 and jf.cache_info()["hits"] == 6
+    assert jf._fast_calls == [0, 1]
+
+
+@pytest.mark.filterwarnings("ignore:the matrix subclass")
+@pytest.mark.parametrize("case", ["matrix", "recarray", ">f8", "misaligned large", "nested 40 deep"])
+def test_arrays_in_lists_that_cpp_would_misread_run_through_python(case):
+    """Inside tuples and lists as at the top (_callpath's nested_as_is, dispatch._foreign),
+    an array C++ would read otherwise than the Python path goes to Python: a subclass (an
+    np.matrix's operators are not an array's: plain autograd runs it), one of the other
+    byte order, one PJRT would copy apart (100 KiB, misaligned), arrays nested deeper than
+    32 levels. Ordinary calls between them stay on C++'s path."""
+    n = 20_000 if case == "misaligned large" else 4
+    below = lambda xs: xs if type(xs) is not list else below(xs[0])  # noqa: E731
+    jf = jit_ps(lambda xs, y: xs[0] * 2.0 + below(xs[1]) * y)
+    a, b, y = placed((n,), offset=0), rs.randn(n), rs.randn(n)
+    a[:] = rs.randn(n)
+    deep = b
+    for _ in range(40 if case == "nested 40 deep" else 1):
+        deep = [deep]
+    odd = {"matrix": lambda: onp.asmatrix(a), "recarray": lambda: a.view(onp.recarray),
+           ">f8": lambda: a.astype(">f8"), "misaligned large": lambda: placed((n,), offset=16),
+           "nested 40 deep": lambda: a}[case]()
+    odd[...] = a
+    for _ in range(3):
+        assert_close(jf([a, deep], y), a * 2.0 + b * y)
+    calls = counting(jf)
+    for _ in range(3):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FallbackWarning)  # an np.matrix runs as plain autograd
+            assert_close(onp.asarray(jf([odd, deep], y)).ravel(), a * 2.0 + b * y)
+        assert_close(jf([a, deep], y), a * 2.0 + b * y)
+    # (without the Front no fast path takes arguments from backend.IN_PLACE_MIN_BYTES: dispatch.ARGUMENT_BYTES)
+    ordinary_in_cpp = case != "nested 40 deep" and (case != "misaligned large" or isinstance(jf, dispatch.Front))
+    assert len(calls) == (3 if ordinary_in_cpp else 6)
+
+
 def test_a_function_whose_calls_cpp_always_hands_back_keeps_to_python():
     """Scalar arguments never take the C++ path; after FAST_REFUSALS such calls, with none
     taken, the function stops asking C++ (its lookup cost each call ~2 µs for nothing)."""
-    from autograd_xla import api
     jf = jit_ps(lambda x, s: x * s)
     x = rs.randn(3)
-    for k in range(api.FAST_REFUSALS + 2):
+    for k in range(fastpaths.FAST_REFUSALS + 2):
         assert_close(jf(x, float(k)), x * k)
     assert jf._fast is None
     mixed = jit_ps(lambda x, s=1.0: x * s)
-    for k in range(api.FAST_REFUSALS + 2):   # a fast path given once: C++ stays
+    for k in range(fastpaths.FAST_REFUSALS + 2):   # a fast path given once: C++ stays
         assert_close(mixed(x), x)
         assert_close(mixed(x, s=float(k)), x * k)
     assert mixed._fast is not None
@@ -442,19 +509,36 @@ def test_large_aligned_arguments_go_through_cpp_and_misaligned_ones_through_pyth
 
 
 @staging
-@pytest.mark.parametrize("bound", ["bytes", "text"])
-def test_signatures_beyond_the_direct_bounds_keep_to_python(bound, monkeypatch):
-    """From dispatch.DIRECT_BYTES a large argument's calls run in Python, aligned or not, and
-    so do those of a program of more StableHLO text than DIRECT_TEXT_BYTES."""
-    n = dispatch.DIRECT_BYTES // 8 if bound == "bytes" else lowering.LARGE_ARRAY_BYTES // 8
-    if bound == "text":
-        monkeypatch.setattr(dispatch, "DIRECT_TEXT_BYTES", 100)
+def test_signatures_beyond_the_direct_bounds_keep_to_python():
+    """From dispatch.DIRECT_BYTES a large argument's calls run in Python, aligned or not."""
     jf = jit_ps(lambda x: x * 2.0)
     calls = counting(jf)
-    x = placed((n,), offset=0)
+    x = placed((dispatch.DIRECT_BYTES // 8,), offset=0)
     for _ in range(3):
         assert_close(jf(x), x * 2.0)
     assert len(calls) == 3 and next(iter(jf._cache.values())).direct is None
+
+
+@staging
+def test_a_long_program_for_cpp_compiles_on_the_compile_thread(monkeypatch):
+    """C++'s program of a signature with large arguments (api.JittedFunction._direct) whose
+    text is longer than dispatch.DIRECT_TEXT_BYTES compiles on the compile thread; its calls
+    run in Python meanwhile, and C++, told that no fast path is to be had yet (not: none),
+    asks again and takes them once it is there. The list holds it too (arrays in lists)."""
+    monkeypatch.setattr(dispatch, "DIRECT_TEXT_BYTES", 100)
+    jf = jit_ps(lambda xs, s: np.cos(xs[0]) * s + 1.0)
+    calls = counting(jf)
+    x, s = placed((lowering.LARGE_ARRAY_BYTES // 8 + 1000,), offset=0), onp.array([0.5])
+    x[:] = rs.randn(x.size)
+    with tiering.compile_thread.paused():
+        for _ in range(3):
+            assert_close(jf([x], s), onp.cos(x) * 0.5 + 1.0)
+        (entry,) = jf._cache.values()
+        assert type(entry.direct) is tiering.Job and entry.direct.running() and len(calls) == 3
+    assert tiering.compile_thread.wait(60) and not entry.direct.views
+    for k in range(5):
+        assert_close(jf([x + k], s), onp.cos(x + k) * 0.5 + 1.0)
+    assert len(calls) == 4 and jf._fast_calls == [0, 1]
 
 
 @staging
