@@ -219,7 +219,7 @@ ARGUMENT_BYTES = lowering.LARGE_ARRAY_BYTES if Calls is Front else backend_mod.I
 #: against 170-186 (190-220).
 DIRECT_BYTES = 4 << 20 if Calls is Front and memory.glibc() else ARGUMENT_BYTES
 #: The second program saves the Python path's work a call (~60 µs for `x + 1.0` on 300,000
-#: elements; the benchmarks' MLP step, its parameters a list of pairs, 0.1-0.15 ms of ~2.9).
+#: elements; the benchmarks' MLP step, its parameters a list of pairs, 0.09-0.1 ms of 2.85: fastpaths).
 #: It is compiled in the call that first finds the large arguments aligned where its
 #: StableHLO text is at most this (`x + 1.0` 29 ms, `sin(x) * s + y - t` 24 ms, 1-2 kB of
 #: text), else on the compile thread, its calls staying on the Python path meanwhile: the MLP
