@@ -243,7 +243,7 @@ class Entry:
         self.variant = None                         # the next program in its guarded signature's ring (api._refused)
         self.previous = None                        # in a ring: the program that ran the call before its last one
         self.following = {}                         # in a ring: previous -> the program that ran the call after (api._took)
-        self.flat = False                           # its calls are of numpy arrays, positional or in tuples and lists: C++ may take them
+        self.flat = False                           # its leaves are numpy arrays and Python numbers, in tuples and lists: C++ may take its calls
         self.direct = None                          # the program C++ runs, where not `executable` (api._direct)
 
     @property

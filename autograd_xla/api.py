@@ -519,7 +519,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
                        f"{self._signature_text(key)}: {self._why_traced(key)}")
         entry = Entry(out_tree, graph, draws=draws, static_leaves=static, dynamic=dynamic)
         entry.flat = (not static and not any(spec[1:]) and tree.sequences_only(spec[0])
-                      and all(type(x) is np.ndarray for x in leaves))
+                      and all(map(fastpaths.takes_leaf, leaves)))
         if not graph.guards:  # a failed guard reruns the call plainly, on arguments that must still exist
             entry.donated = self._donated_leaves(spec) - entry.static_leaves
         return entry

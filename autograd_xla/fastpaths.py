@@ -19,11 +19,20 @@ from . import dispatch, tiering, tree
 from .aot import COMPILED
 from .errors import CompileError
 from .hlo import SUPPORTED_DTYPES as _SUPPORTED
+from .signatures import PY_SCALARS, PlainArgument, aval_of
 
 #: A function whose calls C++ has handed back this many times for good (keyword, scalar or
 #: container arguments, large arrays), none ever taken, keeps to the Python path: C++'s
 #: signature and lookup cost such calls ~2 µs each (17.0 against 15.3 µs, measured).
 FAST_REFUSALS = 8
+
+
+def takes_leaf(x):
+    """Whether C++ puts an argument leaf as our program takes it: a numpy array (not a
+    subclass) of a dtype we compile, or a Python int, float or complex, which C++ puts as a
+    weakly typed 64-bit scalar (with x64 on), as signatures.aval_of traces it. A bool, static
+    here, is one of C++'s other signatures."""
+    return type(x) is np.ndarray and x.dtype in _SUPPORTED or type(x) in PY_SCALARS
 
 
 class FastPaths:
@@ -33,9 +42,9 @@ class FastPaths:
 
     def _fastpath(self, args, kwargs):
         """C++'s fast path for a call like this one (just run by _call_python), False, or None
-        (none yet: asked again at the signature's next call, dispatch.function): for
-        numpy arrays, positional (a signature on the simple path) or in tuples and lists
-        (`_sequences_hit`), of a signature whose executable qualifies (dispatch.fastpath) and
+        (none yet: asked again at the signature's next call, dispatch.function): for numpy
+        arrays, positional (a signature on the simple path), or arrays and Python numbers,
+        positional or in tuples and lists (`_sequences_hit`), of a signature whose executable qualifies (dispatch.fastpath) and
         takes them as they are (x64=False narrows them). Calls of other arguments, and of
         executables that do not qualify, are refusals for good; after FAST_REFUSALS of them
         with no fast path given, the function keeps to the Python path."""
@@ -56,7 +65,8 @@ class FastPaths:
                 if executable is None:
                     return None  # not counted: a call of aligned arguments makes it, or it is compiling
                 takes = len(leaves) == len(executable.in_avals) and all(
-                    a.shape == av.shape and a.dtype == av.dtype for a, av in zip(leaves, executable.in_avals))
+                    a.shape == av.shape and a.dtype == av.dtype
+                    for a, av in zip(map(aval_of, leaves), executable.in_avals))
                 # staged: positional arrays only (_callpath's scan matches a stage against those)
                 stage = flat and not entry.donated
                 fast = takes and dispatch.fastpath(executable, entry.out_tree, self.stats, self._cache, key,
@@ -69,16 +79,19 @@ class FastPaths:
         return fast
 
     def _sequences_hit(self, args):
-        """For positional arguments holding numpy arrays in tuples and lists (C++'s pytrees
-        flatten those as we do: tree.sequences_only): ((entry, key) of their signature, leaves),
-        entry None where it is not compiled or C++ may not take its calls (Entry.flat); (None,
-        None) for other arguments."""
+        """For positional arguments of numpy arrays and Python numbers (`takes_leaf`), alone or
+        in tuples and lists (C++'s pytrees flatten those as we do: tree.sequences_only):
+        ((entry, key) of their signature, leaves), entry None where it is not compiled or C++
+        may not take its calls (Entry.flat); (None, None) for other arguments."""
         if self._static_argnums:
             return None, None
         spec, leaves = self._split(args, {})
-        if not tree.sequences_only(spec[0]) or not all(type(x) is np.ndarray and x.dtype in _SUPPORTED for x in leaves):
+        if not tree.sequences_only(spec[0]) or not all(map(takes_leaf, leaves)):
             return None, None
-        key = self._key(spec, leaves)
+        try:
+            key = self._key(spec, leaves)
+        except PlainArgument:  # an int beyond int64, which runs as plain autograd
+            return None, None
         entry = self._cache.get(key)
         usable = (entry is not None and entry.stage == COMPILED and entry.flat
                   and not (entry.draws or entry.guards))

@@ -117,14 +117,14 @@ def test_closed_over_arrays_go_through_cpp_too():
     assert len(calls_f) == first_calls(f) and len(calls_g) == first_calls(g)
 
 
-@pytest.mark.parametrize("case", ["keyword", "python scalar", "dict", "static", "device array", "x64 off",
+@pytest.mark.parametrize("case", ["keyword", "python bool", "dict", "static", "device array", "x64 off",
                                   "large", "draws"])
 def test_what_cpp_cannot_do_runs_through_python(case):
     x = rs.randn(4)
     if case == "keyword":
         jf, call, expect = jit_ps(lambda x, s: x * s), lambda f: f(x, s=2.0), x * 2.0
-    elif case == "python scalar":
-        jf, call, expect = jit_ps(lambda x, s: x * s), lambda f: f(x, 2.0), x * 2.0
+    elif case == "python bool":  # static: part of the key, where C++'s signature has its type only
+        jf, call, expect = jit_ps(lambda x, s: x * s), lambda f: f(x, True), x * 1.0
     elif case == "dict":  # C++ orders a dict's leaves by sorted key, ours by insertion (tree.sequences_only)
         jf, call, expect = jit_ps(lambda xs: xs["b"] - xs["a"]), lambda f: f({"b": x, "a": 2 * x}), -x
     elif case == "static":
@@ -330,13 +330,34 @@ def test_arrays_in_lists_that_cpp_would_misread_run_through_python(case):
     assert len(calls) == (3 if ordinary_in_cpp else 6)
 
 
+@pytest.mark.filterwarnings("ignore:.*does not fit in int64:autograd_xla.FallbackWarning")
+def test_python_numbers_beside_arrays_go_through_cpp():
+    """autograd's examples call `objective(params, i)` with the iteration's number: C++ puts a
+    Python int, float or complex as the weakly typed 64-bit scalar the program takes (as
+    signatures.aval_of traces it), so such calls take its path. An int beyond int64 runs as
+    plain autograd (C++'s signature of it fails, and so does ours)."""
+    jf = jit_ps(grad(lambda params, i, rate: rate * np.sum(np.tanh(params[0] * i + params[1]) ** 2)))
+    calls = counting(jf)
+    params = (rs.randn(4), rs.randn(4))
+    for i in range(6):
+        got = jf(params, i, 0.5 + i)
+        want = grad(lambda params, i, rate: rate * np.sum(np.tanh(params[0] * i + params[1]) ** 2))(params, i, 0.5 + i)
+        assert type(got) is tuple and all(assert_close(a, b) is None for a, b in zip(got, want))
+    assert len(calls) == 1 and jf._fast_calls == [0, 1]
+    scale = jit_ps(lambda x, i: x * i)
+    for i in range(3):
+        assert_close(scale(params[0], i), params[0] * i)
+    assert scale._fast_calls == [0, 1]
+    assert_close(scale(params[0], 2 ** 70), params[0] * 2.0 ** 70)
+
+
 def test_a_function_whose_calls_cpp_always_hands_back_keeps_to_python():
-    """Scalar arguments never take the C++ path; after FAST_REFUSALS such calls, with none
+    """Keyword arguments never take the C++ path; after FAST_REFUSALS such calls, with none
     taken, the function stops asking C++ (its lookup cost each call ~2 µs for nothing)."""
     jf = jit_ps(lambda x, s: x * s)
     x = rs.randn(3)
     for k in range(fastpaths.FAST_REFUSALS + 2):
-        assert_close(jf(x, float(k)), x * k)
+        assert_close(jf(x, s=float(k)), x * k)
     assert jf._fast is None
     mixed = jit_ps(lambda x, s=1.0: x * s)
     for k in range(fastpaths.FAST_REFUSALS + 2):   # a fast path given once: C++ stays
