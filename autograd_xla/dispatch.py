@@ -19,7 +19,8 @@ What it takes, probed with jaxlib 0.10.2:
   while x64 is off, so a signature gets the fast path only while x64 is on (`_x64_on`); the x64
   state is part of C++'s signature, so turning it off later sends calls back to Python.
 * The fast-path data: a tuple type whose fields C++ reads by name (`FastpathData`).
-* Executables taking one buffer per argument, none packed, arguments below
+* Executables taking one buffer per argument leaf they read (C++ skips the others: the fast
+  path's kept_var_bitvec), none packed, arguments below
   lowering.LARGE_ARRAY_BYTES where the Front stages them (else below
   backend.IN_PLACE_MIN_BYTES), and no views or recycled results (those need Python at each
   call). A signature with larger arguments or results (up to DIRECT_BYTES) gets a program
@@ -282,31 +283,38 @@ def _shard_arg(x, sharding, layout):
                                  enable_x64=True, host_buffer_semantics=backend_mod.COPY_SEMANTICS)
 
 
-def fastpath(executable, out_tree, stats, cache, key, front=None):
+def fastpath(executable, out_tree, stats, cache, key, front=None, n_leaves=None):
     """The fast path of `executable` (a backend.Executable), or None if it does not qualify.
     Its calls return the results in `out_tree` and do the bookkeeping of a hit on the
     Python path: `stats` (an aot.CacheStats) counted, `key` moved to the end of `cache`.
     C++ keeps it where the garbage collector does not look: it holds `cache` (whose entries
     may lead back to the function) weakly, and `key` and `stats` must hold nothing of the user's.
     `front`: the jitted function, to stage the signature's arguments into (`_stage`) where it
-    is a Front (None for an executable donating an argument: the staging buffer would go)."""
-    if not _qualifies(executable) or not _x64_on():
+    is a Front (None for an executable donating an argument: the staging buffer would go).
+    `n_leaves`: how many leaves C++ flattens a call into (the executable's arguments where
+    None), of which the executable takes those at its `sources`: C++ skips the others, which
+    the function never read (the fast path's kept_var_bitvec)."""
+    n_leaves = len(executable.in_avals) if n_leaves is None else n_leaves
+    if not _qualifies(executable, n_leaves) or not _x64_on():
         return None
     n_in, n_out = len(executable.consts) + len(executable.in_avals), len(executable.out_avals)
     sharding = executable.backend.sharding()
     finish = _finisher(executable, out_tree, stats, weakref.ref(cache), key)
-    if isinstance(front, Front):
+    if isinstance(front, Front) and n_leaves == len(executable.in_avals):
         _stage(front, executable, finish)
     results = _Results(finish, n_out)
     tree_def = _state["registry"].flatten(results)[1]
+    taken = set(executable.sources)
+    kept = [True] * len(executable.consts) + [i in taken for i in range(n_leaves)]
     return FastpathData(executable.exe, tree_def, [sharding] * n_in, [sharding] * n_out, list(executable.out_avals),
-                        [True] * n_out, [True] * n_in, [None] * n_in, list(executable.consts))
+                        [True] * n_out, kept, [None] * n_in, list(executable.consts))
 
 
-def _qualifies(executable):
-    return (executable.backend.platform == "cpu" and not executable.views
-            and not executable.recycled and executable.sources == list(range(len(executable.in_avals)))
-            and all(_bytes(a) < DIRECT_BYTES for a in executable.in_avals))
+def _qualifies(executable, n_leaves):
+    sources = executable.sources  # each argument's leaf, in order (not packed: a list of them)
+    return (executable.backend.platform == "cpu" and not executable.views and not executable.recycled
+            and all(type(i) is int for i in sources) and all(i < j for i, j in zip(sources, sources[1:]))
+            and all(i < n_leaves for i in sources) and all(_bytes(a) < DIRECT_BYTES for a in executable.in_avals))
 
 
 def direct(in_avals, out_avals):

@@ -64,13 +64,14 @@ class FastPaths:
                 executable = self._direct(entry, leaves)
                 if executable is None:
                     return None  # not counted: a call of aligned arguments makes it, or it is compiling
-                takes = len(leaves) == len(executable.in_avals) and all(
+                sources = executable.sources  # the leaves it takes (not those the function never reads)
+                takes = all(type(i) is int and i < len(leaves) for i in sources) and all(
                     a.shape == av.shape and a.dtype == av.dtype
-                    for a, av in zip(map(aval_of, leaves), executable.in_avals))
+                    for a, av in zip(map(aval_of, [leaves[i] for i in sources]), executable.in_avals))
                 # staged: positional arrays only (_callpath's scan matches a stage against those)
                 stage = flat and not entry.donated
                 fast = takes and dispatch.fastpath(executable, entry.out_tree, self.stats, self._cache, key,
-                                                   self if stage else None)
+                                                   self if stage else None, len(leaves))
                 entry.fastpath = fast or False  # not self in it: C++ keeps it
         fast = hit[0].fastpath if hit is not None else False
         self._fast_calls[bool(fast)] += 1

@@ -351,6 +351,22 @@ def test_python_numbers_beside_arrays_go_through_cpp():
     assert_close(scale(params[0], 2 ** 70), params[0] * 2.0 ** 70)
 
 
+@pytest.mark.parametrize("unused", ["array", "int"])
+def test_arguments_the_function_never_reads_are_skipped_by_cpp(unused):
+    """A leaf the program does not take (the function never reads it: autograd's optimizers
+    pass the iteration's number to gradients that ignore it) is one C++ flattens and skips
+    (the fast path's kept_var_bitvec), so the call still takes its path."""
+    jf = jit_ps(lambda params, i, y: [np.tanh(W) * y for W in params])
+    calls = counting(jf)
+    params, y = [rs.randn(3), rs.randn(3)], rs.randn(3)
+    for k in range(5):
+        i = rs.randn(2) if unused == "array" else k
+        for got, W in zip(jf(params, i, y + k), params):
+            assert_close(got, onp.tanh(W) * (y + k))
+    (entry,) = jf._cache.values()
+    assert len(entry.executable.in_avals) == 3 and len(calls) == 1 and jf._fast_calls == [0, 1]
+
+
 def test_a_function_whose_calls_cpp_always_hands_back_keeps_to_python():
     """Keyword arguments never take the C++ path; after FAST_REFUSALS such calls, with none
     taken, the function stops asking C++ (its lookup cost each call ~2 µs for nothing)."""
