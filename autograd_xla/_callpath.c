@@ -740,7 +740,8 @@ PyMODINIT_FUNC PyInit__callpath(void) {
     Py_INCREF(&FrontType);
     if (PyModule_AddObject(m, "Counts", (PyObject *)&CountsType) < 0
         || PyModule_AddObject(m, "Finish", (PyObject *)&FinishType) < 0
-        || PyModule_AddObject(m, "Front", (PyObject *)&FrontType) < 0)
+        || PyModule_AddObject(m, "Front", (PyObject *)&FrontType) < 0
+        || PyModule_AddIntConstant(m, "MAX_DEPTH", MAX_DEPTH) < 0)
         return NULL;
     return m;
 }

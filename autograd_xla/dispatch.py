@@ -187,13 +187,18 @@ class _Calls:
         return self._fast(*args, **kwargs)
 
 
+#: How deep in tuples and lists the arrays of a call C++ takes may be (_callpath.c's MAX_DEPTH):
+#: deeper ones are not looked at, and their calls go to Python.
+MAX_DEPTH = 32
+
+
 def _foreign(args, depth=0):
     """Whether a numpy array among `args`, or in their tuples and lists (C++ flattens those
     and puts their arrays), has its bytes in the other order, or is a subclass in one, or
-    they nest deeper than 32 (as _callpath's nested_as_is)."""
+    they nest deeper than MAX_DEPTH (as _callpath's nested_as_is)."""
     for a in args:
         if type(a) is tuple or type(a) is list:
-            if depth == 32 or _foreign(a, depth + 1):
+            if depth == MAX_DEPTH or _foreign(a, depth + 1):
                 return True
         elif isinstance(a, np.ndarray) and (not a.dtype.isnative or depth and type(a) is not np.ndarray):
             return True

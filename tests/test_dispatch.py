@@ -311,7 +311,7 @@ def test_arrays_in_lists_that_cpp_would_misread_run_through_python(case):
     a, b, y = placed((n,), offset=0), rs.randn(n), rs.randn(n)
     a[:] = rs.randn(n)
     deep = b
-    for _ in range(40 if case == "nested 40 deep" else 1):
+    for _ in range(dispatch.MAX_DEPTH + 8 if case == "nested 40 deep" else 1):
         deep = [deep]
     odd = {"matrix": lambda: onp.asmatrix(a), "recarray": lambda: a.view(onp.recarray),
            ">f8": lambda: a.astype(">f8"), "misaligned large": lambda: placed((n,), offset=16),
@@ -325,6 +325,8 @@ def test_arrays_in_lists_that_cpp_would_misread_run_through_python(case):
             warnings.simplefilter("ignore", FallbackWarning)  # an np.matrix runs as plain autograd
             assert_close(onp.asarray(jf([odd, deep], y)).ravel(), a * 2.0 + b * y)
         assert_close(jf([a, deep], y), a * 2.0 + b * y)
+    if dispatch.native is not None:
+        assert dispatch.native.MAX_DEPTH == dispatch.MAX_DEPTH  # the C and the Python check alike
     # (without the Front no fast path takes arguments from backend.IN_PLACE_MIN_BYTES: dispatch.ARGUMENT_BYTES)
     ordinary_in_cpp = case != "nested 40 deep" and (case != "misaligned large" or isinstance(jf, dispatch.Front))
     assert len(calls) == (3 if ordinary_in_cpp else 6)
