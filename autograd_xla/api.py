@@ -828,7 +828,8 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
     def cache_info(self):
         info = self.stats.as_dict()
         info["size"], info["max_size"] = len(self._cache), self.cache_size
-        info["climbing"] = sum(entry.ladder is not None for entry in list(self._cache.values()))  # tiering.Ladder
+        info["climbing"] = sum(entry.ladder is not None or type(entry.direct) is tiering.Job  # tiering.Ladder,
+                               for entry in list(self._cache.values()))  # or C++'s program compiling (_direct)
         return info
 
     def clear_cache(self):

@@ -56,14 +56,17 @@ def calibrate(fn, args, target, max_number=1_000_000):
 
 def settle(jf, args, limit=60.0):
     """Call a jit_ps function until its signature has settled on its program
-    (cache_info()["climbing"]: the later programs made and tried, autograd_xla.tiering.Ladder),
-    so that a steady state measured next is that program's. Returns (calls, seconds) it took."""
-    t0, calls = _clock(), 0
-    while jf.cache_info()["climbing"] and _clock() - t0 < limit:
+    (cache_info()["climbing"]: the later programs made and tried, autograd_xla.tiering.Ladder,
+    and C++'s program of a signature with large arguments, which the first call after the
+    ladder starts compiling), so that a steady state measured next is that program's: until
+    two calls in a row find it settled. Returns (calls, seconds) it took."""
+    t0, calls, quiet = _clock(), 0, 0
+    while quiet < 2 and _clock() - t0 < limit:
         jf(*args)
         calls += 1
         if not tiering.compile_thread.idle():
             tiering.compile_thread.wait(limit)
+        quiet = 0 if jf.cache_info()["climbing"] else quiet + 1
     return calls, _clock() - t0
 
 

@@ -574,7 +574,8 @@ def test_a_long_program_for_cpp_compiles_on_the_compile_thread(monkeypatch):
             assert_close(jf([x], s), onp.cos(x) * 0.5 + 1.0)
         (entry,) = jf._cache.values()
         assert type(entry.direct) is tiering.Job and entry.direct.running() and len(calls) == 3
-    assert tiering.compile_thread.wait(60) and not entry.direct.views
+        assert jf.cache_info()["climbing"] == 1  # not settled: timing.settle waits for it
+    assert tiering.compile_thread.wait(60) and not entry.direct.views and jf.cache_info()["climbing"] == 0
     for k in range(5):
         assert_close(jf([x + k], s), onp.cos(x + k) * 0.5 + 1.0)
     assert len(calls) == 4 and jf._fast_calls == [0, 1]
