@@ -46,6 +46,8 @@ def parse_args(argv=None):
     p.add_argument("--backend", default="cpu", help="platform for jit_ps and jax (default cpu)")
     p.add_argument("--repeat", type=int, help="interleaved rounds (samples per contender); default 31, quick 9")
     p.add_argument("--target-ms", type=float, help="minimum duration of one sample; default 40, quick 15")
+    p.add_argument("--lead-ms", type=float, default=150.0,
+                   help="untimed calls of the contender itself before each sample, this long (default 150; 0: none)")
     p.add_argument("--stat", choices=("median", "min"), default="median",
                    help="statistic of the samples shown and used for ratios (min resists other people's load "
                         "better; median is the default)")
@@ -287,7 +289,7 @@ def run_workload(wl, args, jax, jnp):
     if bad:
         raise AssertionError(f"{wl.name}: results differ from plain autograd beyond {tol:g} (relative): {bad}")
 
-    samples, numbers = timing.interleaved(contenders, args.repeat, args.target_ms / 1e3)
+    samples, numbers = timing.interleaved(contenders, args.repeat, args.target_ms / 1e3, lead=args.lead_ms / 1e3)
     result["samples"] = samples
     result["calls_per_sample"] = numbers
     result["summary"] = {k: timing.summarize(v) for k, v in samples.items()}
@@ -402,7 +404,8 @@ def report(results, failures, env, args):
     has_jax = "jax" in present
 
     lines += ["", f"## Steady state: {STAT} time per call (± = interquartile range / median; {args.repeat} "
-                  f"interleaved samples of ≥{args.target_ms:g} ms; dtype {args.dtype}; {placement(args.align)})", ""]
+                  f"interleaved samples of ≥{args.target_ms:g} ms, each after {args.lead_ms:g} ms of the contender's "
+                  f"own calls; dtype {args.dtype}; {placement(args.align)})", ""]
     head = ["workload"] + [CONTENDER_TITLES[c] for c in present] + ["autograd / jit_ps"]
     if has_jax:
         head += ["jit_ps / jax.jit", "autograd / jax.jit"]

@@ -96,9 +96,11 @@ def balanced_orders(n):
     return orders + [order[::-1] for order in orders] if n % 2 else orders
 
 
-def interleaved(contenders, repeat, target, warmup=0.05):
+def interleaved(contenders, repeat, target, warmup=0.05, lead=0.0):
     """contenders: {name: (fn, args)}. Returns {name: [per-call seconds of each sample]},
-    sampled in rounds, each contender once a round in balanced_orders."""
+    sampled in rounds, each contender once a round in balanced_orders; each sample after
+    `lead` seconds of the contender's own calls, untimed (what the one before left behind
+    wears off: after plain autograd's MLP step XLA's next ~100 ms of calls ran 1.5x slower)."""
     for fn, args in contenders.values():
         warm_up(fn, args, warmup)
     numbers = {name: calibrate(fn, args, target) for name, (fn, args) in contenders.items()}
@@ -108,6 +110,8 @@ def interleaved(contenders, repeat, target, warmup=0.05):
     for r in range(repeat):
         for name in [names[i] for i in orders[r % len(orders)]]:
             fn, args = contenders[name]
+            if lead:
+                warm_up(fn, args, lead, min_calls=1)
             samples[name].append(time_calls(fn, args, numbers[name]) / numbers[name])
     return samples, numbers
 
