@@ -222,8 +222,11 @@ ARGUMENT_BYTES = lowering.LARGE_ARRAY_BYTES if Calls is Front else backend_mod.I
 #: the Python path (numpy), medians of 2-4 processes: 300,000 elements 47-55 µs against
 #: 109-113 (52), 400,000 63-98 against 123-126 (70), 600,000 83-131 against 131-147 (110); at
 #: 700,000-850,000 either way 96-290 (XLA's thread pool wakes or not); 10^6 fed back, 178-330
-#: against 170-186 (190-220).
-DIRECT_BYTES = 4 << 20 if Calls is Front and memory.glibc() else ARGUMENT_BYTES
+#: against 170-186 (190-220). Those samples followed other contenders' (the pool woke or not);
+#: each after 150 ms of its own calls (benchmarks' timing.interleaved `lead`), medians of 21,
+#: µs: 10^6 elements 140-162 against 180-202 (jax.jit on the device 157-174, numpy 200-214),
+#: 1.5 x 10^6 297 against 326 (324, 431), 2 x 10^6 805-839 against 553-647 (529-639, 715-796).
+DIRECT_BYTES = 12 << 20 if Calls is Front and memory.glibc() else ARGUMENT_BYTES
 #: The second program saves the Python path's work a call (~60 µs for `x + 1.0` on 300,000
 #: elements; the benchmarks' MLP step, its parameters a list of pairs, 0.09-0.1 ms of 2.85: fastpaths).
 #: It is compiled in the call that first finds the large arguments aligned where its
