@@ -332,10 +332,10 @@ def direct(in_avals, out_avals):
     return all(_bytes(a) < DIRECT_BYTES for a in in_avals) and sum(map(_bytes, out_avals)) < DIRECT_BYTES
 
 
-def in_place(args):
-    """Whether the Front gives C++ each of these numpy arguments from ARGUMENT_BYTES as it is
-    (C-contiguous and 64-byte aligned, _callpath's scan)."""
-    return all(a.nbytes < ARGUMENT_BYTES or backend_mod.is_aligned(a) for a in args)
+def in_place(leaves):
+    """Whether the Front gives C++ each numpy array among these leaves (the others are Python
+    numbers) from ARGUMENT_BYTES as it is (C-contiguous and 64-byte aligned, _callpath's scan)."""
+    return all(type(a) is not np.ndarray or a.nbytes < ARGUMENT_BYTES or backend_mod.is_aligned(a) for a in leaves)
 
 
 def _bytes(aval):

@@ -45,10 +45,11 @@ class FastPaths:
         """C++'s fast path for a call like this one (just run by _call_python), False, or None
         (none yet: asked again at the signature's next call, dispatch.function): for numpy
         arrays, positional (a signature on the simple path), or arrays and Python numbers,
-        positional or in tuples and lists (`_sequences_hit`), of a signature whose executable qualifies (dispatch.fastpath) and
-        takes them as they are (x64=False narrows them). Calls of other arguments, and of
-        executables that do not qualify, are refusals for good; after FAST_REFUSALS of them
-        with no fast path given, the function keeps to the Python path."""
+        positional or in tuples and lists (`_sequences_hit`), of a signature whose executable
+        qualifies (dispatch.fastpath) and takes them as they are (x64=False narrows them).
+        Calls of other arguments, and of executables that do not qualify, are refusals for
+        good; after FAST_REFUSALS of them with no fast path given, the function keeps to the
+        Python path."""
         hit = None
         if not kwargs:
             flat = all(type(a) is np.ndarray for a in args)
@@ -99,12 +100,12 @@ class FastPaths:
                   and not (entry.draws or entry.guards))
         return (entry if usable else None, key), leaves
 
-    def _direct(self, entry, args):
+    def _direct(self, entry, leaves):
         """The executable of an entry C++'s fast path runs: its own, or where that reads large
         arguments through views or writes results into recycled buffers (both need Python at
         each call), the graph lowered without them (`entry.direct`; within
         dispatch.DIRECT_BYTES), made once a call's large arguments are where C++ reads them in
-        place (`args`; None till then): compiled in that call, or where its text is longer
+        place (`leaves`; None till then): compiled in that call, or where its text is longer
         than dispatch.DIRECT_TEXT_BYTES on the compile thread (None till it is done, a
         tiering.Job in `entry.direct` meanwhile). The entry's own runs the calls of misaligned
         arguments, in Python."""
@@ -113,7 +114,7 @@ class FastPaths:
                 [v.aval for v in entry.graph.invars], executable.out_avals):
             return executable  # (x64=False: C++ would not take the arguments' float64 anyway)
         if entry.direct is None:
-            if not dispatch.in_place(args):
+            if not dispatch.in_place(leaves):
                 return None
             lowered = self._lowering(entry, (), direct=True, **entry.lowered.variant)
             if len(lowered.text) <= dispatch.DIRECT_TEXT_BYTES:

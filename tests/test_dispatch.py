@@ -351,6 +351,12 @@ def test_python_numbers_beside_arrays_go_through_cpp():
         assert_close(scale(params[0], i), params[0] * i)
     assert scale._fast_calls == [0, 1]
     assert_close(scale(params[0], 2 ** 70), params[0] * 2.0 ** 70)
+    if isinstance(scale, dispatch.Front):  # beside a large argument: C++'s program without its view
+        big = placed((lowering.LARGE_ARRAY_BYTES // 8 + 1000,), offset=0)
+        big[:] = rs.randn(big.size)
+        for i in range(4):
+            assert_close(scale(big, i + 0.5), big * (i + 0.5))
+        assert scale._fast_calls[1] == 2 and not next(reversed(scale._cache.values())).direct.views
 
 
 @pytest.mark.parametrize("unused", ["array", "int"])
