@@ -849,15 +849,16 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         """Mark the compiles in flight of this function and its derivatives: their programs are
         not kept once made (the caller holds the lock)."""
         for e in self._cache.values():
-            if e.background is not None:
-                e.background.forgotten = True
+            for job in (e.background, e.direct):  # (a compiling _direct program's too: fastpaths)
+                if type(job) is tiering.Job:
+                    job.forgotten = True
         for d in self._derivatives.values():
             d._forget_pending()
 
     def _programs(self):
         found = [p for e in self._cache.values()
-                 for x in (getattr(e, "executable", None), getattr(e, "direct", None)) if x is not None
-                 for p in x.programs()]
+                 for x in (getattr(e, "executable", None), getattr(e, "direct", None))
+                 if isinstance(x, backend_mod.Executable) for p in x.programs()]  # (direct: maybe a Job)
         for d in self._derivatives.values():
             found += d._programs()
         return found

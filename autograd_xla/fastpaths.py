@@ -37,9 +37,9 @@ def takes_leaf(x):
 
 
 class FastPaths:
-    """The fast-path methods of api.JittedFunction: they read its cache (`_cache`, `_simple`),
-    its signatures (`_split`, `_key`) and make programs through its `_lowering` and
-    `_compile_program`."""
+    """The fast-path methods of api.JittedFunction: they read its cache (`_cache`, `_simple`,
+    under `_lock`), its signatures (`_split`, `_key`) and make programs through its
+    `_lowering`, `_compile_program` and `_backend`."""
 
     def _fastpath(self, args, kwargs):
         """C++'s fast path for a call like this one (just run by _call_python), False, or None
@@ -130,13 +130,18 @@ class FastPaths:
         return entry.direct
 
     def _compile_direct(self, entry, lowered, job=None):
-        """_direct's program, in the call or on the compile thread (`job`)."""
+        """_direct's program, in the call or on the compile thread (`job`: its program is let
+        go if the function's cache was cleared meanwhile, as api's background compiles)."""
         try:
             direct, seconds, compiled = self._compile_program(entry, lowered, entry.options, entry.executable)
         except CompileError:  # not expected of a program whose graph compiled: the Python path stays
             direct, seconds, compiled = entry.executable, 0.0, False
         self.stats.upgrades += compiled
         self.stats.upgrade_seconds += seconds
+        with self._lock:  # clear_cache marks its pending jobs under the lock
+            forget = job is not None and job.forgotten
+        if forget and direct is not entry.executable:
+            self._backend().forget(direct.programs())
         entry.direct = direct
 
     def _forget_fast_paths(self):

@@ -585,6 +585,18 @@ def test_a_long_program_for_cpp_compiles_on_the_compile_thread(monkeypatch):
     for k in range(5):
         assert_close(jf([x + k], s), onp.cos(x + k) * 0.5 + 1.0)
     assert len(calls) == 4 and jf._fast_calls == [0, 1]
+    # the cache cleared while such a compile is in flight: its program is let go, calls go on
+    again = jit_ps(lambda xs, s: np.sin(xs[0]) * s - 1.0)
+    with tiering.compile_thread.paused():
+        for _ in range(3):
+            assert_close(again([x], s), onp.sin(x) * 0.5 - 1.0)
+        (pending,) = again._cache.values()
+        assert type(pending.direct) is tiering.Job
+        again.clear_cache()
+        assert pending.direct.forgotten
+    assert tiering.compile_thread.wait(60) and again.cache_info()["size"] == 0
+    for _ in range(3):
+        assert_close(again([x], s), onp.sin(x) * 0.5 - 1.0)
 
 
 @staging
