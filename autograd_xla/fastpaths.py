@@ -102,21 +102,28 @@ class FastPaths:
 
     def _direct(self, entry, leaves):
         """The executable of an entry C++'s fast path runs: its own, or where that reads large
-        arguments through views or writes results into recycled buffers (both need Python at
-        each call), the graph lowered without them (`entry.direct`; within
+        arguments through views, writes results into recycled buffers (both need Python at
+        each call) or packs small arguments (done where large ones make the Python path
+        likely: api.JittedFunction._lowering), the graph lowered without them (`entry.direct`; within
         dispatch.DIRECT_BYTES), made once a call's large arguments are where C++ reads them in
         place (`leaves`; None till then): compiled in that call, or where its text is longer
         than dispatch.DIRECT_TEXT_BYTES on the compile thread (None till it is done, a
         tiering.Job in `entry.direct` meanwhile). The entry's own runs the calls of misaligned
         arguments, in Python."""
         executable = entry.executable
-        if not (executable.views or executable.recycled) or self.x64 is False or not dispatch.direct(
+        packed = not all(type(i) is int for i in executable.sources)
+        if not (executable.views or executable.recycled or packed) or self.x64 is False or not dispatch.direct(
                 [v.aval for v in entry.graph.invars], executable.out_avals):
             return executable  # (x64=False: C++ would not take the arguments' float64 anyway)
         if entry.direct is None:
             if not dispatch.in_place(leaves):
                 return None
-            lowered = self._lowering(entry, (), direct=True, **entry.lowered.variant)
+            try:
+                lowered = self._lowering(entry, (), direct=True, **entry.lowered.variant)
+            except Exception as e:  # the graph lowered once already: the call's result stands, the Python path stays
+                tiering.log.warning("the program for C++'s calls failed to lower; calls stay on the Python path: %s", e)
+                entry.direct = executable
+                return executable
             if len(lowered.text) <= dispatch.DIRECT_TEXT_BYTES:
                 self._compile_direct(entry, lowered)
             else:

@@ -554,6 +554,50 @@ def test_large_aligned_arguments_go_through_cpp_and_misaligned_ones_through_pyth
 
 
 @staging
+def test_small_arguments_packed_beside_a_large_one_go_through_cpp_unpacked():
+    """Beside a large argument the Python path's program packs the small ones into one buffer
+    (api.JittedFunction._lowering), which C++ cannot pass: C++ runs the graph lowered
+    unpacked (_direct), even where nothing else (views, recycled results) needs Python.
+    A gradient w.r.t. small parameters of a reduced data matrix (a reduction reads it whole,
+    with no view) went through Python at every call before."""
+    X = placed((lowering.LARGE_ARRAY_BYTES // 800 + 10, 100), offset=0)
+    a, b = rs.randn(100), rs.randn(100)
+
+    def loss(a, b, X):
+        return np.sum(np.tanh(np.sum(X, axis=0) * a + b) ** 2)
+    jf = jit_ps(grad(loss, (0, 1)))
+    calls = counting(jf)
+    want = grad(loss, (0, 1))
+    for k in range(6):
+        a_k, b_k = a + k, b - k
+        assert_close(jf(a_k, b_k, X), want(a_k, b_k, X))
+    (entry,) = jf._cache.values()
+    assert any(type(s) is list for s in entry.executable.sources)  # packed for the Python path
+    assert all(type(s) is int for s in entry.direct.sources)
+    assert len(calls) == 1 and jf.cache_info()["hits"] == 5  # (a large argument: not staged)
+
+
+@staging
+def test_a_program_for_cpp_that_fails_to_lower_leaves_the_calls_in_python(monkeypatch, caplog):
+    """Should the graph fail to lower for C++ (_direct: a rule replaced since, a lowering bug),
+    the call that asked has its result, and the signature's calls keep to the Python path."""
+    X = placed((lowering.LARGE_ARRAY_BYTES // 800 + 10, 100), offset=0)
+    jf = jit_ps(lambda a, b, X: np.sum(X, axis=0) * a + b)
+    calls = counting(jf)
+    a, b = rs.randn(100), rs.randn(100)
+    original = jf._lowering
+
+    def failing(entry, donate, direct=False, **variant):
+        if direct:
+            raise ValueError("no lowering today")
+        return original(entry, donate, direct, **variant)
+    monkeypatch.setattr(jf, "_lowering", failing)
+    for k in range(4):
+        assert_close(jf(a + k, b, X), onp.sum(X, axis=0) * (a + k) + b)
+    assert len(calls) == 4 and caplog.text.count("no lowering today") == 1
+
+
+@staging
 def test_signatures_beyond_the_direct_bounds_keep_to_python():
     """From dispatch.DIRECT_BYTES a large argument's calls run in Python, aligned or not."""
     jf = jit_ps(lambda x: x * 2.0)
