@@ -6,10 +6,12 @@
  * is None, or while `_waiting` (no fast path to be had yet: api.JittedFunction._fastpath), or
  * for a numpy array of the other byte order (which C++ would misread) or one PJRT would copy
  * apart (both `scan`), to `self._call_python`. A call whose arguments are numpy arrays of a
- * signature it stages (`stage`) copies them into device buffers kept for that signature and
- * hands C++ those: C++ then runs the executable on them as they are, where a numpy argument
- * costs it a new device buffer a call (made and freed: 7.5 µs a call of x + 1.0 against 5.5
- * µs, measured); from 100 KiB an aligned one is passed as it is (`scan`). The CPU
+ * signature it stages (`stage`), positional or in lists and tuples, copies them into device
+ * buffers kept for that signature and hands C++ those, in lists and tuples made alike: C++
+ * then runs the executable on them as they are, where a numpy argument costs it a new device
+ * buffer a call (made and freed: 7.5 µs a call of x + 1.0 against 5.5 µs, measured; a
+ * two-layer network's value_and_grad, its parameters a list of pairs, 19.4 against 27.5);
+ * from 100 KiB an aligned one is passed as it is (`scan`). The CPU
  * client is synchronous and staging copies inline, so the program has read the buffers when
  * C++ returns; a call made while a staged one is in C++ (a thread, or a miss calling back into
  * Python) is not staged.
@@ -30,7 +32,7 @@
 #include <stdint.h>
 #include <string.h>
 
-enum { MAX_ARGS = 16, MAX_DIMS = 8, MAX_STAGES = 8, FORMAT_CHARS = 8, MAX_DEPTH = 32 };
+enum { MAX_ARGS = 16, MAX_DIMS = 8, MAX_STAGES = 8, FORMAT_CHARS = 8, MAX_DEPTH = 32, MAX_TREE = 64 };
 /* The stages' buffers live as long as the function: 16 MiB of them at most (MAX_STAGES
  * signatures of arguments below 1 MiB, dispatch.ARGUMENT_BYTES, could otherwise hold 128). */
 enum { MAX_STAGED_BYTES = 16 << 20 };
@@ -317,10 +319,12 @@ typedef struct {
 } Slot;
 
 typedef struct {
-    Py_ssize_t n;
+    Py_ssize_t n;          /* arrays: the leaves of the call's arguments, lists and tuples flattened */
     Slot slots[MAX_ARGS];
-    PyObject *arrays;  /* a tuple of the staging device arrays, which own the slots' memory */
-    Finish *finish;    /* the signature's results, from C++'s flat outputs */
+    Py_ssize_t tree_len;
+    char tree[MAX_TREE];   /* the structure around them (`Walk`) */
+    PyObject *arrays;      /* a tuple of the staging device arrays, which own the slots' memory */
+    Finish *finish;        /* the signature's results, from C++'s flat outputs */
 } Stage;
 
 typedef struct {
@@ -375,101 +379,138 @@ static int copied_apart(const Py_buffer *view, int contiguous) {
     return view->len >= ASYNC_COPY_BYTES && !(contiguous && read_in_place(view));
 }
 
-/* Whether C++ may take this numpy array as it is. */
-static int takes_as_is(const Py_buffer *view) {
-    return native_order(view) && !copied_apart(view, PyBuffer_IsContiguous(view, 'C'));
-}
+/* A call's arguments walked as C++ flattens them (lists and tuples, depth first, MAX_DEPTH deep):
+ * whether C++ may take them as they are (`native`: no numpy array whose bytes are not in the
+ * machine's order, which C++ would read as if they were (its signatures and puts ignore byte
+ * order: probed, x * 2 + 1 of a '>f8' array came back as of its bytes swapped), nor a subclass of ndarray inside a
+ * list or tuple, which C++ would take for an array where the Python path runs it as plain
+ * autograd does: np.matrix's `*` a matrix product), whether PJRT would copy one apart
+ * (`apart`), and while every leaf is a C-contiguous numpy array (`stageable`), their buffers
+ * and the structure around them (`tree`: 'a' an array, 'l' or 't' and a length byte a list or
+ * tuple), which a stage matches. Other containers (dicts) hold no fast path's arguments
+ * (api.JittedFunction._fastpath), so C++ only looks their signature up, misses and calls back:
+ * their arrays are not read. */
+typedef struct {
+    Py_buffer views[MAX_ARGS];
+    PyObject *leaves[MAX_ARGS];
+    Py_ssize_t held, tree_len;
+    char tree[MAX_TREE];
+    int native, apart, stageable;
+} Walk;
 
-/* Whether C++ may take the numpy arrays in a list or tuple argument (nested in lists and tuples
- * MAX_DEPTH deep) as they are (`takes_as_is`): C++ flattens them and puts each itself. Not a
- * subclass of ndarray (C++ would take an np.matrix for an array, where the Python path
- * runs it as plain autograd does: `*` a matrix product). Other containers hold no fast path's
- * arguments (api.JittedFunction._fastpath), so C++ only looks their signature up, misses and
- * calls back: their arrays are not read. */
-static int nested_as_is(PyObject *obj, int depth) {
-    if (PyList_CheckExact(obj) || PyTuple_CheckExact(obj)) {
-        if (depth == MAX_DEPTH)
-            return 0;
+static void walk(Walk *w, PyObject *obj, int depth) {
+    int list = PyList_CheckExact(obj);
+    if (list || PyTuple_CheckExact(obj)) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
+        if (depth == MAX_DEPTH) {
+            w->native = 0;
+            return;
+        }
+        if (n > 255 || w->tree_len + 2 > MAX_TREE)
+            w->stageable = 0;
+        if (w->stageable) {
+            w->tree[w->tree_len++] = list ? 'l' : 't';
+            w->tree[w->tree_len++] = (char)n;
+        }
         PyObject **items = PySequence_Fast_ITEMS(obj);
-        for (Py_ssize_t i = 0, n = PySequence_Fast_GET_SIZE(obj); i < n; i++)
-            if (!nested_as_is(items[i], depth + 1))
-                return 0;
-        return 1;
+        for (Py_ssize_t i = 0; i < n && w->native; i++)
+            walk(w, items[i], depth + 1);
+        return;
     }
-    if (!PyObject_TypeCheck(obj, (PyTypeObject *)ndarray_type))
-        return 1;
-    if ((PyObject *)Py_TYPE(obj) != ndarray_type)
-        return 0;
+    if (!PyObject_TypeCheck(obj, (PyTypeObject *)ndarray_type)) {
+        w->stageable = 0;  /* a Python number (or anything else: C++'s to judge) */
+        return;
+    }
+    int exact = (PyObject *)Py_TYPE(obj) == ndarray_type;
+    if (depth > 0 && !exact) {
+        w->native = 0;
+        return;
+    }
     Py_buffer view;
     if (PyObject_GetBuffer(obj, &view, PyBUF_RECORDS_RO) < 0) {
-        PyErr_Clear();  /* a dtype the buffer protocol cannot describe: never a fast path's */
-        return 1;
+        PyErr_Clear();  /* a dtype the buffer protocol cannot describe: C++'s to judge, not staged */
+        w->stageable = 0;
+        return;
     }
-    int ok = takes_as_is(&view);
-    PyBuffer_Release(&view);
-    return ok;
+    int contiguous = PyBuffer_IsContiguous(&view, 'C');
+    w->native = native_order(&view);
+    w->apart |= copied_apart(&view, contiguous);
+    if (w->stageable && w->native && exact && contiguous && w->held < MAX_ARGS && w->tree_len < MAX_TREE) {
+        w->views[w->held] = view;
+        w->leaves[w->held++] = obj;
+        w->tree[w->tree_len++] = 'a';
+    } else {
+        w->stageable = 0;
+        PyBuffer_Release(&view);
+    }
 }
 
-/* Whether C++ may take a call of these arguments: 0 where one is a numpy array whose bytes are
- * not in the machine's order, which C++ would read as if they were (its signatures and puts
- * ignore byte order: probed, x * 2 + 1 of a '>f8' array came back as of its bytes swapped),
- * and where one PJRT would copy on a worker thread (ASYNC_COPY_BYTES) is not staged.
- * Where it may, *stage is the stage the arguments match (NULL if none, or if `stage` is NULL)
- * and `pass` what C++ is given: each argument's data copied into the stage's buffer, or from
- * ASYNC_COPY_BYTES on, where it is aligned, the argument itself, which C++ reads in place (a
- * copy of 600 KB cost ~20 µs; the results of a jitted function are aligned, so a loop feeding
- * them back copies none). Where every argument is passed itself the call is not a staged one:
- * *stage is NULL, and C++ is given `args`. */
+/* Whether C++ may take a call of these arguments (`walk`): not where PJRT would copy one apart
+ * (ASYNC_COPY_BYTES) unless the call is staged. Where it may, *stage is the stage the
+ * arguments match (NULL if none, or if `stage` is NULL) and `pass` what C++ is given for each
+ * leaf, in the call's lists and tuples (`rebuilt`): its data copied into the stage's buffer, or from ASYNC_COPY_BYTES on, where it is
+ * aligned, the array itself, which C++ reads in place (a copy of 600 KB cost ~20 µs; the
+ * results of a jitted function are aligned, so a loop feeding them back copies none). Where
+ * every leaf is passed itself the call is not a staged one: *stage is NULL, and C++ is given
+ * `args`. */
 static int scan(Front *self, PyObject *const *args, Py_ssize_t n, Stage **stage, PyObject **pass) {
-    Py_buffer views[MAX_ARGS];
-    Py_ssize_t held = 0;
-    int native = 1, apart = 0, stageable = stage != NULL && n > 0 && n <= MAX_ARGS;
-    for (Py_ssize_t i = 0; i < n && native; i++) {
-        if (!PyObject_TypeCheck(args[i], (PyTypeObject *)ndarray_type)) {
-            stageable = 0;
-            native = nested_as_is(args[i], 0);  /* (or copied apart: either way, Python's call) */
-            continue;
-        }
-        Py_buffer view;
-        if (PyObject_GetBuffer(args[i], &view, PyBUF_RECORDS_RO) < 0) {
-            PyErr_Clear();  /* a dtype the buffer protocol cannot describe: C++'s to judge, not staged */
-            stageable = 0;
-            continue;
-        }
-        native = native_order(&view);
-        int contiguous = PyBuffer_IsContiguous(&view, 'C');
-        apart |= copied_apart(&view, contiguous);
-        if (stageable && native && (PyObject *)Py_TYPE(args[i]) == ndarray_type && contiguous)
-            views[held++] = view;
-        else {
-            stageable = 0;
-            PyBuffer_Release(&view);
-        }
-    }
+    Walk w;
+    w.held = w.tree_len = 0;
+    w.native = 1;
+    w.apart = 0;
+    w.stageable = stage != NULL;
+    for (Py_ssize_t i = 0; i < n && w.native; i++)
+        walk(&w, args[i], 0);
     Stage *found = NULL;
-    for (int s = 0; native && stageable && held == n && s < self->n_stages && found == NULL; s++) {
+    for (int s = 0; w.native && w.stageable && w.held > 0 && s < self->n_stages && found == NULL; s++) {
         Stage *candidate = self->stages[s];
-        int all = candidate->n == n;
-        for (Py_ssize_t i = 0; i < n && all; i++)
-            all = same(&candidate->slots[i], &views[i]);
+        int all = candidate->n == w.held && candidate->tree_len == w.tree_len
+                  && memcmp(candidate->tree, w.tree, w.tree_len) == 0;
+        for (Py_ssize_t i = 0; i < w.held && all; i++)
+            all = same(&candidate->slots[i], &w.views[i]);
         if (all)
             found = candidate;
     }
     Py_ssize_t itself = 0;
-    for (Py_ssize_t i = 0; found != NULL && i < n; i++) {
-        if (read_in_place(&views[i])) {
-            pass[i] = args[i];
+    for (Py_ssize_t i = 0; found != NULL && i < w.held; i++) {
+        if (read_in_place(&w.views[i])) {
+            pass[i] = w.leaves[i];
             itself++;
             continue;
         }
-        memcpy(found->slots[i].data, views[i].buf, views[i].len);
+        memcpy(found->slots[i].data, w.views[i].buf, w.views[i].len);
         pass[i] = PyTuple_GET_ITEM(found->arrays, i);
     }
-    for (Py_ssize_t i = 0; i < held; i++)
-        PyBuffer_Release(&views[i]);
+    for (Py_ssize_t i = 0; i < w.held; i++)
+        PyBuffer_Release(&w.views[i]);
     if (stage != NULL)
-        *stage = itself == n ? NULL : found;
-    return native && (found != NULL || !apart);
+        *stage = itself == w.held ? NULL : found;
+    return w.native && (found != NULL || !w.apart);
+}
+
+/* A staged call's argument `obj` with its leaves (numpy arrays: `walk`) replaced by
+ * pass[*at...]: C++ is given the call's lists and tuples, so that its signature of a stage's
+ * calls is the structure's, as that of the arrays themselves. A new reference. */
+static PyObject *rebuilt(PyObject *obj, PyObject **pass, Py_ssize_t *at) {
+    int list = PyList_CheckExact(obj);
+    if (!list && !PyTuple_CheckExact(obj)) {
+        PyObject *leaf = pass[(*at)++];
+        Py_INCREF(leaf);
+        return leaf;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
+    PyObject *out = list ? PyList_New(n) : PyTuple_New(n);
+    PyObject **items = PySequence_Fast_ITEMS(obj);
+    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
+        PyObject *item = rebuilt(items[i], pass, at);
+        if (item == NULL)
+            Py_CLEAR(out);
+        else if (list)
+            PyList_SET_ITEM(out, i, item);
+        else
+            PyTuple_SET_ITEM(out, i, item);
+    }
+    return out;
 }
 
 static PyObject *call_python(Front *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
@@ -504,7 +545,13 @@ static PyObject *front_vectorcall(Front *self, PyObject *const *args, size_t nar
         Py_INCREF(done);
         self->busy = 1;
         self->missed = 0;
-        r = PyObject_Vectorcall(fast, pass, n, NULL);
+        PyObject *given[MAX_ARGS];  /* the call's lists and tuples around `pass` */
+        Py_ssize_t at = 0, made = 0;
+        while (made < n && (given[made] = rebuilt(args[made], pass, &at)) != NULL)
+            made++;
+        r = made == n ? PyObject_Vectorcall(fast, given, n, NULL) : NULL;
+        for (Py_ssize_t i = 0; i < made; i++)
+            Py_DECREF(given[i]);
         self->busy = 0;
         if (r != NULL && !self->missed) {
             PyObject *outs = r;
@@ -530,6 +577,8 @@ static void free_stages(Front *self) {
 }
 
 static int same_slots(const Stage *a, const Stage *b) {
+    if (a->n != b->n || a->tree_len != b->tree_len || memcmp(a->tree, b->tree, a->tree_len) != 0)
+        return 0;
     for (Py_ssize_t i = 0; i < a->n; i++) {
         const Slot *y = &b->slots[i];
         if (!describes(&a->slots[i], y->nbytes, y->ndim, y->shape, y->format))
@@ -545,26 +594,32 @@ static Py_ssize_t stage_bytes(const Stage *stage) {
     return bytes;
 }
 
-/* stage(slots, arrays, finish): stage calls whose arguments match `slots`, one (format, shape,
- * nbytes, address) per argument, into `arrays`, the device arrays at those addresses, their
- * results finished by `finish`. False when no more stages are kept (MAX_STAGES,
- * MAX_STAGED_BYTES) or the signature cannot be staged. */
+/* stage(slots, arrays, finish, tree): stage calls whose arguments' leaves match `slots`, one
+ * (format, shape, nbytes, address) per leaf, in the structure `tree` (bytes, as `walk` writes
+ * it), into `arrays`, the device arrays at those addresses, their results finished by
+ * `finish`. False when no more stages are kept (MAX_STAGES, MAX_STAGED_BYTES) or the
+ * signature cannot be staged. */
 static PyObject *front_stage(Front *self, PyObject *args) {
     PyObject *slots, *arrays;
     Finish *done;
-    if (!PyArg_ParseTuple(args, "O!O!O!", &PyTuple_Type, &slots, &PyTuple_Type, &arrays, &FinishType, &done))
+    const char *tree;
+    Py_ssize_t tree_len;
+    if (!PyArg_ParseTuple(args, "O!O!O!y#", &PyTuple_Type, &slots, &PyTuple_Type, &arrays, &FinishType, &done,
+                          &tree, &tree_len))
         return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(slots);
     if (n != PyTuple_GET_SIZE(arrays)) {
         PyErr_SetString(PyExc_ValueError, "one array per slot");
         return NULL;
     }
-    if (self->n_stages == MAX_STAGES || n == 0 || n > MAX_ARGS)
+    if (self->n_stages == MAX_STAGES || n == 0 || n > MAX_ARGS || tree_len > MAX_TREE)
         Py_RETURN_FALSE;
     Stage *stage = PyMem_Calloc(1, sizeof(Stage));
     if (stage == NULL)
         return PyErr_NoMemory();
     stage->n = n;
+    stage->tree_len = tree_len;
+    memcpy(stage->tree, tree, tree_len);
     for (Py_ssize_t i = 0; i < n; i++) {
         Slot *slot = &stage->slots[i];
         const char *format;
@@ -585,7 +640,7 @@ static PyObject *front_stage(Front *self, PyObject *args) {
             goto fail;
     }
     for (int s = 0; s < self->n_stages; s++)
-        if (self->stages[s]->n == n && same_slots(self->stages[s], stage)) {  /* staged: a new program's results */
+        if (same_slots(self->stages[s], stage)) {  /* staged: a new program's results */
             PyMem_Free(stage);
             Py_INCREF(done);
             Py_SETREF(self->stages[s]->finish, done);
@@ -668,7 +723,7 @@ static PyObject *front_call(Front *self, PyObject *args, PyObject *kwargs) {
 }
 
 static PyMethodDef front_methods[] = {
-    {"stage", (PyCFunction)front_stage, METH_VARARGS, "stage(slots, arrays, finish) -> whether kept"},
+    {"stage", (PyCFunction)front_stage, METH_VARARGS, "stage(slots, arrays, finish, tree) -> whether kept"},
     {"unstage", (PyCFunction)front_unstage, METH_NOARGS, "forget every stage"},
     {"staged", (PyCFunction)front_staged, METH_NOARGS, "the stages' tuples of device arrays"},
     {NULL},

@@ -70,10 +70,11 @@ class FastPaths:
                 takes = all(type(i) is int and i < len(leaves) for i in sources) and all(
                     a.shape == av.shape and a.dtype == av.dtype
                     for a, av in zip(map(aval_of, [leaves[i] for i in sources]), executable.in_avals))
-                # staged: positional arrays only (_callpath's scan matches a stage against those)
-                stage = flat and not entry.donated
+                # staged: numpy arrays, positional or in lists and tuples (_callpath's scan
+                # matches a stage against their leaves and structure)
+                stage = not entry.donated and all(type(x) is np.ndarray for x in leaves)
                 fast = takes and dispatch.fastpath(executable, entry.out_tree, self.stats, self._cache, key,
-                                                   self if stage else None, len(leaves))
+                                                   self if stage else None, len(leaves), tree.flatten(args)[1])
                 entry.fastpath = fast or False  # not self in it: C++ keeps it
         fast = hit[0].fastpath if hit is not None else False
         self._fast_calls[bool(fast)] += 1
