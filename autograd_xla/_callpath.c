@@ -130,6 +130,8 @@ typedef struct {
     PyObject *results;    /* per result: (shape, dtype, nbytes, scalar) to view, or a converter to call */
     PyObject *unflatten;  /* None (one result, a leaf) or unflatten(list of results) */
     Py_ssize_t n_in, n_out;
+    PyObject *due;        /* NULL or None, or called once `countdown` more calls are finished */
+    Py_ssize_t countdown;
 } Finish;
 
 /* The address of a device array's memory on the CPU (NULL with an error set), read through
@@ -191,6 +193,15 @@ static PyObject *finish(Finish *self, PyObject *const *outs, Py_ssize_t n) {
     counts->hits += 1;
     counts->host_to_device += self->n_in;
     counts->device_to_host += self->n_out;
+    if (self->due != NULL && self->due != Py_None && --self->countdown <= 0) {  /* once: a later one is set anew */
+        PyObject *due = self->due, *r;
+        self->due = NULL;
+        r = PyObject_CallNoArgs(due);
+        if (r == NULL)
+            PyErr_WriteUnraisable(due);
+        Py_XDECREF(r);
+        Py_DECREF(due);
+    }
     PyObject *cache = counts->last == self ? Py_None : PyWeakref_GetObject(self->cache_ref);  /* borrowed */
     if (cache != Py_None) {  /* least recently used signatures are evicted first */
         PyObject *argv[2] = {cache, self->key};  /* OrderedDict's own move: Signatures' says `reordered` */
@@ -275,7 +286,7 @@ static int finish_init(Finish *self, PyObject *args, PyObject *kwargs) {
 
 static int finish_traverse(Finish *self, visitproc visit, void *arg) {
     Py_VISIT(self->counts); Py_VISIT(self->cache_ref); Py_VISIT(self->key); Py_VISIT(self->results);
-    Py_VISIT(self->unflatten);
+    Py_VISIT(self->unflatten); Py_VISIT(self->due);
     return 0;
 }
 
@@ -283,7 +294,7 @@ static int finish_clear(Finish *self) {
     if (self->counts != NULL && self->counts->last == self)  /* another Finish may come to this address */
         self->counts->last = NULL;
     Py_CLEAR(self->counts); Py_CLEAR(self->cache_ref); Py_CLEAR(self->key); Py_CLEAR(self->results);
-    Py_CLEAR(self->unflatten);
+    Py_CLEAR(self->unflatten); Py_CLEAR(self->due);
     return 0;
 }
 
@@ -292,6 +303,12 @@ static void finish_dealloc(Finish *self) {
     finish_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
+
+static PyMemberDef finish_members[] = {
+    {"due", T_OBJECT, offsetof(Finish, due), 0, "None, or called with no arguments once `countdown` more calls are finished"},
+    {"countdown", T_PYSSIZET, offsetof(Finish, countdown), 0, "calls to finish before `due` is called"},
+    {NULL},
+};
 
 static PyTypeObject FinishType = {
     PyVarObject_HEAD_INIT(NULL, 0)
@@ -304,6 +321,7 @@ static PyTypeObject FinishType = {
     .tp_traverse = (traverseproc)finish_traverse,
     .tp_clear = (inquiry)finish_clear,
     .tp_init = (initproc)finish_init,
+    .tp_members = finish_members,
     .tp_new = PyType_GenericNew,
     .tp_doc = "Finish(counts, cache_ref, key, results, unflatten, n_in, n_out)(outs): a fast call's results.",
 };
@@ -567,13 +585,19 @@ static PyObject *front_vectorcall(Front *self, PyObject *const *args, size_t nar
     return r;
 }
 
+/* The stages are taken out before they are freed: a device array's deallocation may let
+ * another thread run, whose call or unstage would otherwise find them half freed (seen: two
+ * threads freeing one stage, malloc's lists corrupted). */
 static void free_stages(Front *self) {
-    for (int s = 0; s < self->n_stages; s++) {
-        Py_DECREF(self->stages[s]->arrays);
-        Py_DECREF(self->stages[s]->finish);
-        PyMem_Free(self->stages[s]);
-    }
+    Stage *stages[MAX_STAGES];
+    int n = self->n_stages;
+    memcpy(stages, self->stages, n * sizeof(Stage *));
     self->n_stages = 0;
+    for (int s = 0; s < n; s++) {
+        Py_DECREF(stages[s]->arrays);
+        Py_DECREF(stages[s]->finish);
+        PyMem_Free(stages[s]);
+    }
 }
 
 static int same_slots(const Stage *a, const Stage *b) {

@@ -151,8 +151,9 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
                 except (KeyError, RuntimeError):  # evicted meanwhile by another thread
                     pass
                 ladder = entry.ladder
-                if ladder is None and self._fast is not None and (self._waiting or entry.fastpath is None):
-                    self._waiting = 0  # settled: C++ may take its calls
+                if ((ladder is None or ladder.renting()) and self._fast is not None
+                        and (self._waiting or entry.fastpath is None)):
+                    self._waiting = 0  # settled or renting: C++ may take its calls
                     self._fastpath(args, kwargs)  # staged now: C++ is not given arguments it would copy apart
                 outs = (entry.executable(args, self.keep_on_device) if ladder is None else
                         ladder.run(entry, args, self.keep_on_device))

@@ -317,7 +317,7 @@ def _shard_arg(x, sharding, layout):
                                  enable_x64=True, host_buffer_semantics=backend_mod.COPY_SEMANTICS)
 
 
-def fastpath(executable, out_tree, stats, cache, key, front=None, n_leaves=None, args_tree=None):
+def fastpath(executable, out_tree, stats, cache, key, front=None, n_leaves=None, args_tree=None, arm=None):
     """The fast path of `executable` (a backend.Executable), or None if it does not qualify.
     Its calls return the results in `out_tree` and do the bookkeeping of a hit on the
     Python path: `stats` (an aot.CacheStats) counted, `key` moved to the end of `cache`.
@@ -325,7 +325,8 @@ def fastpath(executable, out_tree, stats, cache, key, front=None, n_leaves=None,
     may lead back to the function) weakly, and `key` and `stats` must hold nothing of the user's.
     `front`: the jitted function, to stage the signature's arguments into (`_stage`) where it
     is a Front (None for an executable donating an argument: the staging buffer would go);
-    `args_tree` their tree.flatten treedef.
+    `args_tree` their tree.flatten treedef. `arm(finish)`, where given, may set the fast
+    path's countdown (_callpath.Finish's `countdown` and `due`); False from it: no fast path.
     `n_leaves`: how many leaves C++ flattens a call into (the executable's arguments where
     None), of which the executable takes those at its `sources`: C++ skips the others, which
     the function never read (the fast path's kept_var_bitvec)."""
@@ -335,6 +336,8 @@ def fastpath(executable, out_tree, stats, cache, key, front=None, n_leaves=None,
     n_in, n_out = len(executable.consts) + len(executable.in_avals), len(executable.out_avals)
     sharding = executable.backend.sharding()
     finish = _finisher(executable, out_tree, stats, weakref.ref(cache), key)
+    if arm is not None and not arm(finish):
+        return None
     if isinstance(front, Front) and n_leaves == len(executable.in_avals):
         _stage(front, executable, finish, args_tree)
     results = _Results(finish, n_out)
@@ -404,17 +407,25 @@ def _finisher(executable, out_tree, stats, cache_ref, key):
             cache_ref().move_to_end(key)  # least recently used signatures are evicted first
         except (KeyError, RuntimeError, AttributeError):  # evicted meanwhile by another thread; gone
             pass
+        due = finish.due  # (as _callpath.Finish's)
+        if due is not None:
+            finish.countdown -= 1
+            if finish.countdown <= 0:
+                finish.due = None
+                due()
         if leaf:
             return converters[0](outs[0])
         return unflatten([convert(o) for convert, o in zip(converters, outs)])
+    finish.due, finish.countdown = None, 0
     return finish
 
 
 def _unflattener(out_tree):
     """The function building a fast call's results, a list of them, into `out_tree`: for tuples,
-    lists and None, a treedef of jaxlib's C++ pytrees (0.5 µs for three pairs, against 4.9
-    in tree.unflatten: a tenth of a small gradient's call); a dict's keys are in the
-    function's order, where C++ would sort them, so other structures are tree.unflatten's."""
+    lists and None, a treedef of jaxlib's C++ pytrees (a two-layer network's value_and_grad,
+    its gradient a list of pairs: 18.3 µs a call against 21.8 with tree.unflatten); a dict's
+    keys are in the function's order, where C++ would sort them, so other structures are
+    tree.unflatten's."""
     if tree.sequences_only(out_tree):
         sample = tree.unflatten(out_tree, [0] * tree.num_leaves(out_tree))
         return _state["registry"].flatten(sample)[1].unflatten

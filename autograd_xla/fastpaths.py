@@ -13,6 +13,7 @@ ms, ours with jax's tanh derivative 2.76, jax's 2.72: autograd's exact `g / cosh
 costs two exponentials that jax's inexact `g * (1 - t*t)` does not.
 """
 import functools
+import weakref
 
 import numpy as np
 
@@ -36,6 +37,20 @@ def takes_leaf(x):
     return type(x) is np.ndarray and x.dtype in _SUPPORTED or type(x) in PY_SCALARS
 
 
+def _needs_python(executable):
+    """Whether a program needs Python at each call, so that C++ runs another one (`_direct`):
+    it reads large arguments through views, writes results into recycled buffers, or packs
+    small arguments."""
+    return bool(executable.views or executable.recycled) or not all(type(i) is int for i in executable.sources)
+
+
+def _ladder_due(owner, key):
+    """Ladder.hand's `due` of a fast path: its owner (weakly: C++ keeps the fast path) goes on."""
+    jf = owner()
+    if jf is not None:
+        jf._ladder_due(key)
+
+
 class FastPaths:
     """The fast-path methods of api.JittedFunction: they read its cache (`_cache`, `_simple`,
     under `_lock`), its signatures (`_split`, `_key`) and make programs through its
@@ -49,7 +64,9 @@ class FastPaths:
         qualifies (dispatch.fastpath) and takes them as they are (x64=False narrows them).
         Calls of other arguments, and of executables that do not qualify, are refusals for
         good; after FAST_REFUSALS of them with no fast path given, the function keeps to the
-        Python path."""
+        Python path. While the signature's ladder climbs, a fast path is given once it has
+        timed HANDOFF_CALLS calls, for the calls that pay its rent (tiering.Ladder.hand),
+        where C++ can run the program in use itself."""
         hit = None
         if not kwargs:
             flat = all(type(a) is np.ndarray for a in args)
@@ -59,9 +76,13 @@ class FastPaths:
             entry, key = hit
             if entry is None:
                 return None  # not compiled yet (tiered), or not on the simple path: not counted
-            if entry.ladder is not None:  # its calls are timed while it may still move to a faster program
-                self._waiting = not self._fast_calls[1]  # none given yet: calls skip C++'s misses meanwhile
-                return None  # not counted
+            ladder = entry.ladder
+            if ladder is not None and entry.fastpath is None:  # timed while it may move to a faster program
+                if not (ladder.renting() and not _needs_python(entry.executable)):
+                    self._waiting = not self._fast_calls[1]  # none given yet: calls skip C++'s misses meanwhile
+                    return None  # not counted
+                if ladder.calls < tiering.HANDOFF_CALLS:
+                    return None  # timed in Python first (asked again at the next call); not counted
             if entry.fastpath is None:
                 executable = self._direct(entry, leaves)
                 if executable is None:
@@ -73,8 +94,15 @@ class FastPaths:
                 # staged: numpy arrays, positional or in lists and tuples (_callpath's scan
                 # matches a stage against their leaves and structure)
                 stage = not entry.donated and all(type(x) is np.ndarray for x in leaves)
+                # while the ladder rents, C++ takes the calls till they have paid it (Ladder.hand)
+                arm = None if ladder is None else functools.partial(
+                    ladder.hand, due=functools.partial(_ladder_due, weakref.ref(self), key))
                 fast = takes and dispatch.fastpath(executable, entry.out_tree, self.stats, self._cache, key,
-                                                   self if stage else None, len(leaves), tree.flatten(args)[1])
+                                                   self if stage else None, len(leaves), tree.flatten(args)[1], arm)
+                if ladder is not None and not fast:  # none (or the ladder moved on): asked again after this step
+                    ladder.refused = True
+                    self._waiting = not self._fast_calls[1]
+                    return None
                 entry.fastpath = fast or False  # not self in it: C++ keeps it
         fast = hit[0].fastpath if hit is not None else False
         self._fast_calls[bool(fast)] += 1
@@ -112,8 +140,7 @@ class FastPaths:
         tiering.Job in `entry.direct` meanwhile). The entry's own runs the calls of misaligned
         arguments, in Python."""
         executable = entry.executable
-        packed = not all(type(i) is int for i in executable.sources)
-        if not (executable.views or executable.recycled or packed) or self.x64 is False or not dispatch.direct(
+        if not _needs_python(executable) or self.x64 is False or not dispatch.direct(
                 [v.aval for v in entry.graph.invars], executable.out_avals):
             return executable  # (x64=False: C++ would not take the arguments' float64 anyway)
         if entry.direct is None:
@@ -151,6 +178,14 @@ class FastPaths:
         if forget and direct is not entry.executable:
             self._backend().forget(direct.programs())
         entry.direct = direct
+
+    def _ladder_due(self, key):
+        """A renting signature's fast path counted its calls down (tiering.Ladder.hand): its
+        ladder goes on."""
+        entry = self._cache.get(key)
+        ladder = None if entry is None else entry.ladder  # (None once settled, on another thread too)
+        if ladder is not None:
+            ladder.reached(entry)
 
     def _forget_fast_paths(self):
         """Let C++ ask again for every signature's fast path (a ladder settled, the cache cleared)."""

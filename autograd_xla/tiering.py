@@ -19,6 +19,7 @@ sharing the cores.
 A compiled signature climbs too (`Ladder`): its first program is the one XLA compiles
 fastest, and programs that may run faster are made on the compile thread once its calls
 have cost a few times that compile, each tried against the one in use and kept only if faster.
+Meanwhile jaxlib's C++ call path may take its calls (`Ladder.hand`).
 
 This module holds the process default, the plain budget, the ladder and the compile thread;
 api.py decides what to hand them.
@@ -28,6 +29,7 @@ import collections
 import contextlib
 import functools
 import logging
+import math
 import os
 import threading
 import time
@@ -212,6 +214,11 @@ TRIAL_CALLS = 6
 #: the 22 µs Python path for ~0.9 s (four turns), where C++ takes them once the ladder is done.
 TURN_CALLS = 3
 TURN_SETTLE_SECONDS = 0.2
+#: Calls a ladder times on the Python path before C++'s call path may take them while it
+#: rents (Ladder.hand), their mean what it reckons C++'s calls by. The demo's regression
+#: gradient (adam, 1000 steps; its parameters a list of pairs): the calls stayed on the
+#: Python path for all 1000 (160 µs a call) before, where C++ runs them in 107.
+HANDOFF_CALLS = LEARN_CALLS
 
 log = logging.getLogger(__name__)
 
@@ -230,16 +237,29 @@ class Ladder:
     weakref.WeakMethods: the entry is the owner's, and a cycle back to it would keep its
     executables alive until the garbage collector runs. A step that fails leaves the
     program in use, with a warning. `learn` (NewSignatures.learner) is given the first
-    program's mean call after LEARN_CALLS calls."""
+    program's mean call after LEARN_CALLS calls.
 
-    __slots__ = ("steps", "cost", "make", "settled", "spent", "calls", "trial", "learn", "_started", "_lock")
+    While it rents (`renting`), C++'s call path may take the signature's calls (`hand`):
+    its fast path counts them down to those that pay the rent, reckoned at the mean of the
+    calls timed before, and then calls `due` (the owner's, on the calling thread), which
+    starts the next step (`reached`). The program made, the next C++ call hands the calls
+    back to the Python path for its trial (`_try`: `settled()()` drops C++'s fast paths
+    and the entry's; a C++ call holds its cache entry while it runs, jaxlib's pjit.cc's
+    shared_ptr, so they may go from within its finish)."""
+
+    __slots__ = ("steps", "cost", "make", "settled", "spent", "calls", "trial", "learn", "handed", "due", "ready",
+                 "refused", "_started", "_lock")
 
     def __init__(self, steps, cost, make, settled, learn=None):
         self.steps, self.cost, self.make, self.settled, self.spent = list(steps), cost, make, settled, 0.0
         self.calls, self.trial, self.learn, self._started, self._lock = 0, None, learn, False, threading.Lock()
+        self.handed = self.due = self.ready = None
+        self.refused = False  # C++ has no fast path for the program in use (api.JittedFunction._fastpath)
 
     def run(self, entry, args, keep_on_device):
         """One call of the signature: its executable's outputs."""
+        if self.ready is not None:  # made while C++ took the calls: they are back here
+            self._try(entry)
         trial = self.trial
         if trial is not None:
             return trial.run(self, entry, args, keep_on_device)
@@ -250,27 +270,95 @@ class Ladder:
         if not self._started and UPGRADE_RENT is not None and (
                 self.spent >= self.cost * UPGRADE_RENT
                 or self.calls >= CHEAP_CALLS and self.spent < self.calls * CHEAP_CALL_SECONDS):
-            with self._lock:
-                start, self._started = not self._started, True
-            if start:
-                compile_thread.submit(functools.partial(self._make, entry))
+            self.start(entry)
         if self.learn is not None and self.calls >= LEARN_CALLS:  # against the plain calls before
             learn, self.learn = self.learn, None
             learn(self.spent / self.calls)
         return outs
 
+    def start(self, entry):
+        """Make the next step's program on the compile thread (once a step)."""
+        with self._lock:
+            start = not self._started and bool(self.steps)
+            self._started = True
+        if start:
+            compile_thread.submit(functools.partial(self._make, entry))
+
+    def renting(self):
+        """Whether C++ may be handed the calls (`hand`, once HANDOFF_CALLS of them are timed):
+        no program being made or tried, none handed yet."""
+        return (not self._started and self.trial is None and self.handed is None and not self.refused
+                and UPGRADE_RENT is not None)
+
+    def hand(self, finish, due):
+        """C++'s fast path takes the calls from now on: `finish` (its _callpath.Finish, or
+        dispatch's) calls `due` after as many as `run` would have taken to pay the rent, or
+        to make CHEAP_CALLS. False (and nothing handed) where the ladder moved on meanwhile."""
+        with self._lock:
+            if not self.renting() or self.calls < HANDOFF_CALLS:
+                return False
+            mean = self.spent / self.calls
+            left = (CHEAP_CALLS - self.calls if mean < CHEAP_CALL_SECONDS
+                    else math.ceil((self.cost * UPGRADE_RENT - self.spent) / mean))
+            finish.countdown, finish.due = max(1, left), due
+            self.handed, self.due = finish, due
+            return True
+
+    def reached(self, entry):
+        """`due`'s work: start the next step, or where its program is made, try it (not where
+        C++ gave the calls back meanwhile: a call of another thread may finish after that)."""
+        if self.handed is None:
+            return
+        if not self._started:
+            self.start(entry)
+        elif self.ready is not None:
+            self._try(entry)
+
     def _make(self, entry):
         """On the compile thread: the next step's program, then tried (or, with TRIAL_CALLS
-        0, put in use)."""
+        0, put in use); where C++ takes the calls, once the next of them gives them back
+        (`ready`: that call's finish calls `due` again)."""
         make = self.make()
         try:
             made = None if make is None else make(entry, self.steps.pop(0))  # None: its function is gone
         except Exception as e:  # the program in use stays
             log.warning("a faster program of a compiled signature failed to compile; keeping the one in use: %s", e)
+            if self.handed is not None:  # the next step rents on the Python path
+                self._give_back(entry)
             self._next(entry)
             return
         if made is None:
             return
+        with self._lock:
+            handed = self.handed
+            if handed is not None:
+                self.ready = made
+                handed.countdown, handed.due = 1, self.due
+        if handed is None:
+            self._begin(entry, made)
+
+    def _try(self, entry):
+        """On a calling thread: C++ gives the calls back (the owner's fast paths dropped,
+        the entry's too: its program may change), and the program made is tried."""
+        with self._lock:
+            made, self.ready = self.ready, None
+        if made is None:  # another thread's call took it
+            return
+        self._give_back(entry)
+        self._begin(entry, made)
+
+    def _give_back(self, entry):
+        """C++ gives the calls back: the owner's fast paths are dropped, the entry's too."""
+        with self._lock:
+            handed, self.handed, self.due = self.handed, None, None
+        if handed is not None:
+            handed.due = None
+        entry.fastpath = None
+        forget = self.settled()
+        if forget is not None:
+            forget()
+
+    def _begin(self, entry, made):
         if TRIAL_CALLS:
             mixed = entry.lowered.blas != made[1].blas  # one calls BLAS, the other leaves products to XLA
             self.trial = Trial(made, TURN_SETTLE_SECONDS if mixed else 0.0)
@@ -284,11 +372,15 @@ class Ladder:
         loser = entry.executable if keep_new else executable
         if keep_new:
             entry.executable, entry.lowered, entry.options = executable, lowered, options
+            entry.fastpath = None  # made anew for the program kept (a refusal may not hold for it)
         loser.backend.forget(loser.programs())  # a call running it keeps it alive until it returns
         self._next(entry)
 
     def _next(self, entry):
-        self.trial, self.spent, self.calls, self._started = None, 0.0, 0, False
+        with self._lock:
+            self.trial, self.spent, self.calls, self._started = None, 0.0, 0, False
+            self.handed = self.due = self.ready = None
+            self.refused = False
         if not self.steps:
             entry.ladder = None
             settled = self.settled()

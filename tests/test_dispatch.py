@@ -457,6 +457,33 @@ def test_staged_calls_of_nested_arguments_match_their_structure():
 
 
 @staging
+def test_threads_calling_while_ladders_hand_their_calls_back(monkeypatch):
+    """Threads calling staged signatures whose ladders hand their calls to C++ and back
+    (tiering.Ladder.hand: the stages are dropped from a call's finish, dispatch.forget) and
+    calling plain too: each result right, and no stage freed twice (_callpath's free_stages
+    takes them out first: freeing one's device arrays may let another thread run, which had
+    freed them again: a crash in 2 of 6 runs of this test)."""
+    monkeypatch.setattr(tiering, "UPGRADE_RENT", 4.0)  # (the module's fixture turns ladders off)
+    monkeypatch.setattr(tiering, "CHEAP_CALLS", 30)
+    monkeypatch.setattr(tiering, "CHEAP_CALL_SECONDS", 1.0)
+    for _ in range(6):
+        A = rs.randn(40, 40)
+        closed = jit_ps(lambda x: np.tanh(np.dot(A, x)))
+        argument = jit_ps(lambda B, x: np.dot(B, x) + 1.0)
+        errors = []
+
+        def work(seed):
+            local = onp.random.RandomState(seed)
+            for _ in range(150):
+                x = local.randn(40)
+                if not (onp.allclose(closed(x), onp.tanh(A @ x), rtol=1e-12)
+                        and onp.allclose(argument(A, x), A @ x + 1.0, rtol=1e-12)):
+                    errors.append(seed)
+        run_threads(work, [(s,) for s in range(4)], timeout=120)
+        assert not errors
+
+
+@staging
 def test_staged_calls_read_each_call_s_arguments_and_keep_each_call_s_results():
     jf = settled(jit_ps(lambda x, y: (np.sin(x) * y, np.sum(y))), rs.randn(5), rs.randn(2, 5))
     assert len(jf.staged()) == 1

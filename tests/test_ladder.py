@@ -13,7 +13,7 @@ import pytest
 import autograd.numpy as np
 import autograd.scipy.special as sp
 from autograd import grad
-from autograd_xla import backend, jit_ps, tiering
+from autograd_xla import backend, jit_ps, lowering, tiering
 from helpers import assert_close
 
 pytestmark = pytest.mark.usefixtures("on_the_cpu")  # features of the CPU runtime (conftest)
@@ -328,36 +328,62 @@ def test_a_cheap_program_climbs_after_a_few_calls_without_the_rent(monkeypatch, 
     assert (entry.ladder is None) == cheap and f.cache_info()["upgrades"] == (1 if cheap else 0)
 
 
-def test_while_a_signature_climbs_its_calls_skip_cpp(monkeypatch):
-    """No fast path can be had while the only signature climbs: its calls go to the Python
-    path at once (`_waiting`), not through C++'s lookup and miss (38 against 16.5 µs a call
-    of tiny_grad); once it settles C++ takes them."""
+def test_while_a_signature_rents_cpp_takes_its_calls(monkeypatch):
+    """A climbing signature's first calls are timed on the Python path (HANDOFF_CALLS); then
+    C++ takes them (Ladder.hand), counted down to those that pay the rent (here CHEAP_CALLS),
+    and the next step's program is made on the compile thread. The next C++ call hands the
+    calls back for the program's trial on the Python path; once the ladder settles C++
+    takes them again, with the program kept. Every result is right throughout."""
     monkeypatch.setattr(tiering, "UPGRADE_RENT", 1e9)
-    monkeypatch.setattr(tiering, "CHEAP_CALLS", 20)
+    monkeypatch.setattr(tiering, "CHEAP_CALL_SECONDS", 1.0)  # every call cheap: the next step after CHEAP_CALLS
+    monkeypatch.setattr(tiering, "CHEAP_CALLS", 40)
     monkeypatch.setattr(tiering, "TRIAL_CALLS", 2)
     f = jit_ps(lambda x: np.cos(x) + 1.0)
     if f._fast is None:
         pytest.skip("this jaxlib offers no C++ dispatch")
-    cpp, seen = f._fast, []
-
-    def counted(*args, **kwargs):
-        seen.append(1)
-        return cpp(*args, **kwargs)
-    counted._clear_cache = cpp._clear_cache
-    f._fast = counted
-    x = rs.randn(3)
-    for _ in range(10):  # climbing: the first call asks C++, which has no fast path to give
-        assert_close(f(x), onp.cos(x) + 1.0)
-    assert f._waiting and len(seen) <= 2
-    while next(iter(f._cache.values())).ladder is not None:
-        f(x)
-        assert tiering.compile_thread.wait(60)
-    f._fast = cpp
-    f(x)
-    assert not f._waiting
-    calls = []
-    python = f._call_python
+    python, calls = f._call_python, []
     f._call_python = lambda *a, **k: calls.append(1) or python(*a, **k)
-    for _ in range(5):
+    x = rs.randn(3)
+
+    def call(k):
+        assert_close(f(x + k), onp.cos(x + k) + 1.0)
+    for k in range(tiering.HANDOFF_CALLS + 1):  # compiled, then timed on the Python path
+        call(k)
+    (entry,) = f._cache.values()
+    ladder = entry.ladder
+    assert ladder.handed is not None and not ladder._started
+    python_calls = len(calls)
+    for k in range(100):  # through C++, counted down
+        if ladder._started:
+            break
+        call(k)
+    assert ladder._started and 20 <= k <= 40 and len(calls) == python_calls
+    assert tiering.compile_thread.wait(60) and ladder.ready is not None
+    call(0)  # C++'s call hands the calls back
+    assert ladder.trial is not None and ladder.handed is None and len(calls) == python_calls
+    for k in range(100):  # the trial, on the Python path
+        if entry.ladder is None:
+            break
+        call(k)
+        assert tiering.compile_thread.wait(60)
+    assert entry.ladder is None and len(calls) > python_calls
+    python_calls = len(calls)
+    for k in range(5):
+        call(k)
+    assert len(calls) <= python_calls + 2  # C++'s first calls of the signature (and of its staged arguments)
+    assert f.cache_info()["upgrades"] >= 1
+
+
+def test_a_ladder_whose_program_cpp_cannot_run_keeps_its_calls_in_python(monkeypatch):
+    """A signature whose program needs Python at each call (a large argument read through a
+    view) is not handed to C++ while it climbs: its calls go to the Python path at once
+    (`_waiting`), not through C++'s lookup and miss."""
+    monkeypatch.setattr(tiering, "UPGRADE_RENT", 1e9)
+    f = jit_ps(lambda x: np.cos(x) + 1.0)
+    if f._fast is None:
+        pytest.skip("this jaxlib offers no C++ dispatch")
+    x = onp.zeros(lowering.LARGE_ARRAY_BYTES // 8 + 1024)[3:]  # misaligned: read through a view
+    for _ in range(tiering.HANDOFF_CALLS + 5):
         assert_close(f(x), onp.cos(x) + 1.0)
-    assert len(calls) <= 2  # C++'s first calls of the signature (and of its staged arguments)
+    (entry,) = f._cache.values()
+    assert entry.ladder is not None and entry.ladder.handed is None and f._waiting
