@@ -476,7 +476,7 @@ static int scan(Front *self, PyObject *const *args, Py_ssize_t n, Stage **stage,
     w.held = w.tree_len = 0;
     w.native = 1;
     w.apart = 0;
-    w.stageable = stage != NULL;
+    w.stageable = stage != NULL && n <= MAX_ARGS;
     for (Py_ssize_t i = 0; i < n && w.native; i++)
         walk(&w, args[i], 0);
     Stage *found = NULL;
@@ -563,13 +563,17 @@ static PyObject *front_vectorcall(Front *self, PyObject *const *args, size_t nar
         Py_INCREF(done);
         self->busy = 1;
         self->missed = 0;
-        PyObject *given[MAX_ARGS];  /* the call's lists and tuples around `pass` */
-        Py_ssize_t at = 0, made = 0;
-        while (made < n && (given[made] = rebuilt(args[made], pass, &at)) != NULL)
-            made++;
-        r = made == n ? PyObject_Vectorcall(fast, given, n, NULL) : NULL;
-        for (Py_ssize_t i = 0; i < made; i++)
-            Py_DECREF(given[i]);
+        if (stage->tree_len == n) {  /* positional arrays: `pass` itself */
+            r = PyObject_Vectorcall(fast, pass, n, NULL);
+        } else {
+            PyObject *given[MAX_ARGS];  /* the call's lists and tuples around `pass` */
+            Py_ssize_t at = 0, made = 0;
+            while (made < n && (given[made] = rebuilt(args[made], pass, &at)) != NULL)
+                made++;
+            r = made == n ? PyObject_Vectorcall(fast, given, n, NULL) : NULL;
+            for (Py_ssize_t i = 0; i < made; i++)
+                Py_DECREF(given[i]);
+        }
         self->busy = 0;
         if (r != NULL && !self->missed) {
             PyObject *outs = r;
