@@ -305,7 +305,7 @@ static void finish_dealloc(Finish *self) {
 }
 
 static PyMemberDef finish_members[] = {
-    {"due", T_OBJECT, offsetof(Finish, due), 0, "None, or called with no arguments once `countdown` more calls are finished"},
+    {"due", T_OBJECT, offsetof(Finish, due), 0, "None, or called once `countdown` more calls are finished"},
     {"countdown", T_PYSSIZET, offsetof(Finish, countdown), 0, "calls to finish before `due` is called"},
     {NULL},
 };
@@ -466,11 +466,11 @@ static void walk(Walk *w, PyObject *obj, int depth) {
 /* Whether C++ may take a call of these arguments (`walk`): not where PJRT would copy one apart
  * (ASYNC_COPY_BYTES) unless the call is staged. Where it may, *stage is the stage the
  * arguments match (NULL if none, or if `stage` is NULL) and `pass` what C++ is given for each
- * leaf, in the call's lists and tuples (`rebuilt`): its data copied into the stage's buffer, or from ASYNC_COPY_BYTES on, where it is
- * aligned, the array itself, which C++ reads in place (a copy of 600 KB cost ~20 µs; the
- * results of a jitted function are aligned, so a loop feeding them back copies none). Where
- * every leaf is passed itself the call is not a staged one: *stage is NULL, and C++ is given
- * `args`. */
+ * leaf, in the call's lists and tuples (`rebuilt`): its data copied into the stage's buffer,
+ * or from ASYNC_COPY_BYTES on, where it is aligned, the array itself, which C++ reads in place
+ * (a copy of 600 KB cost ~20 µs; the results of a jitted function are aligned, so a loop
+ * feeding them back copies none). Where every leaf is passed itself the call is not a staged
+ * one: *stage is NULL, and C++ is given `args`. */
 static int scan(Front *self, PyObject *const *args, Py_ssize_t n, Stage **stage, PyObject **pass) {
     Walk w;
     w.held = w.tree_len = 0;

@@ -54,7 +54,8 @@ def main(argv=None):
     import jax.numpy as jnp
     jax.config.update("jax_enable_x64", True)
     names = args.only.split(",") if args.only else [w.name for w in WORKLOADS if w.default]
-    print("| workload | jit_ps / jax.jit (median of pairs) | quartiles | jit_ps | jax.jit, inputs and results on device |")
+    print("| workload | jit_ps / jax.jit (median of pairs) | quartiles | jit_ps "
+          "| jax.jit, inputs and results on device |")
     print("|---|---:|---:|---:|---:|")
     for name in names:
         wl = BY_NAME[name]
