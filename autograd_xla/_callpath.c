@@ -18,7 +18,8 @@
  *
  * Finish: a fast call's results, from C++'s output arrays to the function's numpy results, with
  * the bookkeeping of a hit (dispatch._finisher's Python function: 1.6 µs a result, a frame
- * and numpy reading an __array_interface__ dict; this 0.9 µs).
+ * and numpy reading an __array_interface__ dict; this 0.9 µs), and a countdown of the calls
+ * a climbing signature's ladder waits for (`due`, tiering.Ladder.hand).
  *
  * Counts: a jitted function's counts of fast hits and the arrays they moved, read by
  * aot.CacheStats, and which signature moved its key to the end of the function's cache last.

@@ -297,12 +297,13 @@ def _unstaged(jf, args):
     """(`args` with `jf`'s staging arrays, which C++ passes on a miss, positional or in lists
     and tuples, as numpy copies (the next staged call overwrites them), whether there were
     any). A staged call that missed is marked so: its results are finished already."""
-    if not isinstance(jf, Front):
+    stages = jf.staged() if isinstance(jf, Front) else None
+    if not stages:
         return args, False
     leaves, treedef = tree.flatten(args)
     if not any(type(a) is _jax.ArrayImpl for a in leaves):
         return args, False
-    ours = {id(a) for arrays in jf.staged() for a in arrays}
+    ours = {id(a) for arrays in stages for a in arrays}
     if not any(id(a) in ours for a in leaves):
         return args, False
     jf.missed = True

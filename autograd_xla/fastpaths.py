@@ -130,10 +130,10 @@ class FastPaths:
         return (entry if usable else None, key), leaves
 
     def _direct(self, entry, leaves):
-        """The executable of an entry C++'s fast path runs: its own, or where that reads large
-        arguments through views, writes results into recycled buffers (both need Python at
-        each call) or packs small arguments (done where large ones make the Python path
-        likely: api.JittedFunction._lowering), the graph lowered without them (`entry.direct`; within
+        """The executable of an entry C++'s fast path runs: its own, or where that needs Python
+        at each call (`_needs_python`: views, recycled results, small arguments packed where
+        large ones make the Python path likely, api.JittedFunction._lowering), the graph
+        lowered without them (`entry.direct`; within
         dispatch.DIRECT_BYTES), made once a call's large arguments are where C++ reads them in
         place (`leaves`; None till then): compiled in that call, or where its text is longer
         than dispatch.DIRECT_TEXT_BYTES on the compile thread (None till it is done, a
