@@ -404,14 +404,16 @@ static int copied_apart(const Py_buffer *view, int contiguous) {
  * order: probed, x * 2 + 1 of a '>f8' array came back as of its bytes swapped), nor a subclass of ndarray inside a
  * list or tuple, which C++ would take for an array where the Python path runs it as plain
  * autograd does: np.matrix's `*` a matrix product), whether PJRT would copy one apart
- * (`apart`), and while every leaf is a C-contiguous numpy array (`stageable`), their buffers
- * and the structure around them (`tree`: 'a' an array, 'l' or 't' and a length byte a list or
- * tuple), which a stage matches. Other containers (dicts) hold no fast path's arguments
+ * (`apart`), and while every leaf is a C-contiguous numpy array or a Python number
+ * (`stageable`), the arrays' buffers and the structure around them (`tree`: 'a' an array, 'i',
+ * 'f' or 'c' an int, float or complex, 'l' or 't' and a length byte a list or tuple), which a
+ * stage matches. Other containers (dicts) hold no fast path's arguments
  * (api.JittedFunction._fastpath), so C++ only looks their signature up, misses and calls back:
  * their arrays are not read. */
 typedef struct {
-    Py_buffer views[MAX_ARGS];
+    Py_buffer views[MAX_ARGS];  /* an array's, where viewed[i] */
     PyObject *leaves[MAX_ARGS];
+    char viewed[MAX_ARGS];
     Py_ssize_t held, tree_len;
     char tree[MAX_TREE];
     int native, apart, stageable;
@@ -437,7 +439,13 @@ static void walk(Walk *w, PyObject *obj, int depth) {
         return;
     }
     if (!PyObject_TypeCheck(obj, (PyTypeObject *)ndarray_type)) {
-        w->stageable = 0;  /* a Python number (or anything else: C++'s to judge) */
+        char kind = PyLong_CheckExact(obj) ? 'i' : PyFloat_CheckExact(obj) ? 'f' : PyComplex_CheckExact(obj) ? 'c' : 0;
+        if (w->stageable && kind && w->held < MAX_ARGS && w->tree_len < MAX_TREE) {  /* passed as it is */
+            w->viewed[w->held] = 0;
+            w->leaves[w->held++] = obj;
+            w->tree[w->tree_len++] = kind;  /* (its type decides C++'s signature, so the results) */
+        } else
+            w->stageable = 0;  /* anything else: C++'s to judge */
         return;
     }
     int exact = (PyObject *)Py_TYPE(obj) == ndarray_type;
@@ -456,6 +464,7 @@ static void walk(Walk *w, PyObject *obj, int depth) {
     w->apart |= copied_apart(&view, contiguous);
     if (w->stageable && w->native && exact && contiguous && w->held < MAX_ARGS && w->tree_len < MAX_TREE) {
         w->views[w->held] = view;
+        w->viewed[w->held] = 1;
         w->leaves[w->held++] = obj;
         w->tree[w->tree_len++] = 'a';
     } else {
@@ -486,13 +495,13 @@ static int scan(Front *self, PyObject *const *args, Py_ssize_t n, Stage **stage,
         int all = candidate->n == w.held && candidate->tree_len == w.tree_len
                   && memcmp(candidate->tree, w.tree, w.tree_len) == 0;
         for (Py_ssize_t i = 0; i < w.held && all; i++)
-            all = same(&candidate->slots[i], &w.views[i]);
+            all = !w.viewed[i] || same(&candidate->slots[i], &w.views[i]);  /* (the tree says which) */
         if (all)
             found = candidate;
     }
     Py_ssize_t itself = 0;
     for (Py_ssize_t i = 0; found != NULL && i < w.held; i++) {
-        if (read_in_place(&w.views[i])) {
+        if (!w.viewed[i] || read_in_place(&w.views[i])) {
             pass[i] = w.leaves[i];
             itself++;
             continue;
@@ -501,7 +510,8 @@ static int scan(Front *self, PyObject *const *args, Py_ssize_t n, Stage **stage,
         pass[i] = PyTuple_GET_ITEM(found->arrays, i);
     }
     for (Py_ssize_t i = 0; i < w.held; i++)
-        PyBuffer_Release(&w.views[i]);
+        if (w.viewed[i])
+            PyBuffer_Release(&w.views[i]);
     if (stage != NULL)
         *stage = itself == w.held ? NULL : found;
     return w.native && (found != NULL || !w.apart);
@@ -619,15 +629,15 @@ static int same_slots(const Stage *a, const Stage *b) {
 static Py_ssize_t stage_bytes(const Stage *stage) {
     Py_ssize_t bytes = 0;
     for (Py_ssize_t i = 0; i < stage->n; i++)
-        bytes += stage->slots[i].nbytes;
+        bytes += stage->slots[i].nbytes > 0 ? stage->slots[i].nbytes : 0;
     return bytes;
 }
 
 /* stage(slots, arrays, finish, tree): stage calls whose arguments' leaves match `slots`, one
- * (format, shape, nbytes, address) per leaf, in the structure `tree` (bytes, as `walk` writes
- * it), into `arrays`, the device arrays at those addresses, their results finished by
- * `finish`. False when no more stages are kept (MAX_STAGES, MAX_STAGED_BYTES) or the
- * signature cannot be staged. */
+ * (format, shape, nbytes, address) per leaf (None, with an array None, for a Python number:
+ * passed as it is), in the structure `tree` (bytes, as `walk` writes it), into `arrays`, the
+ * device arrays at those addresses, their results finished by `finish`. False when no more
+ * stages are kept (MAX_STAGES, MAX_STAGED_BYTES) or the signature cannot be staged. */
 static PyObject *front_stage(Front *self, PyObject *args) {
     PyObject *slots, *arrays;
     Finish *done;
@@ -653,6 +663,10 @@ static PyObject *front_stage(Front *self, PyObject *args) {
         Slot *slot = &stage->slots[i];
         const char *format;
         PyObject *shape, *address;
+        if (PyTuple_GET_ITEM(slots, i) == Py_None) {  /* a number's: never compared (`scan`) */
+            slot->nbytes = -1;
+            continue;
+        }
         if (!PyArg_ParseTuple(PyTuple_GET_ITEM(slots, i), "sO!nO", &format, &PyTuple_Type, &shape, &slot->nbytes,
                               &address))
             goto fail;

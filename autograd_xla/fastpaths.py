@@ -91,14 +91,14 @@ class FastPaths:
                 takes = all(type(i) is int and i < len(leaves) for i in sources) and all(
                     a.shape == av.shape and a.dtype == av.dtype
                     for a, av in zip(map(aval_of, [leaves[i] for i in sources]), executable.in_avals))
-                # staged: numpy arrays, positional or in lists and tuples (_callpath's scan
-                # matches a stage against their leaves and structure)
-                stage = not entry.donated and all(type(x) is np.ndarray for x in leaves)
+                # staged: numpy arrays and Python numbers, positional or in lists and tuples
+                # (_callpath's scan matches a stage against their leaves and structure)
+                stage = not entry.donated
                 # while the ladder rents, C++ takes the calls till they have paid it (Ladder.hand)
                 arm = None if ladder is None else functools.partial(
                     ladder.hand, due=functools.partial(_ladder_due, weakref.ref(self), key))
                 fast = takes and dispatch.fastpath(executable, entry.out_tree, self.stats, self._cache, key,
-                                                   self if stage else None, len(leaves), tree.flatten(args)[1], arm)
+                                                   self if stage else None, (tree.flatten(args)[1], leaves), arm)
                 if ladder is not None and not fast:  # none (or the ladder moved on): asked again after this step
                     ladder.refused = True
                     self._waiting = not self._fast_calls[1]

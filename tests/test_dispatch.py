@@ -368,8 +368,9 @@ def test_arrays_in_lists_that_cpp_would_misread_run_through_python(case):
 def test_python_numbers_beside_arrays_go_through_cpp():
     """autograd's examples call `objective(params, i)` with the iteration's number: C++ puts a
     Python int, float or complex as the weakly typed 64-bit scalar the program takes (as
-    signatures.aval_of traces it), so such calls take its path. An int beyond int64 runs as
-    plain autograd (C++'s signature of it fails, and so does ours)."""
+    signatures.aval_of traces it), so such calls take its path, staged beside the arrays
+    (the numbers passed as they are; read or not). An int beyond int64 runs as plain
+    autograd (C++'s signature of it fails, and so does ours)."""
     jf = jit_ps(grad(lambda params, i, rate: rate * np.sum(np.tanh(params[0] * i + params[1]) ** 2)))
     calls = counting(jf)
     params = (rs.randn(4), rs.randn(4))
@@ -377,18 +378,26 @@ def test_python_numbers_beside_arrays_go_through_cpp():
         got = jf(params, i, 0.5 + i)
         want = grad(lambda params, i, rate: rate * np.sum(np.tanh(params[0] * i + params[1]) ** 2))(params, i, 0.5 + i)
         assert type(got) is tuple and all(assert_close(a, b) is None for a, b in zip(got, want))
-    assert len(calls) == 1 and jf._fast_calls == [0, 1]
+    assert len(calls) == first_calls(jf) and jf._fast_calls[0] == 0
+    assert not isinstance(jf, dispatch.Front) or len(jf.staged()) == 1
+    unread = jit_ps(grad(lambda params, i: np.sum(np.tanh(params[0] * params[1]))))  # (adam's `i`)
+    counted = counting(unread)
+    for i in range(6):
+        got = unread([p + i for p in params], i)
+        want = grad(lambda params, i: np.sum(np.tanh(params[0] * params[1])))([p + i for p in params], i)
+        assert all(assert_close(a, b) is None for a, b in zip(got, want))
+    assert len(counted) == first_calls(unread)
     scale = jit_ps(lambda x, i: x * i)
     for i in range(3):
         assert_close(scale(params[0], i), params[0] * i)
-    assert scale._fast_calls == [0, 1]
+    assert scale._fast_calls[0] == 0
     assert_close(scale(params[0], 2 ** 70), params[0] * 2.0 ** 70)
     if isinstance(scale, dispatch.Front):  # beside a large argument: C++'s program without its view
         big = placed((lowering.LARGE_ARRAY_BYTES // 8 + 1000,), offset=0)
         big[:] = rs.randn(big.size)
         for i in range(4):
             assert_close(scale(big, i + 0.5), big * (i + 0.5))
-        assert scale._fast_calls[1] == 2 and not next(reversed(scale._cache.values())).direct.views
+        assert scale._fast_calls[1] >= 2 and not next(reversed(scale._cache.values())).direct.views
 
 
 @pytest.mark.parametrize("unused", ["array", "int"])
@@ -404,7 +413,7 @@ def test_arguments_the_function_never_reads_are_skipped_by_cpp(unused):
         for got, W in zip(jf(params, i, y + k), params):
             assert_close(got, onp.tanh(W) * (y + k))
     (entry,) = jf._cache.values()
-    assert len(entry.executable.in_avals) == 3 and len(calls) == 1 and jf._fast_calls == [0, 1]
+    assert len(entry.executable.in_avals) == 3 and len(calls) == first_calls(jf) and jf._fast_calls[0] == 0
 
 
 def test_a_function_whose_calls_cpp_always_hands_back_keeps_to_python():
@@ -448,7 +457,8 @@ def test_staged_calls_of_nested_arguments_match_their_structure():
     calls = counting(jf)
     a, b, c = rs.randn(3), rs.randn(3), rs.randn(3)
     shapes = [lambda a, b, c: [a, (b, c)], lambda a, b, c: [(a, b), c], lambda a, b, c: (a, [b, c]),
-              lambda a, b, c: [a, b, c], lambda a, b, c: ((a,), [b], c)]
+              lambda a, b, c: [a, b, c], lambda a, b, c: ((a,), [b], c),
+              lambda a, b, c: [a, 2, (b, c)], lambda a, b, c: [a, 2.0, (b, c)]]  # numbers passed as they are
     for k in range(4):
         for shape in shapes:
             args = shape(a + k, b - k, c * k)
@@ -481,6 +491,21 @@ def test_threads_calling_while_ladders_hand_their_calls_back(monkeypatch):
                     errors.append(seed)
         run_threads(work, [(s,) for s in range(4)], timeout=120)
         assert not errors
+
+
+@staging
+def test_staged_calls_with_numbers_of_each_type_are_their_own_signatures():
+    """A number beside staged arrays is passed as it is, and its type is part of the stage
+    (an int, a float, a complex: C++'s signature, and so the results' dtype, follow it): an
+    integer array times 3 is an integer array, times 3.0 a float one, times 3j a complex one."""
+    jf = jit_ps(lambda x, n: x * n)
+    x = onp.arange(6, dtype=onp.int64)
+    for k in range(4):
+        for n in (3 + k, 3.0 + k, complex(3, k)):
+            got = jf(x + k, n)
+            assert got.dtype == (x * n).dtype
+            assert_close(got, (x + k) * n)
+    assert len(jf.staged()) == 3
 
 
 @staging
