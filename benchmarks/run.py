@@ -60,7 +60,7 @@ def parse_args(argv=None):
                         "must copy in; 64 lets a runtime use them in place (jax.jit does)")
     p.add_argument("--no-jax", action="store_true", help="leave jax out even if it is importable")
     p.add_argument("--no-device-inputs", action="store_true",
-                   help="omit the 'jax.jit, inputs on device' column")
+                   help="omit the columns of jax.jit with its inputs on the device")
     p.add_argument("--jax-sync-dispatch", action="store_true",
                    help="set jax_cpu_enable_async_dispatch=False (jit_ps's CPU client is synchronous)")
     p.add_argument("--diagnose", action="store_true",
