@@ -197,7 +197,7 @@ MAX_DEPTH = 32
 def _foreign(args, depth=0):
     """Whether a numpy array among `args`, or in their tuples and lists (C++ flattens those
     and puts their arrays), has its bytes in the other order, or is a subclass in one, or
-    they nest deeper than MAX_DEPTH (as _callpath's nested_as_is)."""
+    they nest deeper than MAX_DEPTH (as _callpath's walk)."""
     for a in args:
         if type(a) is tuple or type(a) is list:
             if depth == MAX_DEPTH or _foreign(a, depth + 1):
@@ -360,10 +360,17 @@ def fastpath(executable, out_tree, stats, cache, key, front=None, call=None, arm
                         [True] * n_out, kept, [None] * n_in, list(executable.consts))
 
 
+def needs_python(executable):
+    """Whether a program needs Python at each call: it reads large arguments through views,
+    writes results into recycled buffers, or packs small arguments (a source that is a list
+    of leaves), so that C++ runs another one (fastpaths.FastPaths._direct)."""
+    return bool(executable.views or executable.recycled) or not all(type(i) is int for i in executable.sources)
+
+
 def _qualifies(executable, n_leaves):
-    sources = executable.sources  # each argument's leaf, in order (not packed: a list of them)
-    return (executable.backend.platform == "cpu" and not executable.views and not executable.recycled
-            and all(type(i) is int for i in sources) and all(i < j for i, j in zip(sources, sources[1:]))
+    sources = executable.sources  # each argument's leaf, in order
+    return (executable.backend.platform == "cpu" and not needs_python(executable)
+            and all(i < j for i, j in zip(sources, sources[1:]))
             and all(i < n_leaves for i in sources) and all(_bytes(a) < DIRECT_BYTES for a in executable.in_avals))
 
 

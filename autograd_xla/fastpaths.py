@@ -4,8 +4,8 @@ program: the methods of api.JittedFunction that answer C++'s misses, which it in
 A call C++ has no fast path for runs in Python (`_call_python`) and then asks `_fastpath`
 for its signature's: a compiled signature of numpy arrays and Python numbers (`takes_leaf`),
 positional or in tuples and lists (which C++ flattens as tree.flatten does), whose executable
-C++ can run (dispatch.fastpath), its own or a second program without views or recycled
-results (`_direct`); C++ skips the leaves the function never reads. Measured on the
+C++ can run (dispatch.fastpath), its own or a second program without views, recycled
+results or packed arguments (`_direct`); C++ skips the leaves the function never reads. Measured on the
 benchmarks' MLP step (its parameters a list of (W, b) pairs, 784-200-100-10, a batch of
 256, float64; one process, blocks of 10 calls in turn): 2.73-2.77 ms a call through C++,
 2.82-2.86 through Python. Its programs alone, on device buffers, in one process: ours 2.84
@@ -35,13 +35,6 @@ def takes_leaf(x):
     weakly typed 64-bit scalar (with x64 on), as signatures.aval_of traces it. A bool, static
     here, is one of C++'s other signatures."""
     return type(x) is np.ndarray and x.dtype in _SUPPORTED or type(x) in PY_SCALARS
-
-
-def _needs_python(executable):
-    """Whether a program needs Python at each call, so that C++ runs another one (`_direct`):
-    it reads large arguments through views, writes results into recycled buffers, or packs
-    small arguments."""
-    return bool(executable.views or executable.recycled) or not all(type(i) is int for i in executable.sources)
 
 
 def _ladder_due(owner, key):
@@ -78,7 +71,7 @@ class FastPaths:
                 return None  # not compiled yet (tiered), or not on the simple path: not counted
             ladder = entry.ladder
             if ladder is not None and entry.fastpath is None:  # timed while it may move to a faster program
-                if not (ladder.renting() and not _needs_python(entry.executable)):
+                if not (ladder.renting() and not dispatch.needs_python(entry.executable)):
                     self._waiting = not self._fast_calls[1]  # none given yet: calls skip C++'s misses meanwhile
                     return None  # not counted
                 if ladder.calls < tiering.HANDOFF_CALLS:
@@ -131,16 +124,15 @@ class FastPaths:
 
     def _direct(self, entry, leaves):
         """The executable of an entry C++'s fast path runs: its own, or where that needs Python
-        at each call (`_needs_python`: views, recycled results, small arguments packed where
-        large ones make the Python path likely, api.JittedFunction._lowering), the graph
-        lowered without them (`entry.direct`; within
-        dispatch.DIRECT_BYTES), made once a call's large arguments are where C++ reads them in
-        place (`leaves`; None till then): compiled in that call, or where its text is longer
-        than dispatch.DIRECT_TEXT_BYTES on the compile thread (None till it is done, a
-        tiering.Job in `entry.direct` meanwhile). The entry's own runs the calls of misaligned
-        arguments, in Python."""
+        at each call (dispatch.needs_python: views, recycled results, small arguments packed
+        where large ones make the Python path likely, api.JittedFunction._lowering), the graph
+        lowered without them (`entry.direct`; within dispatch.DIRECT_BYTES), made once a
+        call's large arguments are where C++ reads them in place (`leaves`; None till then):
+        compiled in that call, or where its text is longer than dispatch.DIRECT_TEXT_BYTES on
+        the compile thread (None till it is done, a tiering.Job in `entry.direct` meanwhile).
+        The entry's own runs the calls of misaligned arguments, in Python."""
         executable = entry.executable
-        if not _needs_python(executable) or self.x64 is False or not dispatch.direct(
+        if not dispatch.needs_python(executable) or self.x64 is False or not dispatch.direct(
                 [v.aval for v in entry.graph.invars], executable.out_avals):
             return executable  # (x64=False: C++ would not take the arguments' float64 anyway)
         if entry.direct is None:
