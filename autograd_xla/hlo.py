@@ -387,6 +387,11 @@ class Builder:
         self._transposed[out.name] = (x, perm)
         return out
 
+    def barrier(self, x):
+        """x, which XLA neither folds into nor moves across its users (an
+        optimization_barrier): a transpose stays a copy, a product's operands stay as made."""
+        return self.op1("stablehlo.optimization_barrier", [x], x.shape, x.dtype)
+
     def slice(self, x, starts, limits, strides=None):
         strides = strides or [1] * x.ndim
         shape = tuple(max(0, -(-(hi - lo) // st)) for lo, hi, st in zip(starts, limits, strides))

@@ -1,5 +1,7 @@
 """Contractions under jit_ps: dot, matmul, tensordot, einsum, inner, outer, vdot, kron,
 cross, vecdot/matvec/vecmat; with autograd's own adjoint helpers in the gradients."""
+import re
+
 import autograd.numpy as np
 import numpy as onp
 import pytest
@@ -8,6 +10,8 @@ pytestmark = pytest.mark.filterwarnings("error:.*runs as plain autograd")
 
 from numpy_checks import (C64, C128, F32, F64, FLOATS, check, check_exact, check_family, check_jvp,  # noqa: E402
                           check_value, rand)
+
+from autograd_xla import jit_ps  # noqa: E402
 
 # name -> (function, shapes of its arguments); every argument is differentiated
 PRODUCTS = {
@@ -74,6 +78,41 @@ def test_products_complex(dtype):
              "kron", "cross", "einsum_three", "einsum_ellipsis"]
     fns, inputs = _family(dtype, names)
     check_family(fns, inputs, grad_rtol=1e-11 if dtype == C128 else 1e-4)
+
+
+#: Products whose left operand contracts the first of its matrix dimensions (autograd's
+#: weight gradient `x.T @ g`), large enough that XLA:CPU would give them to YNNPACK were it
+#: the last: lowered as such a product (context._left_canonical), by the way that copies fewer
+#: elements (the label), which takes that many optimization barriers.
+LEFT_TRANSPOSED = {
+    "g transposed, then the result": (lambda x, g: x.T @ g, [(32, 48), (32, 20)], 2),
+    "x transposed": (lambda x, g: x.T @ g, [(32, 10), (32, 60)], 1),
+    "the result transposed": (lambda x, h: x.T @ h.T, [(32, 48), (20, 32)], 1),
+    "batched, b transposed, then the result": (lambda a, b: np.swapaxes(a, 1, 2) @ b, [(3, 16, 24), (3, 16, 4)], 2),
+    "batched, a transposed": (lambda a, b: np.swapaxes(a, 1, 2) @ b, [(3, 16, 12), (3, 16, 10)], 1),
+    "tensordot, b transposed, then the result": (lambda a, b: np.tensordot(a, b, axes=([0], [0])),
+                                                 [(24, 16), (24, 9)], 2),
+}
+
+
+def _left_contracting_first(optimized_hlo):
+    """The dots of XLA's optimised HLO whose left operand contracts the first of its matrix
+    dimensions (the dimension after its batch dimensions)."""
+    dots = re.findall(r"dot\(.*?lhs_batch_dims=\{([\d,]*)\}.*?lhs_contracting_dims=\{(\d+)\}|"
+                      r"dot\((?!.*lhs_batch_dims).*?lhs_contracting_dims=\{(\d+)\}", optimized_hlo)
+    return [d for d in dots if int(d[1] or d[2]) == (len(d[0].split(",")) if d[0] else 0)]
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_products_reading_the_left_operand_transposed(dtype):
+    fns = {k: f for k, (f, _, _) in LEFT_TRANSPOSED.items()}
+    inputs = {k: tuple(rand(s, dtype, -1.5, 1.5, seed=i + 3 * j) for j, s in enumerate(shapes))
+              for i, (k, (_, shapes, _)) in enumerate(LEFT_TRANSPOSED.items())}
+    check_family(fns, inputs)
+    for name, (f, _, barriers) in LEFT_TRANSPOSED.items():
+        lowered, hlo = jit_ps(f).lower(*inputs[name]).as_text(), jit_ps(f).optimized_hlo(*inputs[name])
+        assert lowered.count("stablehlo.optimization_barrier") == barriers, (name, lowered)
+        assert "dot(" in hlo and not _left_contracting_first(hlo), (name, hlo)
 
 
 def test_mixed_dtypes_and_empty():
