@@ -96,6 +96,9 @@ class ModuleState:
         self.blas, self.gemm = use_blas, use_blas and gemm
         self.blas_products = self.gemm_products = self.gemm_apart = 0
         self.in_place = {}
+        # value name -> (x, y, contracting, batching) of the matrix product that made it, on
+        # the CPU (LoweringContext.transpose)
+        self.products = {}
 
     def lift(self, array):
         hit = self.lifted.get(id(array))
@@ -361,7 +364,26 @@ class LoweringContext(hlo.Builder):
                 u.ops["stablehlo.dot_general" if self._depth == hlo.MAIN_DEPTH else None] += 1
         if self.platform == "cpu" and _left_transposed(x, y, lc, rc, lb, rb, dtype):
             return self._left_canonical(x, y, rc[0], lb, rb)
-        return super().dot_general(x, y, (lc, rc), (lb, rb), dtype)
+        return self._product(x, y, (lc, rc), (lb, rb), dtype)
+
+    def _product(self, x, y, contracting, batching, dtype=None):
+        out = super().dot_general(x, y, contracting, batching, dtype)
+        if self.platform == "cpu":
+            self.module.products[out.name] = (x, y, contracting, batching)
+        return out
+
+    def transpose(self, x, perm):
+        """hlo.Builder.transpose; on the CPU a matrix product's transpose reads it through a
+        barrier where XLA would otherwise fold the transpose into the product as the product
+        of its operands swapped, and that product's left operand would contract its first
+        matrix dimension (_left_transposed): autograd's `dot` VJP transposes `g.T @ x`."""
+        made = self.module.products.get(x.name)
+        if made is not None:
+            a, b, (lc, rc), (lb, rb) = made
+            nb = len(lb)
+            if list(perm) == [*range(nb), nb + 1, nb] and _left_transposed(b, a, rc, lc, rb, lb, None):
+                x = self.barrier(x)
+        return super().transpose(x, perm)
 
     def _left_canonical(self, x, y, ky, lb, rb):
         """x . y, x contracting the first of its two matrix dimensions (autograd's weight
@@ -378,7 +400,7 @@ class LoweringContext(hlo.Builder):
         batch = int(np.prod(x.shape[:nb]))
         copy_y = 0 if ky == nb + 1 else y.size
         if x.size <= copy_y + batch * m * n / 2:
-            return super().dot_general(self.barrier(self.transpose(x, swap)), y, ([nb + 1], [ky]), (lb, rb))
+            return self._product(self.barrier(self.transpose(x, swap)), y, ([nb + 1], [ky]), (lb, rb))
         if copy_y:
             y = self.barrier(self.transpose(y, swap))
         product = super().dot_general(y, x, ([nb + 1], [nb]), (lb, rb))

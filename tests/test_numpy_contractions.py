@@ -92,6 +92,8 @@ LEFT_TRANSPOSED = {
     "batched, a transposed": (lambda a, b: np.swapaxes(a, 1, 2) @ b, [(3, 16, 12), (3, 16, 10)], 1),
     "tensordot, b transposed, then the result": (lambda a, b: np.tensordot(a, b, axes=([0], [0])),
                                                  [(24, 16), (24, 9)], 2),
+    # XLA would fold the transpose into the product, swapped: h.T @ g.T
+    "a transpose of such a product, read through a barrier": (lambda g, h: (g.T @ h).T, [(32, 10), (32, 60)], 2),
 }
 
 
