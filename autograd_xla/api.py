@@ -586,14 +586,19 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
 
     def _faster_program(self, entry, variant):
         """A tiering.Ladder step, on the compile thread: the entry's program with XLA's default
-        options (`variant` None; the first had backend.fast_compile_options), or another lowering
-        (`variant`: lowering.lower's keywords changed from the program in use's, lowering.VIEWS,
-        XLA_DOTS, APART; nothing donated: that turns views off).
+        options (`variant` None; the first had backend.fast_compile_options), or with XLA's own
+        scheduler (backend.XLA_SCHEDULER), or another lowering (`variant`: lowering.lower's
+        keywords changed from the program in use's, lowering.VIEWS, XLA_DOTS, APART; nothing
+        donated: that turns views off).
         None for an entry that has left the cache."""
         if all(e is not entry for e in list(self._cache.values())):
             return None
-        lowered, options = ((entry.lowered, None) if variant is None
-                            else (self._lowering(entry, (), **dict(entry.lowered.variant, **variant)), entry.options))
+        if variant is None:
+            lowered, options = entry.lowered, None
+        elif variant is backend_mod.XLA_SCHEDULER:
+            lowered, options = entry.lowered, self._backend().with_xla_scheduler(entry.options)
+        else:
+            lowered, options = self._lowering(entry, (), **dict(entry.lowered.variant, **variant)), entry.options
         executable, seconds, compiled = self._compile_program(entry, lowered, options, entry.executable)
         self.stats.upgrades += compiled
         self.stats.upgrade_seconds += seconds
@@ -629,7 +634,9 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         executable, seconds, compiled = self._compile_program(entry, entry.lowered, entry.options, fresh_first=True)
         steps = [variant for variant, wanted in ((None, entry.options is not None), (lowering.VIEWS, entry.lowered.dot_views),
                                                  (lowering.XLA_DOTS, entry.lowered.blas),
-                                                 (lowering.APART, entry.lowered.merged)) if wanted]
+                                                 (lowering.APART, entry.lowered.merged),
+                                                 (backend_mod.XLA_SCHEDULER, self._backend().with_xla_scheduler(None) is not None))
+                 if wanted]
         if steps and tiering.UPGRADE_RENT is not None:
             entry.ladder = tiering.Ladder(steps, seconds, weakref.WeakMethod(self._faster_program),
                                           weakref.WeakMethod(self._forget_fast_paths), self._untraced.learner(key))

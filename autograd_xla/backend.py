@@ -87,6 +87,12 @@ FAST_COMPILE_OVERRIDES = [("xla_cpu_use_fusion_emitters", False),
 #: Table 1's other programs within 1-4 % either way. Compile times alike (MLP step, convnet,
 #: HMM).
 SCHEDULER_OVERRIDES = [("xla_cpu_scheduler_type", "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED")]
+#: ... but not for every program: the MLP step with its weight gradients in YNNPACK
+#: (context._left_canonical) ran 2688 µs with XLA's own scheduler against 2821 with that one
+#: (its settled program alone, alternating blocks of calls; 2758 against 2788 with them in
+#: Eigen). So a CPU signature's ladder tries its program with XLA's own scheduler last (this
+#: step of tiering.Ladder; Backend.with_xla_scheduler) and keeps the faster.
+XLA_SCHEDULER = "XLA's own scheduler"
 
 log = logging.getLogger(__name__)
 
@@ -264,6 +270,16 @@ class Backend:
         overrides = list(overrides) + (SCHEDULER_OVERRIDES if self.platform == "cpu" else [])
         options = xc.CompileOptions()
         options.env_option_overrides = [o for o in overrides if not _chosen(o[0])]
+        return options
+
+    def with_xla_scheduler(self, options):
+        """`options` (None: compile's own) with XLA's scheduler in place of SCHEDULER_OVERRIDES',
+        or None where those are not in them (not the CPU, or XLA_FLAGS chose a scheduler)."""
+        overrides = list((options or self._options()).env_option_overrides)
+        if not all(o in overrides for o in SCHEDULER_OVERRIDES):
+            return None
+        options = xc.CompileOptions()
+        options.env_option_overrides = [o for o in overrides if o not in SCHEDULER_OVERRIDES]
         return options
 
     def compile(self, text, options=None, devices=None, expect_long=False, stats=None):

@@ -54,8 +54,10 @@ def test_the_first_program_compiles_fast_and_the_default_is_tried_once_the_rent_
     assert (f.cache_info()["compiles"], f.cache_info()["upgrades"]) == (1, 0)
     entry, results = settle(f, x)
     info = f.cache_info()
-    assert (info["compiles"], info["upgrades"], info["traces"]) == (1, 1, 1) and info["upgrade_seconds"] > 0
-    assert entry.options is None or entry.options.env_option_overrides[:2] == backend.FAST_COMPILE_OVERRIDES
+    # the default options' program, then the one in use with XLA's own scheduler (backend.XLA_SCHEDULER)
+    assert (info["compiles"], info["upgrades"], info["traces"]) == (1, 2, 1) and info["upgrade_seconds"] > 0
+    assert entry.options is None or entry.options.env_option_overrides in (
+        [], backend.FAST_COMPILE_OVERRIDES, backend.FAST_COMPILE_OVERRIDES + backend.SCHEDULER_OVERRIDES)
     want = grad(lambda x: np.sum(np.tanh(x) * np.exp(-x * x)))(x)
     for got in results:  # both programs ran, in turn, during the trial
         onp.testing.assert_array_equal(got, results[0])
@@ -136,8 +138,12 @@ def test_every_cpu_program_compiles_with_the_memory_optimised_scheduler(monkeypa
     assert_close(jit_ps(lambda x: np.sin(x) * 3.0)(x), np.sin(x) * 3.0)
     cpu.compile(f"module @m {{ func.func public @main(%a: tensor<2xf64>) -> tensor<2xf64> {{ return %a : tensor<2xf64> }} }}")
     assert seen == [backend.FAST_COMPILE_OVERRIDES + backend.SCHEDULER_OVERRIDES, backend.SCHEDULER_OVERRIDES]
+    # a ladder's last step: the program in use with XLA's own scheduler (backend.XLA_SCHEDULER)
+    assert cpu.with_xla_scheduler(None).env_option_overrides == []
+    assert cpu.with_xla_scheduler(cpu.fast_compile_options()).env_option_overrides == backend.FAST_COMPILE_OVERRIDES
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_scheduler_type=CPU_SCHEDULER_TYPE_DEFAULT")
     assert cpu.fast_compile_options().env_option_overrides == backend.FAST_COMPILE_OVERRIDES
+    assert cpu.with_xla_scheduler(None) is None  # XLA_FLAGS chose: no such step
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_parallel_codegen_split_count=8")  # any override XLA_FLAGS sets
     assert cpu.fast_compile_options().env_option_overrides == backend.FAST_COMPILE_OVERRIDES[:1] + backend.SCHEDULER_OVERRIDES
 
@@ -160,13 +166,14 @@ ULPS_APART = {"tan": np.tan, "arctan": np.arctan, "cbrt": np.cbrt}
 @pytest.mark.parametrize("name", sorted(SAME_BITS) + sorted(ULPS_APART))
 def test_both_programs_compute_the_same_bits(monkeypatch, name, dtype):
     monkeypatch.setattr(tiering, "UPGRADE_RENT", 0.0)
-    monkeypatch.setattr(tiering, "TRIAL_CALLS", 0)  # the default options' program replaces the first untried
+    # the default options' program replaces the first untried, and that one with XLA's own scheduler it
+    monkeypatch.setattr(tiering, "TRIAL_CALLS", 0)
     fun = SAME_BITS.get(name) or ULPS_APART[name]
     x = (rs.randn(30000) * 3).astype(dtype)
     f = jit_ps(fun)
     first = f(x)
     entry, results = settle(f, x)
-    assert entry.options is None
+    assert entry.options.env_option_overrides == []
     if name in SAME_BITS:
         onp.testing.assert_array_equal(results[-1], first)
     else:
@@ -325,7 +332,7 @@ def test_a_cheap_program_climbs_after_a_few_calls_without_the_rent(monkeypatch, 
         assert_close(f(x), onp.sin(x) * 3.0)
         assert tiering.compile_thread.wait(60)
     (entry,) = f._cache.values()
-    assert (entry.ladder is None) == cheap and f.cache_info()["upgrades"] == (1 if cheap else 0)
+    assert (entry.ladder is None) == cheap and f.cache_info()["upgrades"] == (2 if cheap else 0)
 
 
 def test_while_a_signature_rents_cpp_takes_its_calls(monkeypatch):
