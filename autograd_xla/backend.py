@@ -275,7 +275,7 @@ class Backend:
     def with_xla_scheduler(self, options):
         """`options` (None: compile's own) with XLA's scheduler in place of SCHEDULER_OVERRIDES',
         or None where those are not in them (not the CPU, or XLA_FLAGS chose a scheduler)."""
-        overrides = list((options or self._options()).env_option_overrides)
+        overrides = list((self._options() if options is None else options).env_option_overrides)
         if not all(o in overrides for o in SCHEDULER_OVERRIDES):
             return None
         options = xc.CompileOptions()
