@@ -34,6 +34,7 @@
 #include <string.h>
 
 enum { MAX_ARGS = 16, MAX_DIMS = 8, MAX_STAGES = 8, FORMAT_CHARS = 8, MAX_DEPTH = 32, MAX_TREE = 64 };
+enum { MAX_RESULT_DIMS = 32 };  /* results of more dimensions are made by numpy.ndarray */
 /* The stages' buffers live as long as the function: 16 MiB of them at most (MAX_STAGES
  * signatures of arguments below 1 MiB, dispatch.ARGUMENT_BYTES, could otherwise hold 128). */
 enum { MAX_STAGED_BYTES = 16 << 20 };
@@ -45,6 +46,19 @@ enum { MAX_STAGED_BYTES = 16 << 20 };
 enum { ALIGNMENT = 64, ASYNC_COPY_BYTES = 100 << 10 };
 
 static PyObject *ndarray_type;   /* numpy.ndarray */
+/* numpy's C API, read from the capsule numpy's own headers read (import_array), by the entries
+ * NumPy keeps at fixed places in it (its __multiarray_api.h: PyArray_Type 2,
+ * PyArray_NewFromDescr 94, PyArray_SetBaseObject 282), so that the extension still builds
+ * without numpy's headers; NULL where the capsule is missing (results are then made by calling
+ * numpy.ndarray). A result array made this way: the call of `x + 1.0` on 3 elements ~0.1 µs
+ * faster (numpy.ndarray(shape, dtype, buffer) takes 178 ns, measured). */
+typedef PyObject *(*new_from_descr_fn)(PyTypeObject *, PyObject *, int, const Py_intptr_t *, const Py_intptr_t *,
+                                       void *, int, PyObject *);
+typedef int (*set_base_object_fn)(PyObject *, PyObject *);
+static PyTypeObject *array_type;
+static new_from_descr_fn new_from_descr;
+static set_base_object_fn set_base_object;
+enum { ARRAY_CARRAY = 0x0001 | 0x0100 | 0x0400 };  /* C-contiguous, aligned, writeable (NPY_ARRAY_CARRAY) */
 static PyObject *move_to_end;    /* collections.OrderedDict.move_to_end, unbound */
 static PyObject *str_traces, *str_call_python;
 static PyObject *empty_tuple;
@@ -178,9 +192,23 @@ static PyObject *convert(PyObject *spec, PyObject *out) {
     hold->owner = out;
     hold->data = data;
     hold->nbytes = PyLong_AsSsize_t(PyTuple_GET_ITEM(spec, 2));
-    PyObject *argv[3] = {PyTuple_GET_ITEM(spec, 0), PyTuple_GET_ITEM(spec, 1), (PyObject *)hold};
-    PyObject *array = PyObject_Vectorcall(ndarray_type, argv, 3, NULL);
-    Py_DECREF(hold);
+    PyObject *shape = PyTuple_GET_ITEM(spec, 0), *dtype = PyTuple_GET_ITEM(spec, 1), *array;
+    Py_ssize_t ndim = PyTuple_GET_SIZE(shape);
+    if (new_from_descr != NULL && ndim <= MAX_RESULT_DIMS) {
+        Py_intptr_t dims[MAX_RESULT_DIMS];
+        for (Py_ssize_t i = 0; i < ndim; i++)
+            dims[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
+        Py_INCREF(dtype);  /* the descriptor's reference is stolen */
+        array = new_from_descr(array_type, dtype, (int)ndim, dims, NULL, data, ARRAY_CARRAY, NULL);
+        if (array != NULL && set_base_object(array, (PyObject *)hold) < 0)  /* hold's reference is stolen */
+            Py_CLEAR(array);
+        else if (array == NULL)
+            Py_DECREF(hold);
+    } else {
+        PyObject *argv[3] = {shape, dtype, (PyObject *)hold};
+        array = PyObject_Vectorcall(ndarray_type, argv, 3, NULL);
+        Py_DECREF(hold);
+    }
     if (array == NULL || !PyObject_IsTrue(PyTuple_GET_ITEM(spec, 3)))
         return array;
     PyObject *scalar = PyObject_GetItem(array, empty_tuple);  /* a 0-d result is a numpy scalar */
@@ -815,6 +843,17 @@ PyMODINIT_FUNC PyInit__callpath(void) {
         return NULL;
     ndarray_type = PyObject_GetAttrString(numpy, "ndarray");
     Py_DECREF(numpy);
+    PyObject *multiarray = PyImport_ImportModule("numpy._core._multiarray_umath");
+    PyObject *capsule = multiarray == NULL ? NULL : PyObject_GetAttrString(multiarray, "_ARRAY_API");
+    void **api = capsule == NULL || !PyCapsule_CheckExact(capsule) ? NULL : (void **)PyCapsule_GetPointer(capsule, NULL);
+    if (api != NULL) {  /* the capsule lives as long as numpy's module, which stays imported */
+        array_type = (PyTypeObject *)api[2];
+        new_from_descr = (new_from_descr_fn)api[94];
+        set_base_object = (set_base_object_fn)api[282];
+    }
+    PyErr_Clear();
+    Py_XDECREF(capsule);
+    Py_XDECREF(multiarray);
     PyObject *collections = PyImport_ImportModule("collections");
     if (collections == NULL)
         return NULL;

@@ -411,7 +411,7 @@ def _finisher(executable, out_tree, stats, cache_ref, key):
     leaf = out_tree is tree.LEAF
     if Calls is Front:
         platform = executable.backend.platform
-        results = tuple((a.shape, a.dtype, a.size * a.dtype.itemsize, a.shape == ())
+        results = tuple((a.shape, np.dtype(a.dtype), a.size * a.dtype.itemsize, a.shape == ())
                         if backend_mod.viewable(a, platform) else convert
                         for a, convert in zip(executable.out_avals, converters))
         return native.Finish(stats.counts, cache_ref, key, results, None if leaf else _unflattener(out_tree),

@@ -91,6 +91,35 @@ def test_small_calls_go_through_cpp_and_count_as_hits():
         assert type(out[1]["s"]) is onp.float64 and out[0].flags.writeable and type(out[0]) is onp.ndarray
 
 
+RESULT_CASES = [(onp.float64, (2, 3)), (onp.float32, ()), (onp.complex128, (1, 2, 1, 3)), (onp.int32, (0, 3)),
+                (onp.int64, (4,)), (onp.bool_, (2, 2)), (onp.complex64, ())]
+
+
+@pytest.mark.parametrize("dtype,shape", RESULT_CASES, ids=[f"{onp.dtype(d).name}{s}" for d, s in RESULT_CASES])
+def test_cpp_s_results_are_numpy_s_arrays_that_keep_their_memory(dtype, shape):
+    """C++'s results are made with numpy's C API (_callpath's convert): numpy arrays (0-d ones
+    numpy scalars) of the dtype and shape, writeable, whose memory outlives the function."""
+    x = (rs.randn(*shape) * 3).astype(dtype) if shape else dtype(2.5)
+    jf = jit_ps(lambda x: (x, x * 2, x == x))
+    calls = counting(jf)
+    for _ in range(4):
+        outs = jf(onp.asarray(x))
+    assert len(calls) <= first_calls(jf)  # the last calls C++'s (an empty argument is not staged)
+    want = (x, x * 2, x == x)
+    del jf
+    gc.collect()
+    for got, expected in zip(outs, want):
+        expected = onp.asarray(expected)
+        if shape == ():
+            assert type(got) is type(expected[()]) and got == expected[()]
+            continue
+        assert type(got) is onp.ndarray and got.dtype == expected.dtype and got.shape == shape
+        assert got.flags.writeable and got.flags.c_contiguous and (got.size == 0 or not got.flags.owndata)
+        onp.testing.assert_array_equal(got, expected)
+        got[...] = expected  # writeable memory of its own: another result's is not touched
+    onp.testing.assert_array_equal(outs[1], onp.asarray(want[1]))
+
+
 @pytest.mark.parametrize("structure", [
     lambda a, b: [(a, None), [b, (a * b,)], ()],
     lambda a, b: ((a,), [], (b, [a + b, None])),
