@@ -586,7 +586,8 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
 
     def _faster_program(self, entry, variant):
         """A tiering.Ladder step, on the compile thread: the entry's program with XLA's default
-        options (`variant` None; the first had backend.fast_compile_options), or with XLA's own
+        options (`variant` None; the first had backend.fast_compile_options), or with LLVM's
+        optimisations (backend.QUICK_STEP, after a quick first program), or with XLA's own
         scheduler (backend.XLA_SCHEDULER), or another lowering (`variant`: lowering.lower's
         keywords changed from the program in use's, lowering.VIEWS, XLA_DOTS, APART; nothing
         donated: that turns views off).
@@ -595,6 +596,8 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
             return None
         if variant is None:
             lowered, options = entry.lowered, None
+        elif variant is backend_mod.QUICK_STEP:
+            lowered, options = entry.lowered, self._backend().optimized(entry.options)
         elif variant is backend_mod.XLA_SCHEDULER:
             lowered, options = entry.lowered, self._backend().with_xla_scheduler(entry.options)
         else:
@@ -627,19 +630,24 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
 
     def _compile_lowered(self, entry, key=None):
         """XLA compiles a lowered entry's first program, with the options it compiles fastest
-        with; the programs that may run faster are its tiering.Ladder (which notes the saving
+        with (LLVM's optimisations off too where lowering estimates little work a call:
+        backend.QUICK_WORK); the programs that may run faster are its tiering.Ladder (which notes the saving
         over signature `key`'s plain calls, tiered). Returns (seconds, whether it compiled
         rather than reused)."""
-        entry.options = self._backend().fast_compile_options()
+        backend = self._backend()
+        entry.options = backend.fast_compile_options(quick=entry.lowered.work <= backend_mod.QUICK_WORK)
         executable, seconds, compiled = self._compile_program(entry, entry.lowered, entry.options, fresh_first=True)
-        steps = [variant for variant, wanted in ((None, entry.options is not None), (lowering.VIEWS, entry.lowered.dot_views),
+        quick = backend.optimized(entry.options) is not None
+        steps = [variant for variant, wanted in ((backend_mod.QUICK_STEP, quick), (None, entry.options is not None),
+                                                 (lowering.VIEWS, entry.lowered.dot_views),
                                                  (lowering.XLA_DOTS, entry.lowered.blas),
                                                  (lowering.APART, entry.lowered.merged),
-                                                 (backend_mod.XLA_SCHEDULER, self._backend().with_xla_scheduler(None) is not None))
+                                                 (backend_mod.XLA_SCHEDULER, backend.with_xla_scheduler(None) is not None))
                  if wanted]
         if steps and tiering.UPGRADE_RENT is not None:
             entry.ladder = tiering.Ladder(steps, seconds, weakref.WeakMethod(self._faster_program),
-                                          weakref.WeakMethod(self._forget_fast_paths), self._untraced.learner(key))
+                                          weakref.WeakMethod(self._forget_fast_paths), self._untraced.learner(key),
+                                          quick=quick)
         entry.executable = executable
         self.stats.compiles += compiled
         self.stats.compile_seconds += seconds

@@ -77,6 +77,20 @@ ALIASES_KEPT = 64
 CODEGEN_SPLIT = min(32, 2 * len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 32)
 FAST_COMPILE_OVERRIDES = [("xla_cpu_use_fusion_emitters", False),
                           ("xla_cpu_parallel_codegen_split_count", CODEGEN_SPLIT)]
+#: LLVM's optimisations off (-O0) too, for a signature's first program where lowering
+#: estimates at most QUICK_WORK elements computed a call (context.op_work): XLA:CPU compiles
+#: it in 0.3-0.6 of the time, its loops take 1.1-5x as long (and it forms no fused
+#: multiply-adds: results a few ulps apart) until its ladder's QUICK_STEP. Measured (compile
+#: ms, call ms; optimised -> -O0): MLP step 193 -> 99, 4.6 -> 6.6; logistic regression's
+#: value and gradient 53 -> 27, 0.35 -> 0.47; SeLU layer 39 -> 20, 7.9 -> 8.3, its gradient 37
+#: -> 20, 10.5 -> 13.0; the HMM's gradient 322 -> 98, 0.33 -> 1.72, its Hessian-vector
+#: product 545 -> 128, 0.46 -> 2.29; x + 1.0 on 1e6 float64 31 -> 16, 0.52 -> 1.2. An element
+#: of the estimate cost up to 0.6 ns more (the MLP step: 3.5 million, 2 ms), a convolution's
+#: far more (the convnet step, 182 million: 152 -> 527 ms, for a compile 300 ms shorter).
+QUICK_COMPILE_OVERRIDES = [("xla_backend_optimization_level", 0)]
+QUICK_WORK = 1 << 24
+#: The ladder step (tiering.Ladder) compiling a quick program with LLVM's optimisations.
+QUICK_STEP = "LLVM's optimisations"
 #: XLA:CPU's memory-optimised scheduler (the order its operations run in, chosen to keep
 #: fewer buffers live) in place of its default, for every program a CPU backend compiles
 #: (unless XLA_FLAGS chose a scheduler; pmap's programs keep XLA's). Measured (a program
@@ -256,13 +270,14 @@ class Backend:
             self._spare_bytes = 0
 
     # ----- compilation ----------------------------------------------------------------------
-    def fast_compile_options(self):
+    def fast_compile_options(self, quick=False):
         """CompileOptions that XLA compiles faster with, for a signature's first program, or
         None where there are none (FAST_COMPILE_OVERRIDES: XLA:CPU's, unless XLA_FLAGS chose
-        its emitters); with the overrides of every program (`_options`)."""
+        its emitters); `quick`: faster still, its code slower (QUICK_COMPILE_OVERRIDES); with
+        the overrides of every program (`_options`)."""
         if self.platform != "cpu" or _chosen(FAST_COMPILE_OVERRIDES[0][0]):
             return None
-        return self._options(FAST_COMPILE_OVERRIDES)
+        return self._options(FAST_COMPILE_OVERRIDES + (QUICK_COMPILE_OVERRIDES if quick else []))
 
     def _options(self, overrides=()):
         """CompileOptions with `overrides`, and on the CPU SCHEDULER_OVERRIDES, but none that
@@ -275,12 +290,11 @@ class Backend:
     def with_xla_scheduler(self, options):
         """`options` (None: compile's own) with XLA's scheduler in place of SCHEDULER_OVERRIDES',
         or None where those are not in them (not the CPU, or XLA_FLAGS chose a scheduler)."""
-        overrides = list((self._options() if options is None else options).env_option_overrides)
-        if not all(o in overrides for o in SCHEDULER_OVERRIDES):
-            return None
-        options = xc.CompileOptions()
-        options.env_option_overrides = [o for o in overrides if o not in SCHEDULER_OVERRIDES]
-        return options
+        return _without(self._options() if options is None else options, SCHEDULER_OVERRIDES)
+
+    def optimized(self, options):
+        """`options` with LLVM's optimisations, or None where they have them (QUICK_STEP)."""
+        return None if options is None else _without(options, QUICK_COMPILE_OVERRIDES)
 
     def compile(self, text, options=None, devices=None, expect_long=False, stats=None):
         """Compile StableHLO text. Identical programs (whatever lines they were traced from:
@@ -369,6 +383,16 @@ class Backend:
 def _chosen(flag):
     """Whether XLA_FLAGS sets the DebugOptions field `flag` (which an override would undo)."""
     return flag in os.environ.get("XLA_FLAGS", "")
+
+
+def _without(options, overrides):
+    """CompileOptions as `options` less `overrides`, or None where those are not all in them."""
+    kept = list(options.env_option_overrides)
+    if not all(o in kept for o in overrides):
+        return None
+    options = xc.CompileOptions()
+    options.env_option_overrides = [o for o in kept if o not in overrides]
+    return options
 
 
 def _options_bytes(options):

@@ -132,8 +132,8 @@ class BatchingContext(LoweringContext):
         """This vmap's context emitting into `builder` (a region of the parent's)."""
         return BatchingContext(builder, self.size, self.level, self.axis_name)
 
-    def region(self, arg_types, body):
-        return self.parent.region(arg_types, lambda b, *args: body(self.inside(b), *args))
+    def region(self, arg_types, body, trips=1):
+        return self.parent.region(arg_types, lambda b, *args: body(self.inside(b), *args), trips)
 
     def rule(self, entry):
         """A primitive's batching rule when it has one (registry.register_batching_rule),

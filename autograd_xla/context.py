@@ -8,6 +8,7 @@ trace time on a scratch context, to learn each primitive's output shapes and dty
 """
 import collections
 import functools
+import math
 
 import numpy as np
 
@@ -69,6 +70,23 @@ def result_type(*xs):
     return np.result_type(*args)
 
 
+#: Ops that read every element of their operands for fewer results (op_work).
+_REDUCING = frozenset({"stablehlo.reduce", "stablehlo.reduce_window", "stablehlo.select_and_scatter"})
+
+
+def op_work(name, operands, results):
+    """Elements an op computes, for ModuleState.work: its results', a reduction's operands',
+    a convolution's results' times its kernel's (an overestimate: as if each result read the
+    whole kernel). A product counts its results only: XLA gives the large ones to libraries
+    (Eigen, YNNPACK), whose code its compile options do not change."""
+    out = sum(math.prod(v.shape) for v in results)
+    if name in _REDUCING:
+        return max(out, sum(math.prod(v.shape) for v in operands))
+    if name == "stablehlo.convolution":
+        return out * math.prod(operands[1].shape)
+    return out
+
+
 class ModuleState:
     """What all builders of one module share: lifted constants become parameters; the
     source locations of its ops (an hlo.Locations, or None for none); the named axes its
@@ -99,6 +117,9 @@ class ModuleState:
         # value name -> (x, y, contracting, batching) of the matrix product that made it, on
         # the CPU (LoweringContext.transpose)
         self.products = {}
+        # elements the module's ops compute in one run, as estimated (op_work): what decides
+        # whether its first program may be compiled quickly (backend.QUICK_WORK)
+        self.work = 0
 
     def lift(self, array):
         hit = self.lifted.get(id(array))
@@ -269,6 +290,7 @@ class LoweringContext(hlo.Builder):
         uses = self.module.uses
         seen = [uses[v.name] for v in operands if v.name in uses] if uses else ()
         outs = super().op(name, operands, results, attrs, regions)
+        self.module.work += self.trips * op_work(name, operands, outs)
         if seen and name == "stablehlo.custom_call":  # a BLAS product is a use of its own kind
             name = _BLAS_USES.get(attrs["call_target_name"], name)
         for u in seen:

@@ -274,6 +274,9 @@ _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 #: The indentation depth of a main function's ops (a region's are deeper).
 MAIN_DEPTH = 2
+#: How many times a while loop's body runs, as guessed where its trip count is not known
+#: (Builder.trips): the work estimate (context.ModuleState.work) counts its ops this often.
+WHILE_TRIPS = 100
 
 
 class Builder:
@@ -281,7 +284,11 @@ class Builder:
     names are unique across the whole function and regions may use outer values.
 
     `location`: the alias (Locations) of the source location of the ops emitted now, or
-    None; set by lowering per equation, and inherited by the regions of an op."""
+    None; set by lowering per equation, and inherited by the regions of an op. `trips`:
+    how many times, as guessed, the ops emitted here run in one run of the function (a
+    while loop's body WHILE_TRIPS times as often as the block around the loop)."""
+
+    trips = 1
 
     def __init__(self, counter=None, depth=MAIN_DEPTH, transposed=None):
         self._counter = counter if counter is not None else itertools.count()
@@ -331,10 +338,12 @@ class Builder:
     def op1(self, name, operands, shape, dtype, attrs=None, regions=()):
         return self.op(name, operands, [(shape, dtype)], attrs, regions)[0]
 
-    def region(self, arg_types, body):
-        """Text of a one-block region. `body(builder, *args)` returns the values to yield."""
+    def region(self, arg_types, body, trips=1):
+        """Text of a one-block region. `body(builder, *args)` returns the values to yield;
+        its ops run `trips` times (as guessed) as often as this block's."""
         inner = self.child()
         inner.location = self.location
+        inner.trips = self.trips * trips
         args = [Value(inner.fresh_name("%a"), s, d) for s, d in arg_types]
         results = body(inner, *args)
         results = list(results) if isinstance(results, (list, tuple)) else [results]
@@ -559,8 +568,8 @@ class Builder:
     def while_loop(self, inits, cond, body):
         """`cond(builder, *carry)` returns a bool scalar; `body(builder, *carry)` the new carry."""
         types = [(v.shape, v.dtype) for v in inits]
-        cond_region, _ = self.region(types, cond)
-        body_region, _ = self.region(types, body)
+        cond_region, _ = self.region(types, cond, WHILE_TRIPS)
+        body_region, _ = self.region(types, body, WHILE_TRIPS)
         return self.op("stablehlo.while", inits, types, None, [cond_region, body_region])
 
     def case(self, index, branches, result_types):

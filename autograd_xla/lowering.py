@@ -240,6 +240,7 @@ class Lowered:
         self.dot_views = False  # lower(dot_views=True) would read more arguments in place
         self.blas = False  # BLAS multiplies some of its matrices by vectors (lower(use_blas=False): XLA)
         self.merged = False  # some calls were emitted as one (lowering.schedule; lower(merge=False): apart)
+        self.work = 0  # elements its ops compute in a run, as estimated (context.ModuleState.work)
         self.variant = {}  # lower's keywords that chose among these: dot_views, use_blas, merge
 
 
@@ -489,6 +490,7 @@ def emit(graph, name="jit_fn", platform="cpu", x64=True, pack=True, donate=(), l
         lowered.dot_views = worth and not dot_views
         lowered.blas = main.ctx.module.blas_products > 0
         lowered.merged = main.ctx.module.merged > 0
+        lowered.work = main.ctx.module.work
         lowered.variant = {"dot_views": dot_views, "use_blas": use_blas, "merge": merge}
         return lowered
 

@@ -186,6 +186,12 @@ def default_tiered():
 #: 4.0, 100 calls made no second program, 300 took 1588 against 1502 and 1000 took 3649
 #: against 4450. None: never (one program per signature).
 UPGRADE_RENT = 4.0
+#: ... but a quickly compiled first program (backend.QUICK_COMPILE_OVERRIDES), whose calls
+#: take 1.1-5x as long as its optimised program's, makes that one (its first step) after
+#: QUICK_RENT of that rent: the HMM's gradient (compiles in 0.1 s quickly, 0.32 s optimised;
+#: calls 1.7 ms against 0.33) would else run ~400 calls at 1.4 ms more each before its
+#: optimised program is in use, losing more than its compile saved.
+QUICK_RENT = 0.25
 #: A signature whose program runs in under CHEAP_CALL_SECONDS a call makes its next one after
 #: CHEAP_CALLS calls instead: until its ladder settles its calls take the Python path, which
 #: costs more than such a program can gain or lose (tiny_grad: 16.5 µs a call there, 6.6
@@ -237,7 +243,8 @@ class Ladder:
     weakref.WeakMethods: the entry is the owner's, and a cycle back to it would keep its
     executables alive until the garbage collector runs. A step that fails leaves the
     program in use, with a warning. `learn` (NewSignatures.learner) is given the first
-    program's mean call after LEARN_CALLS calls.
+    program's mean call after LEARN_CALLS calls. `quick`: the first program was compiled
+    quickly, and its first step rents QUICK_RENT of the rent.
 
     While it rents (`renting`), C++'s call path may take the signature's calls (`hand`):
     its fast path counts them down to those that pay the rent, reckoned at the mean of the
@@ -248,10 +255,11 @@ class Ladder:
     shared_ptr, so they may go from within its finish)."""
 
     __slots__ = ("steps", "cost", "make", "settled", "spent", "calls", "trial", "learn", "handed", "due", "ready",
-                 "refused", "_started", "_lock")
+                 "refused", "rent", "_started", "_lock")
 
-    def __init__(self, steps, cost, make, settled, learn=None):
+    def __init__(self, steps, cost, make, settled, learn=None, quick=False):
         self.steps, self.cost, self.make, self.settled, self.spent = list(steps), cost, make, settled, 0.0
+        self.rent = QUICK_RENT if quick else 1.0  # the next step's share of the rent
         self.calls, self.trial, self.learn, self._started, self._lock = 0, None, learn, False, threading.Lock()
         self.handed = self.due = self.ready = None
         self.refused = False  # C++ has no fast path for the program in use (api.JittedFunction._fastpath)
@@ -268,7 +276,7 @@ class Ladder:
         self.spent += time.perf_counter() - t0
         self.calls += 1
         if not self._started and UPGRADE_RENT is not None and (
-                self.spent >= self.cost * UPGRADE_RENT
+                self.spent >= self.cost * UPGRADE_RENT * self.rent
                 or self.calls >= CHEAP_CALLS and self.spent < self.calls * CHEAP_CALL_SECONDS):
             self.start(entry)
         if self.learn is not None and self.calls >= LEARN_CALLS:  # against the plain calls before
@@ -299,7 +307,7 @@ class Ladder:
                 return False
             mean = self.spent / self.calls
             left = (CHEAP_CALLS - self.calls if mean < CHEAP_CALL_SECONDS
-                    else math.ceil((self.cost * UPGRADE_RENT - self.spent) / mean))
+                    else math.ceil((self.cost * UPGRADE_RENT * self.rent - self.spent) / mean))
             finish.countdown, finish.due = max(1, left), due
             self.handed, self.due = finish, due
             return True
@@ -379,6 +387,7 @@ class Ladder:
     def _next(self, entry):
         with self._lock:
             self.trial, self.spent, self.calls, self._started = None, 0.0, 0, False
+            self.rent = 1.0
             self.handed = self.due = self.ready = None
             self.refused = False
         if not self.steps:

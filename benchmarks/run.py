@@ -66,9 +66,16 @@ def parse_args(argv=None):
     p.add_argument("--diagnose", action="store_true",
                    help="add two diagnostic columns that use jit_ps internals: its cached executable called "
                         "directly, and jax's lowered program run by jit_ps's runtime")
+    p.add_argument("--first-call-processes", type=int, metavar="N",
+                   help="also measure each workload's first calls in N fresh processes, alternately jit_ps's and "
+                        "jax's first, and report their medians (default 5, quick 3; 0: only this process's one)")
+    p.add_argument("--first-call-child", metavar="NAME", help=argparse.SUPPRESS)
+    p.add_argument("--jax-first", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--hlo-dir", metavar="DIR", help="write each side's StableHLO and XLA-optimised HLO here")
     p.add_argument("--json", metavar="PATH", help="save raw samples and metadata as JSON")
     args = p.parse_args(argv)
+    if args.first_call_child:
+        args.only = args.first_call_child
     if args.only:
         names = [n.strip() for n in args.only.split(",") if n.strip()]
         unknown = [n for n in names if n not in BY_NAME]
@@ -81,6 +88,8 @@ def parse_args(argv=None):
         args.repeat = 9 if args.quick else 31
     if args.target_ms is None:
         args.target_ms = 15.0 if args.quick else 40.0
+    if args.first_call_processes is None:
+        args.first_call_processes = 3 if args.quick else 5
     return args
 
 
@@ -256,24 +265,19 @@ def run_workload(wl, args, jax, jnp):
     plain = wl.build_autograd()
     ref = plain(*inputs)
 
-    # first calls, on fresh function objects, before anything else compiled this program
     warm_runtimes(jax, args, k=float(next(_FRESH)))
-    jf = jit_ps(wl.build_autograd(), backend=args.backend, fallback="error")
-    t, out = timing.time_once(jf, inputs)
-    st = jf.stats
-    result["first_call"]["jit_ps"] = {"total": t, "trace": st.trace_seconds, "lower": st.lower_seconds,
-                                      "compile": st.compile_seconds}
+    first, (jf, out), jax_first_result = first_calls(wl, args, jax, jnp, inputs)
+    result["first_call"].update(first)
     result["errors"]["jit_ps"] = compare(ref, out, dtype, who="jit_ps")
     result["first_call"]["settled"] = timing.settle(jf, inputs)
+    if args.first_call_processes:
+        result["first_call"]["processes"] = fresh_process_first_calls(wl, args, jax is not None)
     contenders = {"autograd": (plain, inputs), "jit_ps": (jf, inputs)}
 
     if jax is not None:
-        jitted = jax.jit(wl.build_jax(jax, jnp))
-        t0 = time.perf_counter()
-        raw = jitted(*inputs)
+        jitted, raw = jax_first_result
         call = jax_numpy_caller(jax, jitted, raw)
         out = jax.tree_util.tree_map(onp.asarray, raw)
-        result["first_call"]["jax"] = {"total": time.perf_counter() - t0}
         result["errors"]["jax"] = compare(ref, out, dtype, result["dtype_notes"], "jax.jit")
         contenders["jax"] = (call, inputs)
         if not args.no_device_inputs:
@@ -301,6 +305,75 @@ def run_workload(wl, args, jax, jnp):
     if args.hlo_dir:
         dump_hlo(args.hlo_dir, wl.name, jf, jax and jitted, inputs)
     return result
+
+
+def first_calls(wl, args, jax, jnp, inputs, jax_first=False):
+    """One first call of jit_ps and one of jax.jit (when there), each on a fresh function
+    object, before anything else compiled this program; `jax_first`: jax's goes first.
+    Returns (seconds: {"jit_ps": {total, trace, lower, compile}, "jax": {total}}, (the jit_ps
+    function, its result), (the jax.jit function, its raw result) or None)."""
+    from autograd_xla import jit_ps
+
+    def ours():
+        jf = jit_ps(wl.build_autograd(), backend=args.backend, fallback="error")
+        t, out = timing.time_once(jf, inputs)
+        st = jf.stats
+        seconds["jit_ps"] = {"total": t, "trace": st.trace_seconds, "lower": st.lower_seconds,
+                             "compile": st.compile_seconds}
+        return jf, out
+
+    def theirs():
+        jitted = jax.jit(wl.build_jax(jax, jnp))
+        t0 = time.perf_counter()
+        raw = jitted(*inputs)
+        jax.tree_util.tree_map(onp.asarray, raw)  # numpy results, as jit_ps's (and waited for)
+        seconds["jax"] = {"total": time.perf_counter() - t0}
+        return jitted, raw
+
+    seconds = {}
+    if jax is None:
+        return seconds, ours(), None
+    if jax_first:
+        j = theirs()
+        return seconds, ours(), j
+    o = ours()
+    return seconds, o, theirs()
+
+
+def fresh_process_first_calls(wl, args, with_jax):
+    """First calls as a new process makes them (`first_calls` after `warm_runtimes` in a child
+    process), in --first-call-processes processes, alternately jit_ps's and jax's first:
+    {"jit_ps": [totals], "jit_ps_parts": [{trace, lower, compile}], "jax": [totals]}."""
+    samples = {"jit_ps": [], "jit_ps_parts": [], "jax": []}
+    for i in range(args.first_call_processes):
+        command = [sys.executable, os.path.abspath(__file__), "--first-call-child", wl.name, "--dtype", args.dtype,
+                   "--backend", args.backend, "--seed", str(args.seed), "--align", args.align]
+        if not with_jax:
+            command.append("--no-jax")
+        if args.jax_sync_dispatch:
+            command.append("--jax-sync-dispatch")
+        if i % 2:
+            command.append("--jax-first")
+        done = subprocess.run(command, capture_output=True, text=True, check=True)
+        seconds = json.loads(done.stdout.strip().splitlines()[-1])
+        total = seconds["jit_ps"].pop("total")
+        samples["jit_ps"].append(total)
+        samples["jit_ps_parts"].append(seconds["jit_ps"])
+        if "jax" in seconds:
+            samples["jax"].append(seconds["jax"]["total"])
+    return samples
+
+
+def first_call_child(args):
+    """--first-call-child NAME: a fresh process's first calls of one workload, as JSON on stdout."""
+    jax, jnp, _ = import_jax(args)
+    (wl,) = args.workloads
+    inputs = wl.make_inputs(onp.dtype(args.dtype), onp.random.default_rng(args.seed))
+    if args.align != "numpy":
+        inputs = place(inputs, int(args.align))
+    warm_runtimes(jax, args)
+    seconds = first_calls(wl, args, jax, jnp, inputs, jax_first=args.jax_first)[0]
+    print(json.dumps(seconds))
 
 
 def add_diagnostics(contenders, result, jf, jitted, inputs, ref, dtype, args):
@@ -383,6 +456,22 @@ def ratio(results, wl_name, a, b):
     return None
 
 
+def median(xs):
+    xs = sorted(xs)
+    return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2
+
+
+def spread(xs):
+    """median (min-max) of some seconds."""
+    return f"{timing.format_seconds(median(xs))} ({timing.format_seconds(min(xs))}-{timing.format_seconds(max(xs))})"
+
+
+def first_call_ratio(r):
+    """jit_ps's median first call over jax.jit's, across the fresh processes; None without them."""
+    p = r["first_call"].get("processes")
+    return median(p["jit_ps"]) / median(p["jax"]) if p and p["jax"] else None
+
+
 def fmt_ratio(r):
     return "—" if r is None else f"{r:.2f}×"
 
@@ -423,21 +512,30 @@ def report(results, failures, env, args):
     rows += [[name, f"failed: {msg}"] + [""] * (len(head) - 2) for name, msg in failures.items()]
     lines += table(head, rows)
 
-    lines += ["", "## First call: trace + compile + one run, on a fresh function object, measured once", ""]
-    head = ["workload", "jit_ps", "jit_ps trace / lower / XLA compile", "settled after (calls, s)"]
-    if has_jax:
-        head += ["jax.jit", "jit_ps / jax.jit"]
+    n = args.first_call_processes
+    lines += ["", "## First call: trace + compile + one run, on a fresh function object", "",
+              (f"Medians (and ranges) over {n} fresh processes, alternately jit_ps's and jax's first call first; "
+               if n else "") + "'this process': the one first call made here, before this process timed the "
+              "workload. Each side's clients are made beforehand (warm_runtimes).", ""]
+    head = ["workload"] + ([f"jit_ps, {n} processes", "jit_ps trace / lower / XLA compile"] if n else []) \
+        + (([f"jax.jit, {n} processes", "jit_ps / jax.jit"] if n else []) if has_jax else []) \
+        + ["jit_ps, this process"] + (["jax.jit, this process", "jit_ps / jax.jit, this process"] if has_jax else []) \
+        + ["settled after (calls, s)"]
     rows = []
     for name, r in results.items():
         fc = r["first_call"]
-        j = fc["jit_ps"]
-        calls, seconds = fc["settled"]
-        row = [name, timing.format_seconds(j["total"]),
-               " / ".join(timing.format_seconds(j[k]) for k in ("trace", "lower", "compile")),
-               f"{calls}, {seconds:.2f} s"]
+        row = [name]
+        if n:
+            p = fc["processes"]
+            row += [spread(p["jit_ps"]), " / ".join(timing.format_seconds(median([q[k] for q in p["jit_ps_parts"]]))
+                                                    for k in ("trace", "lower", "compile"))]
+            if has_jax:
+                row += [spread(p["jax"]), fmt_ratio(first_call_ratio(r))]
+        row.append(timing.format_seconds(fc["jit_ps"]["total"]))
         if has_jax:
-            row += [timing.format_seconds(fc["jax"]["total"]), fmt_ratio(j["total"] / fc["jax"]["total"])]
-        rows.append(row)
+            row += [timing.format_seconds(fc["jax"]["total"]), fmt_ratio(fc["jit_ps"]["total"] / fc["jax"]["total"])]
+        calls, seconds = fc["settled"]
+        rows.append(row + [f"{calls}, {seconds:.2f} s"])
     lines += table(head, rows)
 
     if any("jit_ps_exec" in r["summary"] for r in results.values()):
@@ -472,7 +570,11 @@ def report(results, failures, env, args):
             target = r["speedup_target"]
             if target is not None:
                 speed = ratio(results, name, "autograd", "jit_ps")
-                line += f" autograd / jit_ps = {speed:.2f} (target {target:g}) {'met' if speed >= target else 'NOT MET'}"
+                line += f" autograd / jit_ps = {speed:.2f} (target {target:g}) {'met' if speed >= target else 'NOT MET'};"
+            first = first_call_ratio(r)
+            if first is not None:
+                line += (f" first call jit_ps / jax.jit = {first:.2f} (medians of {args.first_call_processes} processes)"
+                         f" {'met' if first <= 1.0 else 'NOT MET'}")
             lines.append(line.rstrip(";"))
     lines += ["", f"load average at start {_fmt_load(env['loadavg_start'])}, at end {_fmt_load(os.getloadavg())} "
                   f"({env['cpus_usable']} usable CPUs; more than that means the numbers are disturbed)"]
@@ -533,6 +635,8 @@ def warm_runtimes(jax, args, k=2.0):
 def main(argv=None):
     global STAT
     args = parse_args(argv)
+    if args.first_call_child:
+        return first_call_child(args)
     STAT = args.stat
     jax, jnp, jax_note = import_jax(args)
     env = environment(args, jax, jax_note)

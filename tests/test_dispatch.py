@@ -41,11 +41,12 @@ def test_cpp_takes_the_calls_once_the_ladder_is_done(monkeypatch):
     jf = jit_ps(lambda x: np.tanh(x) * 2.0)
     calls = counting(jf)
     x = rs.randn(3)
-    for k in range(14):
+    for k in range(21):
         assert_close(jf(x + k), onp.tanh(x + k) * 2.0)
         assert tiering.compile_thread.wait(60)
     (entry,) = jf._cache.values()
-    assert entry.ladder is None and jf.cache_info()["upgrades"] == 2  # default options, XLA's own scheduler
+    # LLVM's optimisations, default options, XLA's own scheduler
+    assert entry.ladder is None and jf.cache_info()["upgrades"] == 3
     for _ in range(first_calls(jf)):  # what reaches Python once C++ takes a signature, if not above
         jf(x)
     n = len(calls)
