@@ -377,7 +377,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         try:
             variant = self._trace_entry(key, spec, leaves, self._auto_static[spec])
             self._lower(variant)
-            self._compile_lowered(variant)
+            self._compile_lowered(variant, quick=False)
         except PlatformUnavailableError:
             raise
         except Exception as e:
@@ -616,7 +616,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         """On the compile thread: compile `entry` unless it left the cache before its turn."""
         if self._cache.get(key) is not entry:
             return
-        seconds, compiled = self._compile_lowered(entry, key)
+        seconds, compiled = self._compile_lowered(entry, key, quick=False)  # no call waits for it
         with self._lock:  # clear_cache marks its pending jobs under the lock
             forget = job.forgotten
         if forget:
@@ -628,17 +628,17 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
     def _tiers(self):
         return tiering.default_tiered() if self.tiered is None else bool(self.tiered)
 
-    def _compile_lowered(self, entry, key=None):
+    def _compile_lowered(self, entry, key=None, quick=True):
         """XLA compiles a lowered entry's first program, with the options it compiles fastest
-        with (LLVM's optimisations off too where lowering estimates little work a call:
-        backend.QUICK_WORK); the programs that may run faster are its tiering.Ladder (which notes the saving
-        over signature `key`'s plain calls, tiered). Returns (seconds, whether it compiled
-        rather than reused)."""
+        with (with `quick`, LLVM's optimisations off too where lowering estimates little work
+        a call: backend.QUICK_WORK); the programs that may run faster are its tiering.Ladder
+        (which notes the saving over signature `key`'s plain calls, tiered). Returns (seconds,
+        whether it compiled rather than reused)."""
         backend = self._backend()
-        entry.options = backend.fast_compile_options(quick=entry.lowered.work <= backend_mod.QUICK_WORK)
+        entry.options = backend.fast_compile_options(quick=quick and entry.lowered.work <= backend_mod.QUICK_WORK)
         executable, seconds, compiled = self._compile_program(entry, entry.lowered, entry.options, fresh_first=True)
-        quick = backend.optimized(entry.options) is not None
-        steps = [variant for variant, wanted in ((backend_mod.QUICK_STEP, quick), (None, entry.options is not None),
+        quickly = backend.optimized(entry.options) is not None
+        steps = [variant for variant, wanted in ((backend_mod.QUICK_STEP, quickly), (None, entry.options is not None),
                                                  (lowering.VIEWS, entry.lowered.dot_views),
                                                  (lowering.XLA_DOTS, entry.lowered.blas),
                                                  (lowering.APART, entry.lowered.merged),
@@ -647,11 +647,11 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         if steps and tiering.UPGRADE_RENT is not None:
             entry.ladder = tiering.Ladder(steps, seconds, weakref.WeakMethod(self._faster_program),
                                           weakref.WeakMethod(self._forget_fast_paths), self._untraced.learner(key),
-                                          quick=quick)
+                                          quick=quickly)
         entry.executable = executable
         self.stats.compiles += compiled
         self.stats.compile_seconds += seconds
-        if compiled:
+        if compiled and not quickly:  # (as a tiered signature's are)
             tiering.note_compile(seconds)
         entry.stage = COMPILED  # last: a call on another thread (tiered) uses the entry once it reads this
         return seconds, compiled

@@ -77,18 +77,18 @@ ALIASES_KEPT = 64
 CODEGEN_SPLIT = min(32, 2 * len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 32)
 FAST_COMPILE_OVERRIDES = [("xla_cpu_use_fusion_emitters", False),
                           ("xla_cpu_parallel_codegen_split_count", CODEGEN_SPLIT)]
-#: LLVM's optimisations off (-O0) too, for a signature's first program where lowering
-#: estimates at most QUICK_WORK elements computed a call (context.op_work): XLA:CPU compiles
-#: it in 0.3-0.6 of the time, its loops take 1.1-5x as long (and it forms no fused
-#: multiply-adds: results a few ulps apart) until its ladder's QUICK_STEP. Measured (compile
-#: ms, call ms; optimised -> -O0): MLP step 193 -> 99, 4.6 -> 6.6; logistic regression's
-#: value and gradient 53 -> 27, 0.35 -> 0.47; SeLU layer 39 -> 20, 7.9 -> 8.3, its gradient 37
-#: -> 20, 10.5 -> 13.0; the HMM's gradient 322 -> 98, 0.33 -> 1.72, its Hessian-vector
-#: product 545 -> 128, 0.46 -> 2.29; x + 1.0 on 1e6 float64 31 -> 16, 0.52 -> 1.2. An element
-#: of the estimate cost up to 0.6 ns more (the MLP step: 3.5 million, 2 ms), a convolution's
-#: far more (the convnet step, 182 million: 152 -> 527 ms, for a compile 300 ms shorter).
+#: LLVM's optimisations off (-O0) too for a first program where lowering estimates at most
+#: QUICK_WORK elements computed a call (context.op_work): compiles in 0.3-0.6 of the time,
+#: loops 1.1-5x as long, no fused multiply-adds (results a few ulps apart) until the ladder's
+#: QUICK_STEP. Compile ms, call ms, optimised -> -O0: tiny_grad 28 -> 16, 0.007 both; x + 1.0
+#: on 1e6 float64 31 -> 16, 0.52 -> 1.2; logistic regression's value and gradient 53 -> 27,
+#: 0.35 -> 0.47; MLP step 193 -> 99, 4.6 -> 6.6; HMM gradient 322 -> 98, 0.33 -> 1.72. Cold
+#: jobs of n calls, quick first / optimised first: tiny_grad 0.58-0.66 (n = 1-300); x + 1.0 on
+#: 1e6 0.53 at 1, 1.46-1.57 at 30-100; logistic regression 0.73 at 1, 1.32-1.35 at 100-300;
+#: MLP gradient 0.47 at 1, 1.11-1.16 at 30-300: slower calls, and on 2 cores the optimised
+#: compile beside them, cost more than the compile saved unless a call computes next to nothing.
 QUICK_COMPILE_OVERRIDES = [("xla_backend_optimization_level", 0)]
-QUICK_WORK = 1 << 24
+QUICK_WORK = 1 << 14
 #: The ladder step (tiering.Ladder) compiling a quick program with LLVM's optimisations.
 QUICK_STEP = "LLVM's optimisations"
 #: XLA:CPU's memory-optimised scheduler (the order its operations run in, chosen to keep

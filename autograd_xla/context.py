@@ -72,13 +72,19 @@ def result_type(*xs):
 
 #: Ops that read every element of their operands for fewer results (op_work).
 _REDUCING = frozenset({"stablehlo.reduce", "stablehlo.reduce_window", "stablehlo.select_and_scatter"})
+#: Ops that compute nothing: XLA's fused loops index their operands instead (op_work).
+_INDEXING = frozenset({"stablehlo.constant", "stablehlo.iota", "stablehlo.broadcast_in_dim", "stablehlo.reshape",
+                       "stablehlo.slice", "stablehlo.dynamic_slice", "stablehlo.optimization_barrier"})
 
 
 def op_work(name, operands, results):
     """Elements an op computes, for ModuleState.work: its results', a reduction's operands',
     a convolution's results' times its kernel's (an overestimate: as if each result read the
-    whole kernel). A product counts its results only: XLA gives the large ones to libraries
-    (Eigen, YNNPACK), whose code its compile options do not change."""
+    whole kernel), none for an op that only indexes its operands. A product counts its
+    results only: XLA gives the large ones to libraries (Eigen, YNNPACK), whose code its
+    compile options do not change."""
+    if name in _INDEXING:
+        return 0
     out = sum(math.prod(v.shape) for v in results)
     if name in _REDUCING:
         return max(out, sum(math.prod(v.shape) for v in operands))
