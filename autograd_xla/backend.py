@@ -47,7 +47,7 @@ READ_IN_PLACE = xc.HostBufferSemantics.ZERO_COPY
 IN_PLACE_MIN_BYTES = 1 << 16
 #: Compiled programs a backend keeps alive after the last jitted function using them is gone.
 RECENT_PROGRAMS = 64
-#: Bytes of dead results and of staging copies a backend keeps for reuse (lowering.LARGE_ARRAY_BYTES):
+#: Bytes of dead results and of staging copies a backend keeps for reuse (lowering.RECYCLE_MIN_BYTES):
 #: a loop `y = f(x)` needs one buffer per large result (the previous y dies as the new one is
 #: bound), so two per type are kept, within this bound over all types.
 RECYCLE_MAX_BYTES = 1 << 30

@@ -376,7 +376,7 @@ def _qualifies(executable, n_leaves):
 
 def direct(in_avals, out_avals):
     """Whether a signature of arguments `in_avals` and results `out_avals`, whose program
-    needs Python at each call (views, recycled results: lowering.LARGE_ARRAY_BYTES), may run
+    needs Python at each call (views: lowering.LARGE_ARRAY_BYTES; recycled results), may run
     through C++ lowered without them (DIRECT_BYTES; api.JittedFunction._direct)."""
     return all(_bytes(a) < DIRECT_BYTES for a in in_avals) and sum(map(_bytes, out_avals)) < DIRECT_BYTES
 

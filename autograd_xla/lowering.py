@@ -197,8 +197,9 @@ PACK_MAX_BYTES = 1 << 12
 #: fresh memory: glibc serves large allocations with fresh pages (above its mmap threshold,
 #: 128 KiB to 32 MiB as it adapts), which are then faulted in one by one (10000x10000 float32:
 #: 97,657 minor faults, half of a 90 ms call; numpy's own arrays avoid most of them by advising
-#: huge pages). A result is written into a buffer the caller passes in, aliased to it
-#: (`Lowered.recycled`): a dead earlier result of the same type (backend.Backend.take). An
+#: huge pages). A result (from RECYCLE_MIN_BYTES) is written into a buffer the caller passes
+#: in, aliased to it (`Lowered.recycled`): a dead earlier result of the same type
+#: (backend.Backend.take). An
 #: argument only elementwise ops read (and, with lower's dot_views, matrix products: a hot
 #: signature's second program, context.View) is a view (`Lowered.views`): its data is read
 #: where it is, from the 64-byte boundary below it (numpy aligns to 16 bytes, XLA needs 64).
@@ -215,6 +216,15 @@ LARGE_ARRAY_BYTES = 1 << 20
 #: and a copy's 0.45 ms a MB is not small beside them; not where they take seconds.
 FRESH_RESULT_BYTES = 32 << 20
 FRESH_TEXT_BYTES = 16 << 10
+#: Results are recycled from this size on: below it glibc serves XLA's fresh results from its
+#: heap (memory.MALLOC_RAISING_BYTES), where a dead one's memory is reused without faults, so
+#: a recycled result saves nothing there and costs where no dead result is at hand: x + 1.0 on
+#: 1e6 float64 (8 MB), its first call 36-51 ms of which Backend.take's copy took 4.6-6.7 and
+#: the aliasing ~4 ms of the compile, and every call whose earlier results were still alive
+#: 5.5-7.2 ms against 0.4; calls that let their results go took as long either way (it, the
+#: SeLU layer, its gradient, the MLP step, alternating blocks of calls). Where the user fixed
+#: glibc's thresholds lower, results from there to here are fresh pages at every call.
+RECYCLE_MIN_BYTES = FRESH_RESULT_BYTES
 
 
 class Lowered:
@@ -629,7 +639,7 @@ def _assemble(name, ctx, params, outs, sources=None, recycle=False, views=(), ta
     if views:
         entry.append(hlo.Value("%offsets", (len(views),), np.int32))
     attrs = {len(lifted) + k: a for k, a in (arg_attrs or {}).items()}
-    recycled = [k for k, o in enumerate(outs) if recycle and _large(o)]
+    recycled = [k for k, o in enumerate(outs) if recycle and _bytes(o) >= RECYCLE_MIN_BYTES]
     fresh = any(_bytes(outs[k]) >= FRESH_RESULT_BYTES for k in recycled)
     fresh_entry, fresh_attrs = (list(entry), dict(attrs)) if fresh else (None, None)
     for k in recycled:

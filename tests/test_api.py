@@ -334,11 +334,32 @@ def placed(shape=BIG, dtype=onp.float64, offset=0):
     return helpers.placed(shape, dtype, offset)
 
 
+@pytest.fixture
+def recycling(monkeypatch):
+    """Results recycled from LARGE_ARRAY_BYTES on (lowering.RECYCLE_MIN_BYTES), as BIG's: the
+    mechanism, without arrays of 32 MiB."""
+    monkeypatch.setattr(lowering, "RECYCLE_MIN_BYTES", lowering.LARGE_ARRAY_BYTES)
+
+
 @pytest.mark.usefixtures("on_the_cpu")
+def test_results_below_recycle_min_bytes_are_xlas_fresh_memory():
+    """glibc serves them from its heap (memory.MALLOC_RAISING_BYTES): no buffer passed in, so
+    a call whose earlier results are all alive copies nothing (Backend.take)."""
+    assert lowering.LARGE_ARRAY_BYTES <= onp.prod(BIG) * 8 < lowering.RECYCLE_MIN_BYTES
+    f = jit_ps(poly)
+    x = placed()
+    assert "tf.aliasing_output" not in f.stablehlo(x)
+    kept = [f(x + k) for k in range(3)]
+    assert len({k.ctypes.data for k in kept}) == 3
+    for k, y in enumerate(kept):
+        assert_close(y, poly(x + k))
+
+
+@pytest.mark.usefixtures("on_the_cpu", "recycling")
 def test_large_results_reuse_dead_results_buffers():
-    """A result of LARGE_ARRAY_BYTES is written into a dead earlier result's memory; results
+    """A result of RECYCLE_MIN_BYTES is written into a dead earlier result's memory; results
     still alive, and views of dead ones, are never written again."""
-    assert onp.prod(BIG) * 8 >= lowering.LARGE_ARRAY_BYTES
+    assert onp.prod(BIG) * 8 >= lowering.RECYCLE_MIN_BYTES
     f = jit_ps(poly)
     x = placed()
     assert "tf.aliasing_output = 0" in f.stablehlo(x)
@@ -357,6 +378,7 @@ def test_large_results_reuse_dead_results_buffers():
     assert_close(view, poly(x + 1.0)[5:, :7])
 
 
+@pytest.mark.usefixtures("recycling")
 def test_device_arrays_are_not_recycled():
     """A DeviceArray's buffer seen through numpy (np.asarray) is never given away when the
     numpy view dies: only results an executable handed to numpy as they are can be."""
@@ -660,6 +682,7 @@ def test_a_matrix_multiplied_where_it_is_keeps_nan_and_infinity_where_numpy_has_
 
 
 @pytest.mark.usefixtures("on_the_cpu")
+@pytest.mark.usefixtures("recycling")
 def test_spare_memory_is_bounded_and_released(monkeypatch):
     """Counts every spare buffer, so nothing else may give one back meanwhile: an earlier
     test's dead results held in cycles (freed when the collector runs) or its compile job."""

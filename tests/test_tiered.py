@@ -107,6 +107,9 @@ def test_the_plain_budget_is_the_rent_factor_times_the_mean_compile_so_far(monke
     monkeypatch.setattr(tiering, "PLAIN_SECONDS", None)
     monkeypatch.setattr(tiering, "_compiles", [0, 0.0])
     assert tiering.plain_budget() == tiering.RENT_FACTOR * tiering.FIRST_COMPILE_SECONDS
+    jit_ps(lambda x: np.sin(x) * 3.0)(onp.ones(3))  # compiled quickly: not what a tiered signature's compile costs
+    assert tiering._compiles == [0, 0.0]
+    monkeypatch.setattr(backend, "QUICK_WORK", -1)
     jit_ps(lambda x: np.sin(x) * 3.0)(X)
     n, total = tiering._compiles
     assert n == 1 and tiering.plain_budget() == tiering.RENT_FACTOR * total > 0
