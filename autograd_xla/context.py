@@ -71,9 +71,9 @@ def result_type(*xs):
 
 
 #: Ops that read every element of their operands for fewer results (op_work).
-_REDUCING = frozenset({"stablehlo.reduce", "stablehlo.reduce_window", "stablehlo.select_and_scatter"})
+REDUCING_OPS = frozenset({"stablehlo.reduce", "stablehlo.reduce_window", "stablehlo.select_and_scatter"})
 #: Ops that compute nothing: XLA's fused loops index their operands instead (op_work).
-_INDEXING = frozenset({"stablehlo.constant", "stablehlo.iota", "stablehlo.broadcast_in_dim", "stablehlo.reshape",
+INDEXING_OPS = frozenset({"stablehlo.constant", "stablehlo.iota", "stablehlo.broadcast_in_dim", "stablehlo.reshape",
                        "stablehlo.slice", "stablehlo.dynamic_slice", "stablehlo.optimization_barrier"})
 
 
@@ -83,10 +83,10 @@ def op_work(name, operands, results):
     whole kernel), none for an op that only indexes its operands. A product counts its
     results only: XLA gives the large ones to libraries (Eigen, YNNPACK), whose code its
     compile options do not change."""
-    if name in _INDEXING:
+    if name in INDEXING_OPS:
         return 0
     out = sum(math.prod(v.shape) for v in results)
-    if name in _REDUCING:
+    if name in REDUCING_OPS:
         return max(out, sum(math.prod(v.shape) for v in operands))
     if name == "stablehlo.convolution":
         return out * math.prod(operands[1].shape)

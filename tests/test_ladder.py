@@ -13,7 +13,7 @@ import pytest
 import autograd.numpy as np
 import autograd.scipy.special as sp
 from autograd import grad
-from autograd_xla import backend, fori_loop, hlo, jit_ps, lowering, tiering
+from autograd_xla import backend, context, fori_loop, hlo, jit_ps, lowering, tiering
 from helpers import assert_close
 
 pytestmark = pytest.mark.usefixtures("on_the_cpu")  # features of the CPU runtime (conftest)
@@ -185,6 +185,7 @@ def test_a_first_program_is_compiled_quickly_where_a_call_does_little_work(monke
     assert backend.QUICK_STEP not in entry.ladder.steps
     entry, summed = lowered_work(jit_ps(lambda x: np.sum(x.reshape(10, 100), axis=1)), x)
     assert summed >= 1000  # a reduction reads all its operand
+    assert context.REDUCING_OPS | context.INDEXING_OPS | {"stablehlo.convolution"} <= hlo.OPS
 
 
 # The functions the two programs were measured to compute the same bits of (backend.py's
