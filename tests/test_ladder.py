@@ -194,12 +194,14 @@ def test_a_first_program_is_compiled_quickly_where_a_call_does_little_work(monke
 SAME_BITS = {
     "exp": np.exp, "tanh": np.tanh, "log1p": lambda x: np.log1p(x * x), "sqrt": lambda x: np.sqrt(np.abs(x)),
     "power": lambda x: np.abs(x) ** 1.7, "sin": np.sin, "arcsinh": np.arcsinh, "erf": sp.erf, "expit": sp.expit,
-    "gammaln": lambda x: sp.gammaln(np.abs(x) + 0.5), "logsumexp": lambda x: sp.logsumexp(x.reshape(-1, 100), axis=1),
+    "gammaln": lambda x: sp.gammaln(np.abs(x) + 0.5),
     "sum": lambda x: np.sum(x * x), "max": lambda x: np.max(x.reshape(-1, 100), axis=0), "cumsum": np.cumsum,
     "dot": lambda x: np.dot(x.reshape(-1, 100), x[:100]), "where": lambda x: np.where(x > 0, x, 0.1 * np.exp(x)),
     "grad": grad(lambda x: np.sum(np.tanh(x) ** 2 * np.log1p(x * x))),
 }
-ULPS_APART = {"tan": np.tan, "arctan": np.arctan, "cbrt": np.cbrt}
+ULPS_APART = {"tan": np.tan, "arctan": np.arctan, "cbrt": np.cbrt,
+              # its two sums are one variadic reduction, which the two emitters sum in different orders
+              "logsumexp": lambda x: sp.logsumexp(x.reshape(-1, 100), axis=1)}
 
 
 @pytest.mark.parametrize("dtype", [onp.float64, onp.float32])

