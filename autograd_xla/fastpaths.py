@@ -159,8 +159,9 @@ class FastPaths:
     def _compile_direct(self, entry, lowered, job=None):
         """_direct's program, in the call or on the compile thread (`job`: its program is let
         go if the function's cache was cleared meanwhile, as api's background compiles)."""
+        options = self._backend().optimized(entry.options) or entry.options  # (it stays: not a quick program)
         try:
-            direct, seconds, compiled = self._compile_program(entry, lowered, entry.options, entry.executable)
+            direct, seconds, compiled = self._compile_program(entry, lowered, options, entry.executable)
         except CompileError:  # not expected of a program whose graph compiled: the Python path stays
             direct, seconds, compiled = entry.executable, 0.0, False
         self.stats.upgrades += compiled
