@@ -198,7 +198,7 @@ def run_problem(name, jax, args):
     for i, what in enumerate(("value", "grad", "hvp")):
         settled[what] = settle(triples["jit_ps"][i], (x, p) if what == "hvp" else (x,))
         contenders = {k: (t[i], (x, p) if what == "hvp" else (x,)) for k, t in triples.items()}
-        samples, _ = interleaved(contenders, args.repeat, args.target)
+        samples, _ = interleaved(contenders, args.repeat, args.target, lead=0.15)  # as run.py: after autograd's BLAS, XLA runs slower for ~100 ms
         per_call[what] = {k: summarize(v)["median"] for k, v in samples.items()}
     return {"results": results, "opt": {k: statistics.median(v) for k, v in opt_times.items()},
             "per_call": per_call, "first": first, "check": check_results(results), "settled": settled}
