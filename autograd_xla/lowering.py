@@ -199,8 +199,7 @@ PACK_MAX_BYTES = 1 << 12
 #: 97,657 minor faults, half of a 90 ms call; numpy's own arrays avoid most of them by advising
 #: huge pages). A result (from RECYCLE_MIN_BYTES) is written into a buffer the caller passes
 #: in, aliased to it (`Lowered.recycled`): a dead earlier result of the same type
-#: (backend.Backend.take). An
-#: argument only elementwise ops read (and, with lower's dot_views, matrix products: a hot
+#: (backend.Backend.take). An argument only elementwise ops read (and, with lower's dot_views, matrix products: a hot
 #: signature's second program, context.View) is a view (`Lowered.views`): its data is read
 #: where it is, from the 64-byte boundary below it (numpy aligns to 16 bytes, XLA needs 64).
 LARGE_ARRAY_BYTES = 1 << 20

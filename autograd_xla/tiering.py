@@ -188,7 +188,7 @@ def default_tiered():
 UPGRADE_RENT = 4.0
 #: ... but a quickly compiled first program (backend.QUICK_COMPILE_OVERRIDES), whose calls
 #: take 1.1-5x as long as its optimised program's, makes that one (its first step) after
-#: QUICK_RENT of that rent: the HMM's gradient (compiles in 0.1 s quickly, 0.32 s optimised;
+#: QUICK_RENT of that rent: the HMM's gradient compiled quickly (0.1 s, 0.32 s optimised;
 #: calls 1.7 ms against 0.33) would else run ~400 calls at 1.4 ms more each before its
 #: optimised program is in use, losing more than its compile saved.
 QUICK_RENT = 0.25

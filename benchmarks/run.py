@@ -2,7 +2,7 @@
 
     python benchmarks/run.py [--quick] [--dtype float32|float64] [--only NAME[,NAME]]
                              [--backend cpu] [--repeat N] [--stat median|min] [--align 16|64]
-                             [--json PATH] [--hlo-dir DIR] [--diagnose]
+                             [--first-call-processes N] [--json PATH] [--hlo-dir DIR] [--diagnose]
 
 Prints markdown: the environment, steady-state medians and ratios, first-call times, and
 the acceptance checks. The jax columns appear when jax is importable (benchmarks may
