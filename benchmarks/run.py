@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 import time
+from statistics import median
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -454,11 +455,6 @@ def ratio(results, wl_name, a, b):
     if a in s and b in s:
         return s[a][STAT] / s[b][STAT]
     return None
-
-
-def median(xs):
-    xs = sorted(xs)
-    return (xs[(len(xs) - 1) // 2] + xs[len(xs) // 2]) / 2
 
 
 def spread(xs):
