@@ -599,6 +599,20 @@ def test_float32_loop_with_float64_cotangent_keeps_autograd_dtypes():
         assert_close(got, expected, rtol=1e-5)
 
 
+def test_float32_loop_with_constant_float64_outputs_keeps_float32_gradients():
+    """A step's constant output (a Python 0.0, stacked as float64 ys) gets a float64 zero
+    cotangent that reaches nothing: the gradients stay float32, as through the Python loop."""
+    a32, x32 = X.astype(onp.float32), (0.5 * X).astype(onp.float32)
+
+    def f(a, c0):
+        return np.sum(scan(lambda c, _: (np.tanh(c * a), 0.0), c0, onp.zeros(3, onp.float32))[0])
+    for argnum in (0, 1):
+        expected = grad(f, argnum)(a32, x32)
+        got = jit_ps(grad(f, argnum), fallback="error")(a32, x32)
+        assert got.dtype == expected.dtype == onp.float32, argnum
+        assert_close(got, expected, rtol=1e-6)
+
+
 def test_functional_updates_replayed_under_autograd_have_numpy_derivatives():
     """The autograd primitives that replay in-place updates and traced slices (x[idx] = v,
     np.add.at, their traced-start forms) against their derivatives written out by hand."""

@@ -181,7 +181,9 @@ def _trace_stage(step, index_aval, c_avals, x_avals, p_avals, dx, dp, labels, wh
                 v = getval(o)
                 check_leaf(Aval(np.shape(v), dtype_of(v)), is_weak(o), want, what, label)
             new_c = [astype(o, a.dtype) for o, a in zip(new_c, c_avals)]
-            dout = [j for j, o in enumerate(outs) if is_float(o)]
+            # outputs the differentiated leaves reach: a constant's cotangent (a Python 0.0 stacked
+            # as float64 ys) flows nowhere, and must not widen a float32 loop's gradients
+            dout = [j for j, o in enumerate(outs) if is_float(o) and type(o) in box_types and o._trace == d._trace]
             info.update(level=d._trace, fwd=new_c + outs, dout=dout)
             return ag_builtins.list([new_c[j] for j in dc] + [outs[j] for j in dout])
 
