@@ -1170,6 +1170,7 @@ def _stored(owner, name):
 @contextlib.contextmanager
 def intercepting():
     global _install_depth
+    registry.run_waiting()  # module patches of modules imported since (compositions/special.py's)
     with _install_lock:
         if _scanned_size != len(trace_primitives_map):  # primitives made since the last scan
             _scan_primitives()

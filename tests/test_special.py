@@ -13,10 +13,11 @@ import warnings
 import numpy as onp
 import pytest
 import scipy.special as sc
-from autograd import grad, make_jvp
+import autograd.numpy as anp
+from autograd import grad, hessian_tensor_product, make_jvp
 
 import autograd.scipy.special as sp
-from autograd_xla import jit_ps, registry, tiering, vmap
+from autograd_xla import jit_ps, registry, scan, tiering, vmap
 from helpers import assert_close, check, check_falls_back, check_grad, check_value, dtypes_of, scalarize
 
 F64, F32 = onp.float64, onp.float32
@@ -260,6 +261,41 @@ def test_logsumexp(kw):
     assert_close(make_jvp(jit_ps(f))(a)(v), make_jvp(f)(a)(v), path="jvp(jit)")
 
 
+@pytest.mark.parametrize("kw", LSE_CASES, ids=str)
+def test_logsumexp_second_derivatives(kw):
+    own = onp.random.RandomState(1)  # draws of its own: the sweeps below keep theirs
+    a, v = own.randn(3, 4), own.randn(3, 4)
+    f = lambda a: anp.sum(anp.sin(sp.logsumexp(a, **kw)))  # noqa: E731
+    hvp = hessian_tensor_product(f)
+    assert_close(jit_ps(hvp, fallback="error")(a, v), hvp(a, v), path="jit(hvp)")
+    jvp_of_grad = lambda a, v: make_jvp(grad(f))(a)(v)[1]  # noqa: E731
+    assert_close(jit_ps(jvp_of_grad, fallback="error")(a, v), jvp_of_grad(a, v), path="jit(jvp(grad))")
+
+
+@pytest.mark.parametrize("dtype", [F64, F32])
+def test_logsumexp_derivatives_take_the_forward_passs_exponentials(dtype):
+    """autograd's VJP and JVP of logsumexp take exp(x - ans) anew; under jit_ps they divide
+    the forward pass's terms by their sum (compositions/special.py), so that XLA's CSE leaves
+    one exponential per term: in a loop's step, the gradient saves its residual from them."""
+    own = onp.random.RandomState(2)
+    a, v = own.randn(5, 7).astype(dtype), own.randn(5, 7).astype(dtype)
+    f = lambda a: anp.sum(anp.sin(sp.logsumexp(a, axis=0)))  # noqa: E731
+    jvp = lambda a, v: make_jvp(f)(a)(v)[1]  # noqa: E731
+    for name, fun, args in (("grad", grad(f), (a,)), ("jvp", jvp, (a, v))):
+        jf = jit_ps(fun, fallback="error")
+        assert_close(jf(*args), fun(*args), path=name)
+        assert jf.optimized_hlo(*args).count(" exponential(") == 1, name
+
+    def hmm(log_a, log_alpha):
+        step = lambda alpha, _: (sp.logsumexp(alpha[:, None] + log_a, axis=0), 0.0)  # noqa: E731
+        return anp.sum(scan(step, log_alpha, anp.zeros(6))[0])
+    g = grad(hmm)
+    jg = jit_ps(g, fallback="error")
+    log_a, alpha = own.randn(4, 4).astype(dtype), own.randn(4).astype(dtype)
+    assert_close(jg(log_a, alpha), g(log_a, alpha), path="grad(scan)")
+    assert jg.optimized_hlo(log_a, alpha).count(" exponential(") == 1
+
+
 def test_logsumexp_weights_and_sign():
     a = rs.randn(3, 4)
     b = rs.rand(3, 4)
@@ -279,6 +315,8 @@ def test_logsumexp_weights_and_sign():
                                onp.ones(3, F32), onp.arange(3)], ids=repr)
 def test_logsumexp_edges(a):
     check_value(sp.logsumexp, a)
+    if a.dtype.kind == "f":
+        check_grad(lambda a: sp.logsumexp(a, **({} if a.ndim == 0 else {"axis": 0})), a)
 
 
 def test_logsumexp_rejects_complex():

@@ -294,7 +294,7 @@ def _logsumexp(ctx, a, axis=None, b=None, keepdims=False, return_sign=False):
         out = ctx.full(out_shape, -np.inf, dtype)
         return (out, ctx.full(out_shape, -1.0, dtype)) if return_sign else out
     if w is None and not return_sign:
-        return _logsumexp_unweighted(ctx, x, total, axes, kept, out_shape)
+        return _logsumexp_unweighted(ctx, x, axes, kept, out_shape)
     # the plain formula, which scipy falls back to where the shifted one is not finite
     plain = total(x.exp()) if w is None else total(w * x.exp())
     if w is not None:
@@ -323,23 +323,56 @@ def _logsumexp(ctx, a, axis=None, b=None, keepdims=False, return_sign=False):
     return out.v
 
 
-def _logsumexp_unweighted(ctx, x, total, axes, kept, out_shape):
+def _logsumexp_unweighted(ctx, x, axes, kept, out_shape):
     """The common case, with scipy's arithmetic (log1p of the terms below the maximum, over
     the number of maxima) but one pass fewer: a non-finite maximum (inf, -inf, nan) is
     itself the answer, so no unshifted fallback sum is needed. Loop bodies (an HMM's
-    forward recursion) run this once per step. The number of maxima and the sum below them
-    are one variadic reduction, one pass over the terms: the HMM's value then ran at 1.02x
-    jax.jit's time, 1.19x with two reductions (median ratio of 3,000 paired calls)."""
+    forward recursion) run this once per step."""
+    amax, terms, m, s = _logsumexp_terms(ctx, x, axes, kept)
+    out = where(amax.isfinite(), (s / m).log1p() + m.log() + amax, amax)
+    return ctx.reshape(out.v, out_shape)
+
+
+def _logsumexp_terms(ctx, x, axes, kept):
+    """The maximum, the terms exp(x - max), the number of maxima and the sum of the terms
+    below them. The last two are one variadic reduction, one pass over the terms: the HMM's
+    value then ran at 1.02x jax.jit's time, 1.19x with two reductions (median ratio of
+    3,000 paired calls). The maximum shifts the terms even where it is not finite (no
+    select of a finite shift, which XLA kept as a fusion of its own in every loop step):
+    the answer is then the maximum itself."""
     amax = N(ctx, ctx.reshape(ctx.reduce_with(x.v, axes, "maximum", -np.inf), kept))
-    finite = amax.isfinite()
-    shift = where(finite, amax, amax.like(0.0))
+    terms = (x - amax).exp()
     at_max = x.eq(amax)
     zero = ctx.scalar(0, x.v.dtype)
     m, s = (N(ctx, ctx.reshape(r, kept)) for r in ctx.reduce(
-        [where(at_max, x.like(1.0), x.like(0.0)).v, where(at_max, x.like(0.0), (x - shift).exp()).v], [zero, zero],
+        [where(at_max, x.like(1.0), x.like(0.0)).v, where(at_max, x.like(0.0), terms).v], [zero, zero],
         axes, lambda b, m0, s0, m1, s1: [b.binary("add", m0, m1), b.binary("add", s0, s1)]))
-    out = where(finite, (s / m).log1p() + m.log() + shift, amax)
-    return ctx.reshape(out.v, out_shape)
+    return amax, terms, m, s
+
+
+def logsumexp_softmax(x, ans, axis=None, keepdims=False):
+    """exp(x - ans) for ans = scipy.special.logsumexp(x, axis, keepdims=keepdims): what
+    autograd's derivatives of logsumexp compute (compositions/logsumexp.py makes this an
+    autograd primitive for them)."""
+    x = np.asarray(x)
+    axes = normalize_axes(axis, x.ndim)
+    if not keepdims:
+        ans = np.reshape(ans, tuple(1 if i in axes else d for i, d in enumerate(x.shape)))
+    return np.exp(x - ans)
+
+
+@lowers(logsumexp_softmax)
+def _logsumexp_softmax(ctx, x, ans, axis=None, keepdims=False):
+    """The forward pass's own terms over their sum, exp(x - max) / exp(ans - max), built
+    with the very ops logsumexp's rule emits, so that XLA's common-subexpression pass merges
+    the two (one exponential per element where autograd's formula takes a second one; the
+    HMM's gradient saved its loop's second exponential of 400 terms a step). `ans` is not
+    read: its value is logsumexp's of `x`, and it stays an operand for the derivatives."""
+    xv = ctx.asvalue(x)
+    axes = normalize_axes(axis, xv.ndim)
+    kept = tuple(1 if i in axes else d for i, d in enumerate(xv.shape))
+    amax, terms, m, s = _logsumexp_terms(ctx, N(ctx, xv), axes, kept)
+    return where(amax.isfinite(), terms / (m + s), terms).v
 
 
 @when_imported("scipy.special")
