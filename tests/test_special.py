@@ -351,6 +351,12 @@ def test_incomplete_beta_sweep():
     b = onp.concatenate([rs.uniform(0, 5, 300), rs.uniform(0, 50, 200), 10 ** rs.uniform(-8, 2.5, 200),
                          [1, 0, 0, 1, 1, 2, 0, 3, 1, 1, 0.5, onp.inf]])
     x = onp.concatenate([rs.uniform(0, 1, 700), [0.5, 0.5, 0.5, 1.5, 0.5, 0, 0, 1, 0.5, onp.nan, 1.0, 0.5]])
+    # a tiny b above the mean and x >= 0.99, where I = 1 - I_{1-x}(b, a) cancels to b's size
+    # (betainc(2.23, 9.9e-8, 0.9934) was 5.5e-9 off): a grid over both sides of b = 1e-4
+    grid = onp.array(onp.meshgrid([0.02, 0.7, 2.231228456925958, 15.0, 300.0],
+                                  [1e-14, 1e-9, 9.904851856022594e-08, 3e-6, 9e-5, 2e-4, 0.3],
+                                  [0.99, 0.9934049651503858, 0.999, 0.99999, 1 - 1e-12])).reshape(3, -1)
+    a, b, x = (onp.concatenate([v, g]) for v, g in zip((a, b, x), grid))
     sweep_check(sp.betainc, sc.betainc, a, b, x, rtol=2e-12)
 
 

@@ -4,11 +4,12 @@ XLA has CHLO ops for lgamma, digamma, erf, erfc, erf_inv, polygamma, zeta and
 bessel_i1e; they are used as they are. The rest is written from the mathematics, in
 special_kernels.py (the translation rules below call its kernels):
 incomplete gamma (power series, Legendre continued fraction, a small-`a` series for Q),
-incomplete beta (continued fraction with a Stirling-form prefactor), Bessel J, Y, I of
-real order (Miller's backward recurrence normalised by the Neumann sum, the power
-series, and Hankel's asymptotic expansions), the tail of erfcinv (Newton steps on
-log erfc), log-gamma ratios for large arguments (Stirling's series). Loops are
-elementwise `stablehlo.while` loops that stop when every element has converged.
+incomplete beta (continued fraction with a Stirling-form prefactor; for a small b near
+x = 1, the logarithm of the complement's series), Bessel J, Y, I of real order (Miller's
+backward recurrence normalised by the Neumann sum, the power series, and Hankel's
+asymptotic expansions), the tail of erfcinv (Newton steps on log erfc), log-gamma ratios
+for large arguments (Stirling's series). Loops are elementwise `stablehlo.while` loops
+that stop when every element has converged.
 
 Like scipy's own float32 loops, which call the double routine, float32 inputs are
 computed in float64 and rounded to the result dtype numpy's ufunc resolution gives.
