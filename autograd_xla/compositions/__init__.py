@@ -13,7 +13,8 @@ Each is given one of three ways:
   and autograd's fixed_point (while_loop);
 * a *module patch* (`registry.register_module_patch`): a global of autograd or numpy that
   looks at concrete data, swapped for a traced equivalent while a trace is active
-  (autograd_patches.py; autograd.numpy.linalg's in linalg.py).
+  (autograd_patches.py; autograd.numpy.linalg's in linalg.py), or autograd's derivative of
+  logsumexp, swapped for one that reads the forward pass's terms (special.py).
 
 Translation rules, which only lower, stay below in rules/; this layer imports them, the
 tracer and control flow, and nothing above it (impurity, autodiff, api) imports back.

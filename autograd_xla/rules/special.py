@@ -353,7 +353,7 @@ def _logsumexp_terms(ctx, x, axes, kept):
 
 def logsumexp_softmax(x, ans, axis=None, keepdims=False):
     """exp(x - ans) for ans = scipy.special.logsumexp(x, axis, keepdims=keepdims): what
-    autograd's derivatives of logsumexp compute (compositions/logsumexp.py makes this an
+    autograd's derivatives of logsumexp compute (compositions/special.py makes this an
     autograd primitive for them)."""
     x = np.asarray(x)
     axes = normalize_axes(axis, x.ndim)
