@@ -615,6 +615,11 @@ def normalize_axis(axis, ndim, name="axis"):
     raise TypeError(f"{name} must be an integer, got {axis!r}")
 
 
+def kept_shape(shape, axes):
+    """`shape` with the reduced `axes` kept as ones (a reduction's keepdims=True shape)."""
+    return tuple(1 if i in axes else d for i, d in enumerate(shape))
+
+
 def normalize_axes(axis, ndim):
     """None -> all axes; int or sequence -> sorted tuple of non-negative axes."""
     if axis is None:

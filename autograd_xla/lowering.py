@@ -194,14 +194,15 @@ def prune(graph):
 #: costs one host-to-device transfer (~6 µs each) instead of one per array.
 PACK_MAX_BYTES = 1 << 12
 #: On CPU, arrays this large are handled so that no call copies them into, or writes them to,
-#: fresh memory: glibc serves large allocations with fresh pages (above its mmap threshold,
-#: 128 KiB to 32 MiB as it adapts), which are then faulted in one by one (10000x10000 float32:
+#: fresh memory: glibc serves large allocations with fresh pages (above its mmap threshold, 128
+#: KiB to 32 MiB as it adapts), which are then faulted in one by one (10000x10000 float32:
 #: 97,657 minor faults, half of a 90 ms call; numpy's own arrays avoid most of them by advising
 #: huge pages). A result (from RECYCLE_MIN_BYTES) is written into a buffer the caller passes
 #: in, aliased to it (`Lowered.recycled`): a dead earlier result of the same type
-#: (backend.Backend.take). An argument only elementwise ops read (and, with lower's dot_views, matrix products: a hot
-#: signature's second program, context.View) is a view (`Lowered.views`): its data is read
-#: where it is, from the 64-byte boundary below it (numpy aligns to 16 bytes, XLA needs 64).
+#: (backend.Backend.take). An argument only elementwise ops read (and, with lower's dot_views,
+#: matrix products: a hot signature's second program, context.View) is a view
+#: (`Lowered.views`): its data is read where it is, from the 64-byte boundary below it (numpy
+#: aligns to 16 bytes, XLA needs 64).
 LARGE_ARRAY_BYTES = 1 << 20
 #: A result this large comes from glibc's mmap (memory.MALLOC_RAISING_BYTES) as fresh pages
 #: wherever it is made, so a recycling program's call with no dead result to reuse pays for

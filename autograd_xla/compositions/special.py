@@ -25,6 +25,7 @@ from autograd.numpy.numpy_vjps import repeat_to_match_shape
 from autograd.tracer import getval
 
 from .. import registry
+from ..context import kept_shape, normalize_axes
 from ..registry import LazyModule, traces, when_imported
 from ..rules.special import logsumexp_softmax as softmax_raw
 from ..tracing import Tracer
@@ -54,8 +55,7 @@ logsumexp_softmax = primitive(softmax_raw)
 def _kept(x, axis, t):
     """`t`, shaped as logsumexp's answer, with the reduced axes back as ones."""
     shape = getval(x).shape
-    axes = {a % len(shape) for a in ((axis,) if isinstance(axis, int) else axis)} if axis is not None else None
-    return anp.reshape(t, tuple(1 if axes is None or i in axes else d for i, d in enumerate(shape)))
+    return anp.reshape(t, kept_shape(shape, normalize_axes(axis, len(shape))))
 
 
 defvjp(logsumexp_softmax,

@@ -88,6 +88,7 @@ import warnings
 import numpy as np
 from numpy.linalg import LinAlgError
 
+from ..context import kept_shape
 from ..hlo import Value
 from ..registry import LazyModule, lowers, when_imported
 from .elementwise import conj
@@ -482,7 +483,7 @@ def _vector_norm_rule(ctx, x, /, *, axis=None, keepdims=False, ord=2):
         flat = ctx.reshape(moved, tuple(v.shape[i] for i in rest) + (int(np.prod([v.shape[a] for a in axes])),))
         out = norm_value(ctx, flat, ord, flat.ndim - 1)
         if keepdims:
-            return ctx.reshape(out, [1 if i in axes else d for i, d in enumerate(v.shape)])
+            return ctx.reshape(out, kept_shape(v.shape, axes))
         return out
     return norm_value(ctx, v, ord, axis, keepdims)
 

@@ -9,7 +9,7 @@ import functools
 
 import numpy as np
 
-from ..context import highest, lowest, normalize_axes, normalize_axis, result_type
+from ..context import highest, kept_shape, lowest, normalize_axes, normalize_axis, result_type
 from ..registry import lowers, ufunc_method_rule
 from .elementwise import complex_order, isnan, minmax
 
@@ -34,7 +34,7 @@ def reduction_axes(axis, ndim):
 def _keep(ctx, out, shape, axes, keepdims):
     if not keepdims:
         return out
-    return ctx.reshape(out, [1 if i in axes else d for i, d in enumerate(shape)])
+    return ctx.reshape(out, kept_shape(shape, axes))
 
 
 def _check(where=np._NoValue, out=None, **unsupported):

@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from ..context import normalize_axes, result_type
+from ..context import kept_shape, normalize_axes, result_type
 from ..registry import LazyModule, entry, lowers, when_imported
 from .special_kernels import (F64, LOG_2PI, N, beta_parts, betaln, chlo2, complex_erf, erfcinv, exp_times, expit,
                               gammasgn, ibeta, igamma, is_integer, is_odd, ive_parts, jv, lgamma_diff, logit, polyval,
@@ -284,7 +284,7 @@ def _logsumexp(ctx, a, axis=None, b=None, keepdims=False, return_sign=False):
     x = N(ctx, ctx.broadcast_to(ctx.astype(av, dtype), shape))
     w = None if bv is None else N(ctx, ctx.broadcast_to(ctx.astype(bv, dtype), shape))
     axes = normalize_axes(axis, len(shape))
-    kept = tuple(1 if i in axes else d for i, d in enumerate(shape))
+    kept = kept_shape(shape, axes)
     out_shape = kept if keepdims else tuple(d for i, d in enumerate(shape) if i not in axes)
 
     def total(v):
@@ -356,10 +356,7 @@ def logsumexp_softmax(x, ans, axis=None, keepdims=False):
     autograd's derivatives of logsumexp compute (compositions/special.py makes this an
     autograd primitive for them)."""
     x = np.asarray(x)
-    axes = normalize_axes(axis, x.ndim)
-    if not keepdims:
-        ans = np.reshape(ans, tuple(1 if i in axes else d for i, d in enumerate(x.shape)))
-    return np.exp(x - ans)
+    return np.exp(x - np.reshape(ans, kept_shape(x.shape, normalize_axes(axis, x.ndim))))
 
 
 @lowers(logsumexp_softmax)
@@ -371,8 +368,7 @@ def _logsumexp_softmax(ctx, x, ans, axis=None, keepdims=False):
     read: its value is logsumexp's of `x`, and it stays an operand for the derivatives."""
     xv = ctx.asvalue(x)
     axes = normalize_axes(axis, xv.ndim)
-    kept = tuple(1 if i in axes else d for i, d in enumerate(xv.shape))
-    amax, terms, m, s = _logsumexp_terms(ctx, N(ctx, xv), axes, kept)
+    amax, terms, m, s = _logsumexp_terms(ctx, N(ctx, xv), axes, kept_shape(xv.shape, axes))
     return where(amax.isfinite(), terms / (m + s), terms).v
 
 
