@@ -203,6 +203,17 @@ def test_the_attributes_are_part_of_the_signature():
     assert f.stats.traces == 2
 
 
+def test_calls_of_plain_arrays_first_do_not_serve_the_subclass():
+    """C++'s fast path of a plain-ndarray signature (dispatch, _callpath's walk) would take a
+    subclass argument for an ndarray: the subclass's calls are the Python path's."""
+    f = jit_ps(sum_if_flagged)
+    x = np.array([1.0, 2.0])
+    for _ in range(40):  # enough calls for the signature's fast path to be handed to C++
+        assert f(x) == 3.0
+    assert f(F) == 5.0 and f(F_OFF) == 3.0 and f(F) == 5.0
+    assert f.stats.traces == 3
+
+
 def test_a_grad_that_reads_the_flag_differentiates_what_plain_does():
     """PennyLane's qml.grad in miniature: the arguments it differentiates are those whose
     requires_grad is set; a stand-in without the attribute made it differentiate none."""
