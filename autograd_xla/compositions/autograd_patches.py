@@ -137,6 +137,30 @@ def _array_vspace_zeros(concrete_zeros):
     return zeros
 
 
+def _weak_creation(raw, dtype_position):
+    """np.zeros, np.ones, np.eye or np.identity (`raw`) as autograd's wrapper calls it while
+    tracing: called by autograd's derivative code (tracing.derivative_code) with numpy's
+    default dtype, a weakly typed traced array, which takes the dtype of what it meets (a
+    float32 cotangent stays float32: tracing.in_dtype); otherwise numpy's."""
+    def creation(*args, **kwargs):
+        dtype = kwargs.get("dtype", args[dtype_position] if len(args) > dtype_position else None)
+        # frame 1 is autograd's wrapper (anp.zeros), 2 its caller
+        if dtype is not None or not tracing.state.traces or not tracing.derivative_code(sys._getframe(2)):
+            return raw(*args, **kwargs)
+        if raw in (np.zeros, np.ones):
+            shape = kwargs.get("shape", args[0] if args else None)
+            out = tracing.full(shape, 1.0 if raw is np.ones else 0.0, np.float64)
+        else:  # np.identity(n) is np.eye(n)
+            out = tracing.bind(np.eye, args[:1] if raw is np.identity else args, kwargs)
+        out.mark_weak()
+        return out
+    return creation
+
+
+for _raw, _position in ((np.zeros, 1), (np.ones, 1), (np.eye, 3), (np.identity, 1)):
+    registry.register_interceptor(_raw, _weak_creation(_raw, _position))
+
+
 def _box_conversion(kind):
     """ArrayBox.__float__ (or __int__, __complex__) while tracing. autograd's ArrayBox has none,
     so Python raises TypeError; numpy's item assignment converts the value it stores with them,
