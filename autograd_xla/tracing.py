@@ -37,7 +37,7 @@ import autograd.numpy as anp
 import numpy as np
 from autograd.builtins import (container_take, container_untake, make_sequence, sequence_extend_left,
                                sequence_extend_right)
-from autograd.core import JVPNode, VJPNode
+from autograd.core import VJPNode
 from autograd.extend import VSpace
 from autograd.numpy.numpy_boxes import ArrayBox
 from autograd.tracer import Box, box_types, getval, trace_primitives_map
@@ -1070,13 +1070,9 @@ def _box_tracer(value, trace, node):
             raise TypeError(f"Can't differentiate w.r.t. type {int if value.aval.weak_type else value.dtype.type}")
     value._trace.boxed.add(value._var)
     if type(node) is VJPNode:
-        caller = sys._getframe(2)  # autograd's f_wrapped: its primal arguments and which are differentiated
-        argvals, argnums = caller.f_locals.get("argvals"), caller.f_locals.get("argnums")
-        vjp = node.vjp if argvals is None else _in_primal_dtypes(node.vjp, [_dtype(argvals[i]) for i in argnums])
         source = user_frame(2)
-        node.vjp = ForwardVJP(vjp, source) if source is not None else vjp
-    elif type(node) is JVPNode:
-        node.g = in_dtype(node.g, value.dtype)
+        if source is not None:
+            node.vjp = ForwardVJP(node.vjp, source)
     return ArrayBox(value, trace, node)
 
 
@@ -1088,7 +1084,7 @@ def _box_tracer(value, trace, node):
 # gradients. While tracing, a derivative is computed in its primal's precision instead: what
 # that code makes is weakly typed (creation and numbers, autograd_patches.py and `_operator`),
 # and what a VJP or JVP returns wider than its primal (a contraction with such an array) is
-# cast back (`in_dtype`). Values agree with plain autograd's to the primal dtype's precision;
+# cast back (`in_dtype`, autograd_patches.py's nodes). Values agree with plain autograd's to the primal dtype's precision;
 # a float64 primal's derivative is unchanged.
 def _dtype(x):
     return getattr(getval(x), "dtype", None)
@@ -1109,9 +1105,12 @@ def _narrower(dtype):
     return dtype is not None and dtype.itemsize < {"f": 8, "c": 16}.get(dtype.kind, 0)
 
 
-def _in_primal_dtypes(vjp, dtypes):
+def in_primal_dtypes(vjp, primals):
+    """A VJP whose cotangents are in_dtype of their `primals`' dtypes (vjp itself where none
+    is narrower than float64 or complex128)."""
+    dtypes = [_dtype(x) for x in primals]
     if not any(map(_narrower, dtypes)):
-        return vjp  # float64 and complex128 primals: nothing wider to narrow from
+        return vjp
 
     def narrowed(g):
         return tuple(in_dtype(x, d) for x, d in zip(vjp(g), dtypes))
