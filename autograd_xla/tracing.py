@@ -23,11 +23,11 @@ updates, affine integer bounds) binds, the interceptors of autograd's primitives
 and `bind`'s errors read the traces; split into modules, they would import each other.
 """
 import contextlib
-import os
 import dis
 import gc
 import itertools
 import operator
+import os
 import sys
 import threading
 import types
@@ -1084,8 +1084,9 @@ def _box_tracer(value, trace, node):
 # gradients. While tracing, a derivative is computed in its primal's precision instead: what
 # that code makes is weakly typed (creation and numbers, autograd_patches.py and `_operator`),
 # and what a VJP or JVP returns wider than its primal (a contraction with such an array) is
-# cast back (`in_dtype`, autograd_patches.py's nodes). Values agree with plain autograd's to the primal dtype's precision;
-# a float64 primal's derivative is unchanged.
+# cast back (`in_dtype`, applied by autograd_patches.py's VJPNode and JVPNode). Values agree
+# with plain autograd's to the primal dtype's precision; a float64 primal's derivative is
+# plain autograd's.
 def _dtype(x):
     return getattr(getval(x), "dtype", None)
 

@@ -4,9 +4,9 @@ equivalents while a trace is active.
 Each patch is registered with `registry.register_module_patch` once, when this module is
 imported, and `tracing.intercepting` installs them all while a trace runs (restoring the
 originals as stored when it ends). Several replacements wrap the attribute they replace
-(`np.int64.__new__`, `anp.ndim` / `anp.shape`, `ArrayVSpace.zeros`, the nodes' `__init__`, autograd's
-`unpermuter` and `select`), read when they are built: import time is outside any trace,
-while nothing is swapped, so they wrap the originals. (Built during a trace, they would
+(`np.int64.__new__`, `anp.ndim` / `anp.shape`, `ArrayVSpace.zeros`, `VJPNode.__init__` and
+`JVPNode.__init__`, autograd's `unpermuter` and `select`), read when they are built: import
+time is outside any trace, while nothing is swapped, so they wrap the originals. (Built during a trace, they would
 wrap the patches themselves.)
 """
 import sys
