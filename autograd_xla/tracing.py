@@ -27,11 +27,13 @@ import dis
 import gc
 import itertools
 import operator
+import os
 import sys
 import threading
 import types
 import warnings
 
+import autograd
 import autograd.numpy as anp
 import numpy as np
 from autograd.builtins import (container_take, container_untake, make_sequence, sequence_extend_left,
@@ -39,7 +41,7 @@ from autograd.builtins import (container_take, container_untake, make_sequence, 
 from autograd.core import VJPNode
 from autograd.extend import VSpace
 from autograd.numpy.numpy_boxes import ArrayBox
-from autograd.tracer import Box, box_types, trace_primitives_map
+from autograd.tracer import Box, box_types, getval, trace_primitives_map
 
 from . import hlo, registry, tree
 from .context import LoweringContext, ModuleState
@@ -456,6 +458,9 @@ def _operator(ufunc, swap=False):
     def method(self, other):
         if type(other) in box_types:
             return NotImplemented
+        if isinstance(other, np.generic) and other.dtype.kind in "iufc" and self.dtype.kind in "fc" \
+                and derivative_code(sys._getframe(1)):
+            other = other.item()  # a number autograd's derivative code made (np.mean's count) is weak
         a, b = (other, self) if swap else (self, other)
         out = bind(ufunc, (a, b), {})
         if _is_weak(a) and _is_weak(b):
@@ -1344,6 +1349,64 @@ def _box_tracer(value, trace, node):
         if source is not None:
             node.vjp = ForwardVJP(node.vjp, source)
     return ArrayBox(value, trace, node)
+
+
+# ----- derivatives in their primal's precision -------------------------------------------------
+# autograd's derivative code makes arrays and numbers of numpy's default dtype (the VJP of
+# np.where adds np.zeros(g.shape), np.mean's divides by a numpy int64, np.trace's einsums an
+# np.eye), which promote a float32 cotangent to float64: plain autograd then runs a float32
+# model's backward pass in float64, its matrix products included, and returns float64
+# gradients. While tracing, a derivative is computed in its primal's precision instead: what
+# that code makes is weakly typed (creation and numbers, autograd_patches.py and `_operator`),
+# and what a VJP or JVP returns wider than its primal (a contraction with such an array) is
+# cast back (`in_dtype`, applied by autograd_patches.py's VJPNode and JVPNode). Values agree
+# with plain autograd's to the primal dtype's precision; a float64 primal's derivative is
+# plain autograd's.
+def _dtype(x):
+    return getattr(getval(x), "dtype", None)
+
+
+def in_dtype(g, dtype):
+    """Cotangent or tangent `g` in `dtype`, its primal's, where g is a wider float (complex) of
+    a narrower float (complex) primal; otherwise g itself (integers, real and complex mixed,
+    autograd's sparse objects)."""
+    have = _dtype(g)
+    if not _narrower(dtype) or have is None or have.kind != dtype.kind or have.itemsize <= dtype.itemsize:
+        return g
+    return g.astype(dtype)
+
+
+def _narrower(dtype):
+    """Whether some float (complex) dtype is wider than `dtype`: float16/32, complex64."""
+    return dtype is not None and dtype.itemsize < {"f": 8, "c": 16}.get(dtype.kind, 0)
+
+
+def in_primal_dtypes(vjp, primals):
+    """A VJP whose cotangents are in_dtype of their `primals`' dtypes (vjp itself where none
+    is narrower than float64 or complex128)."""
+    dtypes = [_dtype(x) for x in primals]
+    if not any(map(_narrower, dtypes)):
+        return vjp
+
+    def narrowed(g):
+        return tuple(in_dtype(x, d) for x, d in zip(vjp(g), dtypes))
+    return narrowed
+
+
+_DERIVATIVE_FILES = tuple(os.path.join(os.path.dirname(autograd.__file__), *p) for p in
+                          (("numpy", "numpy_vjps.py"), ("numpy", "numpy_jvps.py"), ("numpy", "linalg.py"),
+                           ("numpy", "fft.py"), ("scipy", "")))
+_is_derivative = {}
+
+
+def derivative_code(frame):
+    """Whether `frame` runs autograd's own derivative code: its VJPs and JVPs (numpy_vjps,
+    numpy_jvps, numpy.linalg's, numpy.fft's, autograd.scipy's)."""
+    filename = frame.f_code.co_filename
+    hit = _is_derivative.get(filename)
+    if hit is None:
+        hit = _is_derivative[filename] = os.path.abspath(filename).startswith(_DERIVATIVE_FILES)
+    return hit
 
 
 _CONTAINER_PRIMITIVES = (container_take, container_untake, make_sequence, sequence_extend_left,
