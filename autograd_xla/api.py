@@ -29,7 +29,7 @@ from . import compositions, impurity, lowering, rules, tiering, tracing, tree  #
 from .aot import COMPILED, LOWERED, TRACED, CacheStats, Entry
 from .backend import DeviceArray
 from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, ImpureFunctionError, JitError,
-                     PlatformUnavailableError, library_file, annotate)
+                     PlatformUnavailableError, PrecisionWarning, library_file, annotate)
 from .hlo import SUPPORTED_DTYPES as _SUPPORTED
 from .signatures import (Learned, PlainArgument, Static, aval_of, describe_change, distance, donated_arguments,
                          function_shape, hashable, leaf_signature, positional_names, retrace_advice, short, sig_str,
@@ -564,6 +564,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
     def _lower(self, entry):
         t0 = time.perf_counter()
         graph = entry.graph
+        self._warn_32_bit(graph, self._backend())
         donate = [k for k, i in enumerate(entry.dynamic) if i in entry.donated]
         lowered = self._lowering(entry, donate)
         aot.check_size(graph, lowered, self.max_program)
@@ -672,11 +673,13 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         except CompileError as e:
             raise aot.explain_compile_error(self, e, entry.graph, lowered, backend, self._x64(backend)) from None
         if fresh_first:
-            executable = backend_mod.Executable.from_lowered(backend, None, lowered, self.stats, share, fresh=exe)
+            executable = backend_mod.Executable.from_lowered(backend, None, lowered, self.stats, share, fresh=exe,
+                                                             widen=self._widens(backend))
             executable.start_compile = functools.partial(tiering.Job.start, functools.partial(
                 self._compile_recycling, executable, lowered.text, options))
         else:
-            executable = backend_mod.Executable.from_lowered(backend, exe, lowered, self.stats, share)
+            executable = backend_mod.Executable.from_lowered(backend, exe, lowered, self.stats, share,
+                                                             widen=self._widens(backend))
         return executable, time.perf_counter() - t0, compiled
 
     def _compile_recycling(self, executable, text, options, job):
@@ -743,14 +746,26 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         return backend_mod.get_backend(self._platform)
 
     def _x64(self, backend):
-        """64-bit types stay 64-bit (numpy semantics) unless x64=False asks for 32-bit speed;
-        TPUs have no float64, so there 32 bits are used with a warning."""
-        if backend.platform == "tpu":
-            if self.x64 and "x64_tpu" not in self._warned:
-                self._warned.add("x64_tpu")
-                _warn("TPUs have no 64-bit floating point: computing in 32 bits")
-            return False
-        return self.x64 is not False
+        """Whether 64-bit types are computed in 64 bits: numpy's semantics, unless x64=False asks
+        for 32-bit speed (results then come back 32-bit), or the platform has no 64-bit
+        floating point (backend.FLOAT64_PLATFORMS: a TPU), where they are computed in 32 bits
+        and come back in numpy's dtypes (_widens), with one warning per function (_warn_32_bit)."""
+        return self.x64 is not False and backend.platform in backend_mod.FLOAT64_PLATFORMS
+
+    def _widens(self, backend):
+        """Whether results computed in 32 bits go back to numpy's 64-bit dtypes on the host."""
+        return self.x64 is not False and backend.platform not in backend_mod.FLOAT64_PLATFORMS
+
+    def _warn_32_bit(self, graph, backend):
+        """Once per function (its derivatives share `_warned`): a program with 64-bit floating
+        point values that the platform computes in 32 bits."""
+        if "x64_narrowed" in self._warned or not self._widens(backend) or not _has_float64(graph):
+            return
+        self._warned.add("x64_narrowed")
+        _warn(f"{self!r} computes float64 in float32: the {backend.platform.upper()} has no 64-bit floating point. "
+              "Its results come back as float64 (numpy's dtypes, as plain autograd's) holding float32's "
+              "precision (about 7 digits). Pass x64=False to get float32 results (no conversion, no warning), "
+              "or backend='cpu' for float64 accuracy.", PrecisionWarning)
 
     def _leaf_names(self, spec):
         """Python-syntax name of every dynamic leaf: params[2]['W'], x, args[1]."""
@@ -878,6 +893,16 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         for d in self._derivatives.values():
             found += d._programs()
         return found
+
+
+#: The dtypes a platform without 64-bit floating point computes in 32 bits with a warning.
+_FLOAT64 = frozenset(np.dtype(d) for d in ("float64", "complex128"))
+
+
+def _has_float64(graph):
+    """Whether a traced graph has a 64-bit floating-point argument, result or value on the way."""
+    values = list(graph.invars) + [v for e in graph.eqns for v in e.outvars] + list(graph.outvars)
+    return any(np.result_type(v.aval.dtype if hasattr(v, "aval") else v) in _FLOAT64 for v in values)
 
 
 def _warn(message, category=UserWarning):

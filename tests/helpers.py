@@ -1,22 +1,49 @@
 """Comparison helpers: a jitted function must agree with plain autograd, in value and
-dtype, and so must its derivatives, whichever way jit_ps and grad are nested."""
+dtype, and so must its derivatives, whichever way jit_ps and grad are nested.
+
+They compare at the precision the suite's default platform computes in: on a platform without
+64-bit floating point (a TPU: backend.FLOAT64_PLATFORMS) float64 programs are computed in
+float32, so every floating-point comparison there uses TOL_32 at least (the chip's float32
+transcendentals and its matrix products at HIGHEST precision, after the inputs were rounded
+to float32), while dtypes stay numpy's (results come back float64; DeviceArrays hold what the
+chip holds, float32). On the CPU nothing is loosened."""
 import threading
 
 import numpy as onp
 from autograd import grad
 from autograd.extend import primitive
 
-from autograd_xla import jit_ps, register_translation_rule
+import autograd_xla
+from autograd_xla import DeviceArray, jit_ps, register_translation_rule
+from autograd_xla import backend as _backend
+from autograd_xla import hlo as _hlo
 
 TOL = {onp.dtype("float64"): 1e-12, onp.dtype("complex128"): 1e-12, onp.dtype("float32"): 2e-5,
        onp.dtype("complex64"): 2e-5, onp.dtype("float16"): 2e-3}
 
+#: The suite's default platform (conftest), and whether it computes float64 in 32 bits.
+PLATFORM = autograd_xla.default_platform()
+NARROW = PLATFORM not in _backend.FLOAT64_PLATFORMS
+#: Relative tolerances (of the result's scale) there: float64 work done in float32 and float32
+#: work on the chip, against numpy's float64 or float32.
+TOL_32 = {onp.dtype("float64"): 1e-4, onp.dtype("complex128"): 1e-4, onp.dtype("float32"): 1e-4,
+          onp.dtype("complex64"): 1e-4, onp.dtype("float16"): 2e-3}
+
 
 def tolerance(*dtypes, rtol=None):
-    """The loosest tolerance among the dtypes involved (inputs and result)."""
+    """The loosest tolerance among the dtypes involved (inputs and result); on a 32-bit platform
+    (NARROW) never below TOL_32's."""
+    floor = max([TOL_32.get(onp.dtype(d), 0) for d in dtypes] + [0]) if NARROW else 0
     if rtol is not None:
-        return rtol
-    return max(TOL.get(onp.dtype(d), 0) for d in dtypes)
+        return max(rtol, floor)
+    return max([TOL.get(onp.dtype(d), 0) for d in dtypes] + [floor])
+
+
+def platform_dtype(dtype):
+    """The dtype a DeviceArray of a result of numpy dtype `dtype` holds on the default platform
+    (its 32-bit counterpart where 64-bit types are computed in 32 bits)."""
+    dtype = onp.dtype(dtype)
+    return _hlo.NARROW_64.get(dtype, dtype) if NARROW else dtype
 
 
 def dtypes_of(*args):
@@ -43,14 +70,18 @@ def assert_close(got, expected, rtol=None, atol=None, check_dtype=True, path="re
         for k in expected:
             assert_close(got[k], expected[k], rtol, atol, check_dtype, f"{path}[{k!r}]", inputs)
         return
+    on_device = isinstance(got, DeviceArray)
     g, e = onp.asarray(got), onp.asarray(expected)
     assert g.shape == e.shape, f"{path}: shape {g.shape} vs expected {e.shape}"
     if check_dtype:
-        assert g.dtype == e.dtype, f"{path}: dtype {g.dtype} vs expected {e.dtype}"
+        want = platform_dtype(e.dtype) if on_device else e.dtype
+        assert g.dtype == want, f"{path}: dtype {g.dtype} vs expected {want}"
     if e.dtype.kind in "fc":
         r = tolerance(e.dtype, *[d for d in inputs if d.kind in "fc"], rtol=rtol)
         scale = onp.max(onp.abs(e[onp.isfinite(e)])) if onp.isfinite(e).any() else 1.0
         a = atol if atol is not None else r * max(float(scale), 1e-300)
+        if NARROW:
+            a = max(a, r * max(float(scale), 1e-30))
         onp.testing.assert_allclose(g, e, rtol=r, atol=a, equal_nan=True, err_msg=path)
     else:
         onp.testing.assert_array_equal(g, e, err_msg=path)
