@@ -419,6 +419,8 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
                 entry = self._advance(key, entry, stage, background=self._tiers())
             if built:
                 self._note_recompile(key)
+            if entry.graph is not None and entry.stage >= LOWERED:  # (a warning turned error is the user's, not a fallback)
+                self._warn_32_bit(entry.graph, self._backend())
             return entry
 
     def _build(self, key, spec, leaves):
@@ -564,7 +566,6 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
     def _lower(self, entry):
         t0 = time.perf_counter()
         graph = entry.graph
-        self._warn_32_bit(graph, self._backend())
         donate = [k for k, i in enumerate(entry.dynamic) if i in entry.donated]
         lowered = self._lowering(entry, donate)
         aot.check_size(graph, lowered, self.max_program)
@@ -747,14 +748,15 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
 
     def _x64(self, backend):
         """Whether 64-bit types are computed in 64 bits: numpy's semantics, unless x64=False asks
-        for 32-bit speed (results then come back 32-bit), or the platform has no 64-bit
-        floating point (backend.FLOAT64_PLATFORMS: a TPU), where they are computed in 32 bits
-        and come back in numpy's dtypes (_widens), with one warning per function (_warn_32_bit)."""
-        return self.x64 is not False and backend.platform in backend_mod.FLOAT64_PLATFORMS
+        for 32-bit speed (results then come back 32-bit). On a platform whose floating point is
+        32-bit (backend.FLOAT64_PLATFORMS: a TPU, whose float64 XLA emulates slowly) only
+        x64=True does; by default they are computed in 32 bits there and come back in numpy's
+        dtypes (_widens), with one warning per function (_warn_32_bit)."""
+        return self.x64 is True or (self.x64 is None and backend.platform in backend_mod.FLOAT64_PLATFORMS)
 
     def _widens(self, backend):
         """Whether results computed in 32 bits go back to numpy's 64-bit dtypes on the host."""
-        return self.x64 is not False and backend.platform not in backend_mod.FLOAT64_PLATFORMS
+        return self.x64 is None and backend.platform not in backend_mod.FLOAT64_PLATFORMS
 
     def _warn_32_bit(self, graph, backend):
         """Once per function (its derivatives share `_warned`): a program with 64-bit floating
@@ -762,10 +764,10 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         if "x64_narrowed" in self._warned or not self._widens(backend) or not _has_float64(graph):
             return
         self._warned.add("x64_narrowed")
-        _warn(f"{self!r} computes float64 in float32: the {backend.platform.upper()} has no 64-bit floating point. "
-              "Its results come back as float64 (numpy's dtypes, as plain autograd's) holding float32's "
-              "precision (about 7 digits). Pass x64=False to get float32 results (no conversion, no warning), "
-              "or backend='cpu' for float64 accuracy.", PrecisionWarning)
+        _warn(f"{self!r} computes float64 in float32 on the {backend.platform.upper()}, whose 64-bit floating point "
+              "is emulated (many times slower): its results come back as float64 (numpy's dtypes, as plain "
+              "autograd's) with float32's precision (about 7 digits). Pass x64=False to get float32 results (no "
+              "conversion, no warning), x64=True to compute in float64 there, or backend='cpu'.", PrecisionWarning)
 
     def _leaf_names(self, spec):
         """Python-syntax name of every dynamic leaf: params[2]['W'], x, args[1]."""
@@ -929,7 +931,10 @@ def jit_ps(fun=None, *, static_argnums=(), static_argnames=(), fallback="python"
     platform (set_default_platform, $AUTOGRAD_XLA_PLATFORM, else the best available).
     keep_on_device: return DeviceArrays that stay on the device and can be passed back in
     without a transfer, instead of numpy arrays. x64=False computes float64/int64 work in
-    32 bits (faster on accelerators; results come back as float32/int32).
+    32 bits (faster on accelerators; results come back as float32/int32). On a TPU, whose XLA
+    emulates 64-bit floating point, x64=None (the default) computes it in 32 bits too but hands
+    results back in numpy's dtypes (float64; DeviceArrays hold float32 and say float64), with
+    one PrecisionWarning per function; x64=True computes in float64 there.
     donate_argnums: positional arguments whose array buffers XLA may reuse for outputs of the
     same shape and dtype (input-output aliasing; the CPU client supports it too;
     `lower(...).compile().memory_analysis()` shows the aliased bytes). A numpy argument is

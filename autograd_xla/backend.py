@@ -9,6 +9,10 @@ surfaces it relies on are checked once, at client creation, with a clear error.
 
 Clients are created on demand per platform, so an accelerator client can sit beside
 the CPU one without the tracer or lowering knowing.
+
+This module is long because it is the one place where jaxlib's runtime is driven (with
+replicated.py): clients, compiling, and the transfers and calls of every platform, whose
+rules (what is read in place, viewed, copied or widened) are kept side by side.
 """
 import collections
 import hashlib
@@ -548,7 +552,7 @@ class Executable:
                 buffers.append(put(aval, sharding, [tail], devices, enable_x64=True, host_buffer_semantics=COPY_SEMANTICS))
                 continue
             t = type(x)
-            if t is DeviceArray and x.backend is self.backend and x.dtype == aval.dtype and placement != PUT_VIEW:
+            if t is DeviceArray and x.backend is self.backend and x.aval.dtype == aval.dtype and placement != PUT_VIEW:
                 buffers.append(x.buffer)
                 continue
             if t is not np.ndarray or x.dtype != aval.dtype:
@@ -586,7 +590,7 @@ class Executable:
             start, self.start_compile = self.start_compile, None
             start()
         if keep_on_device:
-            return [DeviceArray(o, a, self.backend) for o, a in zip(outs, self.out_avals)]
+            return [DeviceArray(o, a, self.backend, h) for o, a, h in zip(outs, self.out_avals, self.host_dtypes)]
         stats.device_to_host += len(outs)
         return [convert(o) for convert, o in zip(self.converters, outs)]
 
@@ -808,10 +812,14 @@ class DeviceArray(OnDevice):
     immutable, like a jax array: `d[i] = x` raises TypeError (assign into np.asarray(d)).
     """
 
-    __slots__ = ("buffer", "aval", "backend", "__weakref__")
+    __slots__ = ("buffer", "aval", "backend", "host_dtype", "__weakref__")
 
-    def __init__(self, buffer, aval, backend):
-        self.buffer, self.aval, self.backend = buffer, aval, backend
+    def __init__(self, buffer, aval, backend, host_dtype=None):
+        """`aval`: what the buffer holds; `host_dtype`: the dtype it stands for where that is
+        not the buffer's (a 64-bit result computed in 32 bits: Executable.host_dtypes)."""
+        self.buffer, self.aval, self.backend, self.host_dtype = buffer, aval, backend, host_dtype
+
+    dtype = property(lambda self: self.aval.dtype if self.host_dtype is None else self.host_dtype)
 
     @property
     def platform(self):
@@ -821,8 +829,8 @@ class DeviceArray(OnDevice):
         """A fresh host copy (writable, owned by the caller): on the CPU a copy of the buffer's
         view, elsewhere the transfer's own array (host_copy) of a clone of the buffer, whose
         cache is the clone's, not shared with later copies."""
-        convert = converter(self.aval, self.backend.platform)
-        if viewable(self.aval, self.backend.platform):
+        convert = converter(self.aval, self.backend.platform, None, self.host_dtype)
+        if viewable(self.aval, self.backend.platform) and self.host_dtype is None:
             out = convert(self.buffer)
             return np.array(out, copy=True) if isinstance(out, np.ndarray) else out
         return convert(self.buffer.clone())
@@ -879,8 +887,10 @@ _default_platform = None
 PLATFORM_ALIASES = {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "tpu": "tpu"}
 #: Platforms tried, in order, when nothing is requested.
 PREFERENCE = ("gpu", "tpu", "cpu")
-#: Platforms whose XLA computes 64-bit floating point. A TPU has none: a float64 program is
-#: computed in float32 there, its results handed back as float64 (api.JittedFunction._x64).
+#: Platforms whose XLA computes 64-bit floating point in hardware. A TPU's is emulated (XLA:TPU
+#: compiled float64 products, exp and sums, accurate to 1e-15, on a v5e): a float64 program is
+#: computed in float32 there unless x64=True, its results handed back as float64
+#: (api.JittedFunction._x64).
 FLOAT64_PLATFORMS = frozenset({"cpu", "gpu"})
 
 

@@ -50,7 +50,7 @@ CASES = {
 TRANSFER_MB = 100
 
 
-def median_call(call, n_min=7, budget=1.5, n_max=2000):
+def median_call(call, n_min=7, budget=1.0, n_max=2000):
     """Median seconds of call() over at least n_min calls and `budget` seconds."""
     times, end = [], time.perf_counter() + budget
     while len(times) < n_min or (time.perf_counter() < end and len(times) < n_max):
@@ -192,7 +192,7 @@ def main(argv=None):
     r.add_argument("side", choices=("jit_ps", "jax", "numpy"))
     r.add_argument("--only", help="workloads (and 'transfers'), comma-separated: " + ", ".join(CASES))
     r.add_argument("--json")
-    r.add_argument("--budget", type=float, default=1.5, help="seconds of samples per median")
+    r.add_argument("--budget", type=float, default=1.0, help="seconds of samples per median")
     t = sub.add_parser("table")
     t.add_argument("paths", nargs="+")
     args = p.parse_args(argv)

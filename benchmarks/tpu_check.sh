@@ -9,16 +9,16 @@
 #         tests K/N       setup, then chunk K of N of the test files (balanced by their size)
 #         tests FILE...   setup, then these test files or node ids (TESTS="..." for several)
 #         bench           setup, then the benchmarks and their table
-#   PY (python3)  END (520: seconds for the step)  MEM_GB (30: the host memory at which the
+#   PY (python3)  END (520: seconds for the step)  MEM_GB (24: the host memory at which the
 #   tests are stopped)  WHEELS (.whl-tpu: autograd 1.9.1 as a wheel, pip download --no-deps
 #   --only-binary=:all: autograd==1.9.1 -d .whl-tpu)  BENCH_ONLY (workloads of benchmarks/tpu.py)
 #
 # Host memory is watched all along (the sum of this user's processes' resident memory, every
-# second, into memory.log): past MEM_GB the test run is stopped, so a test can never take the
+# quarter second, into memory.log): past MEM_GB the test run is stopped, so a test can never take the
 # machine down (one once drove the host past 28 GiB and its memory limit killed the whole run).
 set -uo pipefail
 T0=$SECONDS
-PY=${PY:-python3}; END=${END:-520}; MEM_GB=${MEM_GB:-30}; WHEELS=${WHEELS:-.whl-tpu}
+PY=${PY:-python3}; END=${END:-520}; MEM_GB=${MEM_GB:-24}; WHEELS=${WHEELS:-.whl-tpu}
 step="${1:-setup}"; shift || true
 out="${OUT:-tpu_check_out}"  # (the device tool's $OUT, whose files come back)
 mkdir -p "$out"
@@ -34,6 +34,11 @@ setup() {
                 --no-cache-dir --upgrade --target /tmp/site "$WHEELS"/*.whl || echo "wheel install failed"
         fi
         export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}:/tmp/site"
+        # the tests' own processes replace PYTHONPATH (with the repository's root): jax, jaxlib and
+        # autograd must be found without it, through a .pth file in the user's site-packages
+        local site; site=$($PY -m site --user-site) && mkdir -p "$site" && \
+            echo "${PYTHONPATH#$PWD:}" | tr ':' '\n' > "$site/autograd_xla_tpu_check.pth"
+        echo "overcommit_memory: $(cat /proc/sys/vm/overcommit_memory)  (1: any allocation succeeds until touched)"
         timeout 120 $PY setup.py -q build_ext --inplace > "$out/build.log" 2>&1; echo "C parts built: rc=$?"
         timeout 120 $PY - <<'PY'
 import importlib, platform
@@ -66,7 +71,7 @@ watch_memory() {  # $1: the PID to stop past MEM_GB; writes memory.log, the peak
             echo "host memory $(( kb / 1024 )) MiB > ${MEM_GB} GiB: stopping the tests" | tee -a "$out/memory.log"
             kill -INT "$pid"; sleep 5; kill -KILL "$pid" 2>/dev/null
         fi
-        sleep 1
+        sleep 0.25
     done
     echo "peak resident memory of this user's processes: $(( peak / 1024 )) MiB" >> "$out/memory.log"
 }
