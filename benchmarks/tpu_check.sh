@@ -12,6 +12,7 @@
 #   PY (python3)  END (520: seconds for the step)  MEM_GB (24: the host memory at which the
 #   tests are stopped)  WHEELS (.whl-tpu: autograd 1.9.1 as a wheel, pip download --no-deps
 #   --only-binary=:all: autograd==1.9.1 -d .whl-tpu)  BENCH_ONLY (workloads of benchmarks/tpu.py)
+#   PYTEST_ARGS (-q; -v names each test as it runs, for a run that may be stopped)
 #
 # Host memory is watched all along (the sum of this user's processes' resident memory, every
 # quarter second, into memory.log): past MEM_GB the test run is stopped, so a test can never take the
@@ -93,7 +94,7 @@ run_tests() {  # $1: a name for the logs; the rest: pytest's selection
     local name=$1; shift
     local T=$(( $(left) - 15 ))
     stamp "tests $name, the TPU as the default platform, at most ${T}s: $*" | tee -a "$out/tests_$name.txt"
-    AUTOGRAD_XLA_PLATFORM=tpu timeout -s INT -k 20 $T $PY -m pytest -q -p no:cacheprovider -rfEs --tb=short \
+    AUTOGRAD_XLA_PLATFORM=tpu timeout -s INT -k 20 $T $PY -m pytest ${PYTEST_ARGS:--q} -p no:cacheprovider -rfEs --tb=line \
         --durations=20 --junitxml="$out/junit_$name.xml" "$@" > "$out/tests_$name.log" 2>&1 &
     local pid=$!
     watch_memory $pid &
