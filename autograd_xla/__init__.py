@@ -55,8 +55,8 @@ from .collectives import all_gather, axis_index, axis_size, pmax, pmean, pmin, p
 from .control_flow import cond, fori_loop, scan, switch, while_loop  # noqa: E402
 from .core import Graph  # noqa: E402
 from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, UnsupportedDtypeError,  # noqa: E402,E501
-                     ImpureFunctionError, JitError, PlatformUnavailableError, ProcessLostError, ProgramTooLargeError, TracerLeakError,
-                     UnsupportedPrimitiveError)
+                     ImpureFunctionError, JitError, PlatformUnavailableError, PrecisionWarning, ProcessLostError,
+                     ProgramTooLargeError, TracerLeakError, UnsupportedPrimitiveError)
 from .parallel import iterated_map_reduce, pmap  # noqa: E402
 from .persistent_cache import set_cache_dir  # noqa: E402
 from .registry import register_batching_rule, register_trace_rule, register_translation_rule  # noqa: E402
@@ -71,7 +71,7 @@ __version__ = "0.1.0"
 
 __all__ = ["jit_ps", "JittedFunction", "register_translation_rule", "register_trace_rule", "Graph",
            "JitError", "ConcretizationError", "UnsupportedPrimitiveError", "ImpureFunctionError", "TracerLeakError",
-           "CompileError", "FallbackWarning", "ProgramTooLargeError", "UnsupportedDtypeError",
+           "CompileError", "FallbackWarning", "PrecisionWarning", "ProgramTooLargeError", "UnsupportedDtypeError",
            "ArgumentError", "PlatformUnavailableError", "DeviceArray", "devices", "default_platform",
            "set_default_platform", "while_loop", "fori_loop", "cond", "switch", "scan", "eval_shape",
            "set_cache_dir", "vmap", "jacfwd", "jacrev", "hessian",

@@ -322,7 +322,9 @@ class Introspection:
 
     def _eval_shape(self, args, kwargs):
         _, entry = self._entry_for(args, kwargs, TRACED)
-        return output_shapes(entry.graph, entry.out_tree, self._x64(self._backend()))
+        backend = self._backend()  # (results computed in 32 bits come back 64-bit unless kept on the device)
+        return output_shapes(entry.graph, entry.out_tree,
+                             self._x64(backend) or (self._widens(backend) and not self.keep_on_device))
 
 
 def check_size(graph, lowered, max_program):

@@ -30,7 +30,7 @@ from . import compositions, impurity, lowering, rules, tiering, tracing, tree  #
 from .aot import COMPILED, LOWERED, TRACED, CacheStats, Entry
 from .backend import DeviceArray
 from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, ImpureFunctionError, JitError,
-                     PlatformUnavailableError, library_file, annotate)
+                     PlatformUnavailableError, PrecisionWarning, library_file, annotate)
 from .hlo import SUPPORTED_DTYPES as _SUPPORTED
 from .signatures import (Learned, PlainArgument, Static, aval_of, describe_change, distance, donated_arguments,
                          function_shape, hashable, leaf_signature, positional_names, retrace_advice, short, sig_str,
@@ -430,6 +430,8 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
                 entry = self._advance(key, entry, stage, background=self._tiers())
             if built:
                 self._note_recompile(key)
+            if entry.graph is not None and entry.stage >= LOWERED:  # (a warning turned error is the user's, not a fallback)
+                self._warn_32_bit(entry.graph, self._backend())
             return entry
 
     def _build(self, key, spec, leaves):
@@ -687,11 +689,13 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         except CompileError as e:
             raise aot.explain_compile_error(self, e, entry.graph, lowered, backend, self._x64(backend)) from None
         if fresh_first:
-            executable = backend_mod.Executable.from_lowered(backend, None, lowered, self.stats, share, fresh=exe)
+            executable = backend_mod.Executable.from_lowered(backend, None, lowered, self.stats, share, fresh=exe,
+                                                             widen=self._widens(backend))
             executable.start_compile = functools.partial(tiering.Job.start, functools.partial(
                 self._compile_recycling, executable, lowered.text, options))
         else:
-            executable = backend_mod.Executable.from_lowered(backend, exe, lowered, self.stats, share)
+            executable = backend_mod.Executable.from_lowered(backend, exe, lowered, self.stats, share,
+                                                             widen=self._widens(backend))
         return executable, time.perf_counter() - t0, compiled
 
     def _compile_recycling(self, executable, text, options, job):
@@ -758,14 +762,27 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         return backend_mod.get_backend(self._platform)
 
     def _x64(self, backend):
-        """64-bit types stay 64-bit (numpy semantics) unless x64=False asks for 32-bit speed;
-        TPUs have no float64, so there 32 bits are used with a warning."""
-        if backend.platform == "tpu":
-            if self.x64 and "x64_tpu" not in self._warned:
-                self._warned.add("x64_tpu")
-                _warn("TPUs have no 64-bit floating point: computing in 32 bits")
-            return False
-        return self.x64 is not False
+        """Whether 64-bit types are computed in 64 bits: numpy's semantics, unless x64=False asks
+        for 32-bit speed (results then come back 32-bit). On a platform whose floating point is
+        32-bit (backend.FLOAT64_PLATFORMS: a TPU, whose float64 XLA emulates slowly) only
+        x64=True does; by default they are computed in 32 bits there and come back in numpy's
+        dtypes (_widens), with one warning per function (_warn_32_bit)."""
+        return self.x64 is True or (self.x64 is None and backend.platform in backend_mod.FLOAT64_PLATFORMS)
+
+    def _widens(self, backend):
+        """Whether results computed in 32 bits go back to numpy's 64-bit dtypes on the host."""
+        return self.x64 is None and backend.platform not in backend_mod.FLOAT64_PLATFORMS
+
+    def _warn_32_bit(self, graph, backend):
+        """Once per function (its derivatives share `_warned`): a program with 64-bit floating
+        point values that the platform computes in 32 bits."""
+        if "x64_narrowed" in self._warned or not self._widens(backend) or not _has_float64(graph):
+            return
+        self._warned.add("x64_narrowed")
+        _warn(f"{self!r} computes float64 in float32 on the {backend.platform.upper()}, whose 64-bit floating point "
+              "is emulated (many times slower): its results come back as float64 (numpy's dtypes, as plain "
+              "autograd's) with float32's precision (about 7 digits). Pass x64=False to get float32 results (no "
+              "conversion, no warning), x64=True to compute in float64 there, or backend='cpu'.", PrecisionWarning)
 
     def _leaf_names(self, spec):
         """Python-syntax name of every dynamic leaf: params[2]['W'], x, args[1]."""
@@ -895,6 +912,17 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         return found
 
 
+#: The dtypes a platform without 64-bit floating point computes in 32 bits with a warning.
+_FLOAT64 = frozenset(np.dtype(d) for d in ("float64", "complex128"))
+
+
+def _has_float64(graph):
+    """Whether a traced graph has a 64-bit floating-point argument or result (not only a value
+    on the way: the benchmarks' float32 MLP step has one, whose program is float32's)."""
+    values = list(graph.invars) + list(graph.outvars)
+    return any(np.result_type(v.aval.dtype if hasattr(v, "aval") else v) in _FLOAT64 for v in values)
+
+
 def _warn(message, category=UserWarning):
     """warnings.warn attributed to the first frame outside this package, autograd and numpy."""
     level, f = 2, sys._getframe(1)
@@ -919,7 +947,10 @@ def jit_ps(fun=None, *, static_argnums=(), static_argnames=(), fallback="python"
     platform (set_default_platform, $AUTOGRAD_XLA_PLATFORM, else the best available).
     keep_on_device: return DeviceArrays that stay on the device and can be passed back in
     without a transfer, instead of numpy arrays. x64=False computes float64/int64 work in
-    32 bits (faster on accelerators; results come back as float32/int32).
+    32 bits (faster on accelerators; results come back as float32/int32). On a TPU, whose XLA
+    emulates 64-bit floating point, x64=None (the default) computes it in 32 bits too but hands
+    results back in numpy's dtypes (float64; DeviceArrays hold float32 and say float64), with
+    one PrecisionWarning per function; x64=True computes in float64 there.
     donate_argnums: positional arguments whose array buffers XLA may reuse for outputs of the
     same shape and dtype (input-output aliasing; the CPU client supports it too;
     `lower(...).compile().memory_analysis()` shows the aliased bytes). A numpy argument is

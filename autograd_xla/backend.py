@@ -9,6 +9,10 @@ surfaces it relies on are checked once, at client creation, with a clear error.
 
 Clients are created on demand per platform, so an accelerator client can sit beside
 the CPU one without the tracer or lowering knowing.
+
+This module is long because it is the one place where jaxlib's runtime is driven (with
+replicated.py): clients, compiling, and the transfers and calls of every platform, whose
+rules (what is read in place, viewed, copied or widened) are kept side by side.
 """
 import collections
 import hashlib
@@ -479,10 +483,10 @@ class Executable:
 
     __slots__ = ("backend", "program", "exe", "in_avals", "consts", "const_arrays", "handlers", "out_avals",
                  "_put_args", "converters", "text", "stats", "_placements", "sources", "recycled", "views", "tails",
-                 "_offsets", "fresh", "start_compile")
+                 "_offsets", "fresh", "start_compile", "host_dtypes")
 
     def __init__(self, backend, program, in_avals, out_avals, consts, text, stats=None, sources=None, recycled=(),
-                 views=(), tails=(), share=None, fresh=None):
+                 views=(), tails=(), share=None, fresh=None, host_dtypes=None):
         self.backend, self.program, self.text = backend, program, text
         self.exe = program.exe if program is not None else None
         self.fresh, self.start_compile = fresh, None
@@ -504,16 +508,21 @@ class Executable:
         self._put_args = (sharding, [backend.default_device])
         self._placements = [PUT_VIEW if k in self.views else PUT_TAIL if k in self.tails
                             else _placement(a, backend.platform) for k, a in enumerate(self.in_avals)]
-        self.converters = [converter(a, backend.platform, backend if k in self.recycled else None)
-                            for k, a in enumerate(self.out_avals)]
+        # each result's dtype on the host where it is not the buffer's (a 64-bit one computed in 32 bits)
+        self.host_dtypes = [None if h is None or np.dtype(h) == a.dtype else np.dtype(h)
+                            for a, h in zip(self.out_avals, host_dtypes or [None] * len(self.out_avals))]
+        self.converters = [converter(a, backend.platform, backend if k in self.recycled else None, h)
+                            for k, (a, h) in enumerate(zip(self.out_avals, self.host_dtypes))]
         self.stats = stats if stats is not None else TransferStats()
 
     @classmethod
-    def from_lowered(cls, backend, program, lowered, stats=None, share=None, fresh=None):
+    def from_lowered(cls, backend, program, lowered, stats=None, share=None, fresh=None, widen=False):
         """The executable of `program`, compiled from a lowering.Lowered (`share`, `fresh`:
-        __init__'s)."""
+        __init__'s); `widen`: its results are handed out in numpy's dtypes (the graph's), also
+        where the program computed them in 32 bits."""
         return cls(backend, program, lowered.in_avals, lowered.out_avals, lowered.consts, lowered.text, stats,
-                   lowered.sources, lowered.recycled, lowered.views, lowered.tails, share, fresh)
+                   lowered.sources, lowered.recycled, lowered.views, lowered.tails, share, fresh,
+                   lowered.host_dtypes if widen else None)
 
     def adopt(self, program):
         """Take `program` (compiled from `text`) into use: the calls that find the dead results
@@ -543,7 +552,7 @@ class Executable:
                 buffers.append(put(aval, sharding, [tail], devices, enable_x64=True, host_buffer_semantics=COPY_SEMANTICS))
                 continue
             t = type(x)
-            if t is DeviceArray and x.backend is self.backend and x.dtype == aval.dtype and placement != PUT_VIEW:
+            if t is DeviceArray and x.backend is self.backend and x.aval.dtype == aval.dtype and placement != PUT_VIEW:
                 buffers.append(x.buffer)
                 continue
             if t is not np.ndarray or x.dtype != aval.dtype:
@@ -581,7 +590,7 @@ class Executable:
             start, self.start_compile = self.start_compile, None
             start()
         if keep_on_device:
-            return [DeviceArray(o, a, self.backend) for o, a in zip(outs, self.out_avals)]
+            return [DeviceArray(o, a, self.backend, h) for o, a, h in zip(outs, self.out_avals, self.host_dtypes)]
         stats.device_to_host += len(outs)
         return [convert(o) for convert, o in zip(self.converters, outs)]
 
@@ -744,17 +753,39 @@ def viewable(aval, platform="cpu"):
     return platform == "cpu" and aval.size > 0 and aval.dtype.kind != "V" and aval.dtype.name != "bfloat16"
 
 
-def converter(aval, platform="cpu", recycle_into=None):
+def host_copy(buf):
+    """The host's numpy copy of device buffer `buf`, writable and the caller's alone. Off the CPU
+    it is the array jaxlib's transfer wrote (jax's `np.asarray` of its arrays reads the same),
+    taken as it is: the buffer caches it, but each buffer handed here is dropped after (a
+    result) or a clone made for the call (DeviceArray). On the CPU jaxlib hands out a
+    read-only view of the buffer instead, copied here. jaxlib's method imports jax.core where
+    jax is installed. Measured on a TPU v5e, 100 MB of float32: this 153-156 ms, jax's
+    np.asarray of its own result 33 ms in a process of its own (host to device: 18-19 ms
+    both); the gap is in jaxlib's transfer in this process, not in copies here."""
+    out, copied = buf._single_device_array_to_np_array_did_copy()
+    return out if copied and out.flags.writeable else np.array(out, copy=True)
+
+
+def converter(aval, platform="cpu", recycle_into=None, host_dtype=None):
     """Device buffer -> numpy array (0-d results become numpy scalars). On CPU the array views
     the result buffer in place (and keeps it alive); other platforms copy to the host.
-    `recycle_into`: a Backend the buffer goes back to once the array is gone (_Recycling)."""
+    `recycle_into`: a Backend the buffer goes back to once the array is gone (_Recycling).
+    `host_dtype`: the dtype handed out where it is not the buffer's (a 64-bit result a
+    platform without float64 computed in 32 bits: numpy's dtype again, api._x64)."""
     shape, dtype = aval.shape, aval.dtype
     scalar = shape == ()
     if aval.size == 0:
-        return lambda buf: np.zeros(shape, dtype)
+        return lambda buf: np.zeros(shape, dtype if host_dtype is None else host_dtype)
+    if host_dtype is not None and np.dtype(host_dtype) != dtype:
+        read = converter(aval, platform, recycle_into)
+
+        def widen(buf):
+            out = np.asarray(read(buf)).astype(host_dtype)
+            return out[()] if scalar else out
+        return widen
     if not viewable(aval, platform):
         def copy(buf):
-            out = np.array(buf._single_device_array_to_np_array_did_copy()[0], copy=True)
+            out = host_copy(buf)
             return out[()] if scalar else out
         return copy
     descr = dtype.str
@@ -782,23 +813,32 @@ class DeviceArray(OnDevice):
     immutable, like a jax array: `d[i] = x` raises TypeError (assign into np.asarray(d)).
     """
 
-    __slots__ = ("buffer", "aval", "backend", "__weakref__")
+    __slots__ = ("buffer", "aval", "backend", "host_dtype", "__weakref__")
 
-    def __init__(self, buffer, aval, backend):
-        self.buffer, self.aval, self.backend = buffer, aval, backend
+    def __init__(self, buffer, aval, backend, host_dtype=None):
+        """`aval`: what the buffer holds; `host_dtype`: the dtype it stands for where that is
+        not the buffer's (a 64-bit result computed in 32 bits: Executable.host_dtypes)."""
+        self.buffer, self.aval, self.backend, self.host_dtype = buffer, aval, backend, host_dtype
+
+    dtype = property(lambda self: self.aval.dtype if self.host_dtype is None else self.host_dtype)
 
     @property
     def platform(self):
         return self.backend.platform
 
     def to_numpy(self):
-        """A fresh host copy (writable, owned by the caller)."""
-        out = converter(self.aval, self.backend.platform)(self.buffer)
-        return np.array(out, copy=True) if isinstance(out, np.ndarray) else out
+        """A fresh host copy (writable, owned by the caller): on the CPU a copy of the buffer's
+        view, elsewhere the transfer's own array (host_copy) of a clone of the buffer, whose
+        cache is the clone's, not shared with later copies."""
+        convert = converter(self.aval, self.backend.platform, None, self.host_dtype)
+        if viewable(self.aval, self.backend.platform) and self.host_dtype is None:
+            out = convert(self.buffer)
+            return np.array(out, copy=True) if isinstance(out, np.ndarray) else out
+        return convert(self.buffer.clone())
 
     def __array__(self, dtype=None, copy=None):
         out = np.asarray(self.to_numpy())
-        return out if dtype is None else out.astype(dtype)
+        return out if dtype is None else out.astype(dtype, copy=False)
 
     def block_until_ready(self):
         self.buffer.block_until_ready()
@@ -848,6 +888,11 @@ _default_platform = None
 PLATFORM_ALIASES = {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "tpu": "tpu"}
 #: Platforms tried, in order, when nothing is requested.
 PREFERENCE = ("gpu", "tpu", "cpu")
+#: Platforms whose XLA computes 64-bit floating point in hardware. A TPU's is emulated (XLA:TPU
+#: compiled float64 products, exp and sums, accurate to 1e-15, on a v5e): a float64 program is
+#: computed in float32 there unless x64=True, its results handed back as float64
+#: (api.JittedFunction._x64).
+FLOAT64_PLATFORMS = frozenset({"cpu", "gpu"})
 
 
 def _make_cpu():

@@ -412,8 +412,8 @@ def _finisher(executable, out_tree, stats, cache_ref, key):
     if Calls is Front:
         platform = executable.backend.platform
         results = tuple((a.shape, np.dtype(a.dtype), a.size * a.dtype.itemsize, a.shape == ())
-                        if backend_mod.viewable(a, platform) else convert
-                        for a, convert in zip(executable.out_avals, converters))
+                        if backend_mod.viewable(a, platform) and h is None else convert
+                        for a, h, convert in zip(executable.out_avals, executable.host_dtypes, converters))
         return native.Finish(stats.counts, cache_ref, key, results, None if leaf else _unflattener(out_tree),
                              n_in, n_out)
     unflatten = None if leaf else _unflattener(out_tree)

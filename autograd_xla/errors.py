@@ -93,6 +93,13 @@ class FallbackWarning(UserWarning):
     message names the cause, the user's line and the remedy. fallback="error" raises instead."""
 
 
+class PrecisionWarning(UserWarning):
+    """A jitted function's float64 program is computed in float32, on a platform whose 64-bit
+    floating point is emulated (a TPU); its results still come back as float64. Said once per
+    function; jit_ps(f, x64=False) returns float32 instead and says nothing, x64=True computes
+    in float64 there."""
+
+
 class ConcretizationError(JitError, TypeError):
     """A traced (abstract) value was asked for a concrete Python value.
 

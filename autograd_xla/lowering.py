@@ -252,6 +252,7 @@ class Lowered:
         self.merged = False  # some calls were emitted as one (lowering.schedule; lower(merge=False): apart)
         self.work = 0  # elements its ops compute in a run, as estimated (context.ModuleState.work)
         self.variant = {}  # lower's keywords that chose among these: dot_views, use_blas, merge
+        self.host_dtypes = [d for _, d in out_avals]  # the results' numpy dtypes (x64 off narrows out_avals')
 
 
 #: Other lowerings of a graph a signature's ladder tries after its first program
@@ -654,7 +655,9 @@ def _assemble(name, ctx, params, outs, sources=None, recycle=False, views=(), ta
     consts = [a.astype(hlo.canonical_dtype(a.dtype), copy=False) for a, _ in lifted]
     in_avals = [(p.shape, hlo.canonical_dtype(p.dtype)) for p in params]
     out_avals = [(o.shape, hlo.canonical_dtype(o.dtype)) for o in outs]
-    return Lowered(text, consts, in_avals, out_avals, sources, recycled, views, tails, fresh_text)
+    lowered = Lowered(text, consts, in_avals, out_avals, sources, recycled, views, tails, fresh_text)
+    lowered.host_dtypes = [np.dtype(o.dtype) for o in outs]
+    return lowered
 
 
 def _identifier(name):

@@ -183,11 +183,12 @@ class PmappedFunction:
         out_axes(ranks)  # checks them against the results
         mapped = [a is not None for a in axes]
         named = {self._axis: n}
+        x64 = backend.platform in backend_mod.FLOAT64_PLATFORMS  # (else 32 bits, as jit_ps's: api._x64)
         lowered = lower_replicated(graph, mapped, named, n, name=f"pmap_{getattr(self._fun, '__name__', 'fn')}",
-                                   platform=backend.platform)
+                                   platform=backend.platform, x64=x64)
         if devices == [backend.default_device] and not self.keep_on_device:
             program, _ = backend.compile(lowered.text)
-            executable = _OneDevice(backend_mod.Executable.from_lowered(backend, program, lowered), mapped,
+            executable = _OneDevice(backend_mod.Executable.from_lowered(backend, program, lowered, widen=not x64), mapped,
                                     [a.shape for a in graph.out_avals])
         else:
             program, _ = backend.compile(lowered.text, replica_options(devices), devices)

@@ -1,4 +1,13 @@
+"""The suite runs against the default platform: the CPU, or with AUTOGRAD_XLA_PLATFORM=tpu (gpu)
+the accelerator, where the same tests compare at the precision the platform computes in
+(helpers.tolerance) and the features of the CPU alone run on the CPU or are skipped, each with
+its reason (the tables below, markers `cpu_only` and `sockets`).
+
+AUTOGRAD_XLA_TESTS_32BIT=1 gives the CPU a TPU's floating-point rule (float64 programs computed
+in float32, results handed back as float64: backend.FLOAT64_PLATFORMS), to try the suite's
+platform rules without a TPU."""
 import os
+import socket
 import sys
 
 import pytest
@@ -10,6 +19,124 @@ sys.path.insert(0, os.path.dirname(__file__))
 os.environ.setdefault("AUTOGRAD_XLA_CPU_DEVICES", "4")
 
 import autograd_xla  # noqa: E402 (after the device count: the CPU client starts on first use, not here)
+from autograd_xla import backend as backend_mod  # noqa: E402
+
+if os.environ.get("AUTOGRAD_XLA_TESTS_32BIT") == "1":
+    backend_mod.FLOAT64_PLATFORMS = backend_mod.FLOAT64_PLATFORMS - {"cpu"}
+
+#: The platform the suite's jitted functions run on by default.
+PLATFORM = autograd_xla.default_platform()
+if PLATFORM != "cpu":
+    # One process at a time can hold a TPU (libtpu's lock) and the suite's process holds it: the
+    # processes tests start (examples, imports, caches, workers) run on the CPU. The suite's own
+    # default is pinned, so the variable no longer chooses it here.
+    autograd_xla.set_default_platform(PLATFORM)
+    os.environ["AUTOGRAD_XLA_PLATFORM"] = "cpu"
+
+import numpy  # noqa: E402
+
+import helpers  # noqa: E402 (reads the platform pinned above)
+
+if helpers.NARROW:
+    # the tests' direct numpy comparisons too compare at the platform's precision (helpers.TOL_32)
+    _assert_allclose = numpy.testing.assert_allclose
+
+    def _assert_allclose_32(actual, desired, rtol=1e-7, atol=0, *args, **kwargs):
+        d = numpy.asarray(desired)
+        floor = helpers.TOL_32[numpy.dtype("float64")] if d.dtype.kind in "fc" else 0
+        if floor:
+            finite = numpy.abs(d[numpy.isfinite(d)]) if d.size else d
+            atol = max(atol, floor * float(finite.max()) if finite.size else 0)
+        _assert_allclose(actual, desired, max(rtol, floor), atol, *args, **kwargs)
+
+    numpy.testing.assert_allclose = _assert_allclose_32
+
+#: Test files whose every test exercises the CPU runtime: on another platform they run on the
+#: CPU (the on_the_cpu fixture), with the reason.
+CPU_FILES = {
+    "test_blas.py": "BLAS's custom calls exist in XLA:CPU alone",
+    "test_dispatch.py": "jaxlib's C++ call path drives CPU executables (dispatch._qualifies)",
+    "test_hlo_picture.py": "it draws XLA:CPU's optimised programs (their fusions' names, float64 labels)",
+    "test_ladder.py": "the ladder's programs are XLA:CPU's (compile options, BLAS, views)",
+    "test_parallel.py": "pmap over the CPU's four devices",
+}
+
+#: Tests of features of the CPU alone (file::name prefix -> reason): on the CPU elsewhere.
+CPU_TESTS = {
+    "test_reliability_inputs.py::test_result_too_large_for_memory": (
+        "it tests XLA:CPU's refusal of 8 TiB (its address space bounded, so it is never granted and filled)"),
+    "test_distributed.py::test_initialize_after_the_cpu_client_started": "the CPU client's distributed runtime",
+    "test_aot.py::test_compiled_text_and_analyses": "it reads a float64 program's text and XLA:CPU's buffer sizes",
+    "test_aot.py::test_donation_is_input_output_aliasing": "it reads a float64 program's text",
+    "test_lowering.py::test_jit_with_several_small_params_and_a_large_one": (
+        "small arguments are packed into one buffer for the CPU alone (lowering._packs)"),
+    "test_numpy_contractions.py::test_products_reading_the_left_operand_transposed": (
+        "it reads the transposes the CPU's products fold (the program's text)"),
+    "test_linalg.py::test_one_custom_call_per_factorization": "LAPACK's custom calls exist in XLA:CPU alone",
+    "test_linalg.py::test_batched_lapack_kernels": "LAPACK's custom calls exist in XLA:CPU alone",
+}
+
+
+def _sockets():
+    """Whether this machine lets a process open a loopback socket (the TPU machine allows none)."""
+    try:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            s.listen(1)
+        return True
+    except OSError:
+        return False
+
+
+SOCKETS = _sockets()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cpu_only(reason): a feature of the CPU alone; skipped on other platforms")
+    config.addinivalue_line("markers", "sockets: starts processes that talk over loopback sockets")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("sockets") and not SOCKETS:
+            item.add_marker(pytest.mark.skip(reason="several processes talk over loopback sockets, which this "
+                                                    "machine does not allow"))
+        marker = item.get_closest_marker("cpu_only")
+        if marker is not None and PLATFORM != "cpu":
+            reason = marker.args[0] if marker.args else marker.kwargs.get("reason", "a feature of the CPU alone")
+            item.add_marker(pytest.mark.skip(reason=f"CPU only: {reason}"))
+
+
+def _on_cpu_reason(item):
+    """Why a test runs on the CPU whatever the default platform (None: it runs on the default)."""
+    base = os.path.basename(str(item.fspath))
+    if base in CPU_FILES:
+        return CPU_FILES[base]
+    name = f"{base}::{item.name}"
+    return next((why for prefix, why in CPU_TESTS.items() if name.startswith(prefix)), None)
+
+
+#: Files whose tests see the PrecisionWarning (its own tests); elsewhere, on a platform that
+#: computes float64 in 32 bits, it is silenced: a test of something else is not about it.
+PRECISION_WARNING_FILES = {"test_platforms.py"}
+
+
+def _restore_platform():
+    autograd_xla.set_default_platform(None if PLATFORM == "cpu" else PLATFORM)
+
+
+@pytest.fixture(autouse=True)
+def _platform(request):
+    """Tests of the CPU's features run there (CPU_FILES, CPU_TESTS); after each test the suite's
+    default platform is back (a test that resets the default would otherwise leave the CPU)."""
+    if PLATFORM != "cpu" and _on_cpu_reason(request.node) is not None:
+        autograd_xla.set_default_platform("cpu")
+    if helpers.NARROW and os.path.basename(str(request.node.fspath)) not in PRECISION_WARNING_FILES:
+        request.getfixturevalue("monkeypatch").setattr(autograd_xla.JittedFunction, "_warn_32_bit",
+                                                       lambda self, graph, backend: None)
+    yield
+    if PLATFORM != "cpu" and backend_mod._default_platform != PLATFORM:
+        _restore_platform()
 
 
 @pytest.fixture
@@ -20,4 +147,4 @@ def on_the_cpu():
     suite with a GPU as the default, where these tests failed for want of the feature."""
     autograd_xla.set_default_platform("cpu")
     yield
-    autograd_xla.set_default_platform(None)
+    _restore_platform()

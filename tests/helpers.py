@@ -1,22 +1,66 @@
 """Comparison helpers: a jitted function must agree with plain autograd, in value and
-dtype, and so must its derivatives, whichever way jit_ps and grad are nested."""
+dtype, and so must its derivatives, whichever way jit_ps and grad are nested.
+
+They compare at the precision the suite's default platform computes in: on a platform without
+64-bit floating point (a TPU: backend.FLOAT64_PLATFORMS) float64 programs are computed in
+float32, so every floating-point comparison there uses TOL_32 at least (the chip's float32
+transcendentals and its matrix products at HIGHEST precision, after the inputs were rounded
+to float32), while dtypes stay numpy's (results come back float64). On the CPU nothing is
+loosened."""
 import threading
 
 import numpy as onp
 from autograd import grad
 from autograd.extend import primitive
 
+import autograd_xla
 from autograd_xla import jit_ps, register_translation_rule
+from autograd_xla import backend as _backend
 
 TOL = {onp.dtype("float64"): 1e-12, onp.dtype("complex128"): 1e-12, onp.dtype("float32"): 2e-5,
        onp.dtype("complex64"): 2e-5, onp.dtype("float16"): 2e-3}
 
+#: The suite's default platform (conftest), and whether it computes float64 in 32 bits.
+PLATFORM = autograd_xla.default_platform()
+NARROW = PLATFORM not in _backend.FLOAT64_PLATFORMS
+#: Relative tolerances (of the result's scale) there: float64 work done in float32 and float32
+#: work on the chip, against numpy's float64 or float32.
+TOL_32 = {onp.dtype("float64"): 1e-4, onp.dtype("complex128"): 1e-4, onp.dtype("float32"): 1e-4,
+          onp.dtype("complex64"): 1e-4, onp.dtype("float16"): 2e-3}
+
+
+def relative_32(rtol, expected, floor=0.0):
+    """(rtol, floor) of a test's own relative comparison |got - e| <= rtol * max(|e|, floor) at
+    the platform's precision: on a 32-bit platform (NARROW) rtol at least TOL_32's and the
+    floor that times the largest finite |e| that float32 holds (results near a zero compare
+    absolutely, as assert_close's do); elsewhere as given."""
+    if not NARROW:
+        return rtol, floor
+    e = onp.abs(onp.asarray(expected, dtype=float))
+    e = e[onp.isfinite(e) & (e < onp.finfo(onp.float32).max)]
+    tol = TOL_32[onp.dtype("float64")]
+    return max(rtol, tol), onp.maximum(floor, tol * (e.max() if e.size else 1.0))
+
+
+def representable_32(expected):
+    """Where float64 values `expected` fit float32's range (all of them unless NARROW): a
+    32-bit platform overflows or flushes the others."""
+    e = onp.abs(onp.asarray(expected))
+    if not NARROW:
+        return onp.ones(e.shape, bool)
+    info = onp.finfo(onp.float32)
+    return ~onp.isfinite(e) | (e == 0) | ((e < info.max) & (e > info.tiny))
+
 
 def tolerance(*dtypes, rtol=None):
-    """The loosest tolerance among the dtypes involved (inputs and result)."""
+    """The loosest tolerance among the dtypes involved (inputs and result); on a 32-bit platform
+    (NARROW) never below TOL_32's."""
+    floor = max([TOL_32.get(onp.dtype(d), 0) for d in dtypes] + [0]) if NARROW else 0
     if rtol is not None:
-        return rtol
-    return max(TOL.get(onp.dtype(d), 0) for d in dtypes)
+        return max(rtol, floor)
+    return max([TOL.get(onp.dtype(d), 0) for d in dtypes] + [floor])
+
+
 
 
 def dtypes_of(*args):
@@ -51,6 +95,8 @@ def assert_close(got, expected, rtol=None, atol=None, check_dtype=True, path="re
         r = tolerance(e.dtype, *[d for d in inputs if d.kind in "fc"], rtol=rtol)
         scale = onp.max(onp.abs(e[onp.isfinite(e)])) if onp.isfinite(e).any() else 1.0
         a = atol if atol is not None else r * max(float(scale), 1e-300)
+        if NARROW:
+            a = max(a, r * max(float(scale), 1e-30))
         onp.testing.assert_allclose(g, e, rtol=r, atol=a, equal_nan=True, err_msg=path)
     else:
         onp.testing.assert_array_equal(g, e, err_msg=path)

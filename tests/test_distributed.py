@@ -18,6 +18,8 @@ import pytest
 import autograd_xla as ax
 from autograd_xla import distributed
 
+pytestmark = pytest.mark.sockets  # (conftest: skipped where loopback sockets are not allowed)
+
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "distributed_worker.py")
 CHILD_TIMEOUT_S = 25
 

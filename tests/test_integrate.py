@@ -21,8 +21,9 @@ from autograd.builtins import tuple as ag_tuple
 from autograd.scipy.integrate import odeint
 
 from autograd_xla import jit_ps
+from helpers import NARROW, TOL_32
 
-TOL = 1e-10
+TOL = 1e-10 if not NARROW else TOL_32[onp.dtype("float64")]  # (a 32-bit platform's precision: helpers)
 EXACT_UNITS, SOLVER_UNITS = 5, 30
 
 
