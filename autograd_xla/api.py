@@ -347,10 +347,13 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         if guard is None:
             self._took(last, entry, spec, leaves)
             return outs
+        if self.fallback == "error":
+            raise ConcretizationError(_refusal(self, source, why, decided, programs, "so this call cannot run compiled"),
+                                      source=source)
         key = ("guard", str(source), why)
         if key not in self._warned:
             self._warned.add(key)
-            _warn(f"{self!r}: {why} at\n{source}\nso this call ran as plain autograd.", FallbackWarning)
+            _warn(_refusal(self, source, why, decided, programs, "so this call ran as plain autograd"), FallbackWarning)
         self.stats.fallbacks += 1
         return self._apply(spec, leaves)
 
@@ -878,6 +881,20 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         for d in self._derivatives.values():
             found += d._programs()
         return found
+
+
+def _refusal(jitted, source, why, decided, programs, outcome):
+    """What a call that every guarded program of its signature refused is told (api._refused):
+    the condition and the user's line; for a Python branch decided at trace time, how many
+    programs the signature has and the loop or branch that compiles once for all data."""
+    if not decided:
+        return f"{jitted!r}: {why} at\n{source}\n{outcome}."
+    return (f"{jitted!r}: {why} at\n{source}\nin each of the {programs} compiled program(s) of this signature, "
+            f"{outcome}. A signature keeps at most {GUARDED_PROGRAMS} programs (api.GUARDED_PROGRAMS), one per way its "
+            "Python branches went when traced; a `while` on a traced value is unrolled, so each number of steps is "
+            "another program. One program for all data: autograd_xla.while_loop(cond_fun, body_fun, init) for the "
+            "loop (forward-mode differentiable; for grad, a scan over a fixed maximum number of steps, the extra "
+            "ones masked), autograd_xla.cond(pred, true_fun, false_fun, *operands) for a branch.")
 
 
 def _warn(message, category=UserWarning):
