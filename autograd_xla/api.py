@@ -70,7 +70,7 @@ def _fallback_entry(cause, impure=False):
     """A signature that runs as plain autograd; `cause` (the exception that stopped compiling
     it) is reported once the plain run has succeeded, and then cleared."""
     entry = Entry(None, None, impure=impure)
-    entry.fallback_cause = cause
+    entry.fallback_cause = entry.cause = cause
     return entry
 
 
@@ -762,6 +762,11 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
             out.extend(name + tree.format_path(keys) for keys in tree.leaf_paths(sub))
         return out
 
+    def _arguments(self, spec):
+        """A spec's arguments as signatures.describe_change names them: (name, treedef) of each
+        traced top-level argument, {name: value} of the static ones, every leaf's name."""
+        return self._top_level(spec), dict(self._static_items(spec[2], spec[3])), self._leaf_names(spec)
+
     def _top_level(self, spec):
         """(name, treedef) of each dynamic top-level argument, positional then keyword."""
         treedef, has_kwargs, static_pos, _ = spec
@@ -813,10 +818,8 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         return f"the closest cached signature{of} differs in {self._change(closest, key)}"
 
     def _change(self, previous, key):
-        if previous[0] != key[0]:
-            return describe_change(previous, key)
         names = self._leaf_names(key[0])
-        return describe_change(previous, key, names, [names[i] for i in sorted(self._auto_static[key[0]])])
+        return describe_change(previous, key, self._arguments, [names[i] for i in sorted(self._auto_static[key[0]])])
 
     # ----- warnings -------------------------------------------------------------------------
     def _note_recompile(self, key):
@@ -852,8 +855,9 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         return info
 
     def clear_cache(self):
-        """Forget every signature's trace and executable (and those of the derivatives); the
-        executables are freed unless another function uses them."""
+        """Forget every signature's trace and executable (and those of the derivatives), and set
+        the counters of `stats` / `cache_info()` back to zero, as functools.lru_cache's
+        cache_clear does; the executables are freed unless another function uses them."""
         with self._lock:
             programs = self._programs()
             self._forget_pending()
@@ -861,6 +865,8 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
             self._untraced.clear()
             self._forget_fast_paths()
             self._derivatives.clear()
+            self.stats.reset()
+            self._last_key = None
         if programs:
             self._backend().forget(programs)
 
