@@ -224,9 +224,9 @@ class Entry:
     """One signature of api.JittedFunction: traced (graph), then lowered, then compiled
     (`stage`), each when asked for."""
 
-    __slots__ = ("executable", "out_tree", "graph", "lowered", "fallback_cause", "cause", "guards", "draws", "static_leaves",
-                 "impure", "stage", "donated", "dynamic", "background", "fastpath", "ladder", "options", "variant",
-                 "previous", "following", "flat", "direct")
+    __slots__ = ("executable", "out_tree", "graph", "lowered", "fallback_cause", "cause", "guards", "draws",
+                 "static_leaves", "impure", "stage", "donated", "dynamic", "background", "fastpath", "ladder", "options",
+                 "variant", "previous", "following", "flat", "direct")
 
     def __init__(self, out_tree, graph, draws=(), static_leaves=(), impure=False, dynamic=()):
         self.out_tree, self.graph = out_tree, graph

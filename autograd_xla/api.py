@@ -68,7 +68,8 @@ MAX_PROGRAM = (40000, 32 << 20)
 
 def _fallback_entry(cause, impure=False):
     """A signature that runs as plain autograd; `cause` (the exception that stopped compiling
-    it) is reported once the plain run has succeeded, and then cleared."""
+    it) is reported once the plain run has succeeded (`fallback_cause`, then cleared) and kept
+    for introspection (`cause`: aot.no_program)."""
     entry = Entry(None, None, impure=impure)
     entry.fallback_cause = entry.cause = cause
     return entry
@@ -348,8 +349,8 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
             self._took(last, entry, spec, leaves)
             return outs
         if self.fallback == "error":
-            raise ConcretizationError(_refusal(self, source, why, decided, programs, "so this call cannot run compiled"),
-                                      source=source)
+            message = _refusal(self, source, why, decided, programs, "so this call cannot run compiled")
+            raise ConcretizationError(message, source=source)
         key = ("guard", str(source), why)
         if key not in self._warned:
             self._warned.add(key)

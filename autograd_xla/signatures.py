@@ -378,8 +378,9 @@ def describe_change(old, new, arguments, static_names=()):
 
 def _argument_change(arguments0, arguments1, sig0, sig1):
     """The first argument whose static value or structure differs between two specs, in words
-    (else they differ in how arguments are passed). Each `arguments` is ((name, treedef) of each traced top-level argument, {name:
-    value} of the static ones, the leaves' names), as api's `_arguments` gives them."""
+    (else they differ in how the arguments are passed). Each `arguments` is ((name, treedef) of
+    each traced top-level argument, {name: value} of the static ones, the leaves' names), as
+    api's `_arguments` gives them."""
     (tops0, static0, leaves0), (tops1, static1, leaves1) = arguments0, arguments1
     for name in dict.fromkeys([*static0, *static1]):
         a, b = static0.get(name, _NOT_GIVEN), static1.get(name, _NOT_GIVEN)
