@@ -224,7 +224,7 @@ class Entry:
     """One signature of api.JittedFunction: traced (graph), then lowered, then compiled
     (`stage`), each when asked for."""
 
-    __slots__ = ("executable", "out_tree", "graph", "lowered", "fallback_cause", "cause", "guards", "draws",
+    __slots__ = ("executable", "out_tree", "graph", "lowered", "fallback_cause", "reason", "guards", "draws",
                  "static_leaves", "impure", "stage", "donated", "dynamic", "background", "fastpath", "ladder", "options",
                  "variant", "previous", "following", "flat", "direct")
 
@@ -233,7 +233,7 @@ class Entry:
         self.executable = self.lowered = None
         self.stage = TRACED if graph is not None else COMPILED  # a plain-autograd entry has nothing to do
         self.fallback_cause = None                  # see api._fallback_entry
-        self.cause = None                           # a plain-autograd entry's: what stopped compiling it (kept)
+        self.reason = None                          # a plain-autograd entry's: why, in one line (kept)
         self.guards = graph.guards if graph is not None else []
         self.draws = list(draws)                    # numpy.random calls replayed on every call (impurity.py)
         self.static_leaves = frozenset(static_leaves)  # leaf indices traced as static values
@@ -271,7 +271,7 @@ class Introspection:
             raise TypeError("introspection takes concrete arguments, not autograd boxes")
         entry = self._lookup(spec, leaves, count=False, stage=stage)
         if entry.python_fallback:
-            no_program(self, entry.cause)
+            no_program(self, entry)
         return self._key(spec, leaves), entry
 
     def graph(self, *args, **kwargs):
@@ -295,7 +295,7 @@ class Introspection:
         with self._lock:
             entry = self._advance(key, entry, COMPILED) if entry.stage < COMPILED else entry
         if entry.python_fallback:
-            no_program(self, entry.cause)
+            no_program(self, entry)
         return Compiled(repr(self), entry.executable, functools.partial(self._call_compiled, key, entry))
 
     def _call_compiled(self, key, entry, args, kwargs):
@@ -327,15 +327,17 @@ class Introspection:
         return output_shapes(entry.graph, entry.out_tree, self._x64(self._backend()))
 
 
-def no_program(jitted, cause):
+def no_program(jitted, entry):
     """Raise what introspection of a signature that runs as plain autograd finds: the error of
     the user's function itself (a NameError, numpy's ValueError: raised while tracing, as a call
-    raises it), else an UnsupportedPrimitiveError saying what stopped compiling it."""
+    raises it; kept while no plain run has succeeded), else an UnsupportedPrimitiveError saying
+    what stopped compiling it."""
+    cause = entry.fallback_cause
     if cause is not None and not isinstance(cause, JitError):
         raise cause  # (no note added: a later call's plain run copies the cause's notes onto its own error)
-    why = f" ({type(cause).__name__}: {str(cause).strip().partition(chr(10))[0]})" if cause is not None else ""
+    why = f" ({entry.reason})" if entry.reason else ""
     raise UnsupportedPrimitiveError(f"{jitted!r} runs as plain autograd for these arguments{why}, so there is no "
-                                    "compiled program to show; jit_ps(f, fallback='error') raises the cause") from cause
+                                    "compiled program to show; jit_ps(f, fallback='error') raises the cause")
 
 
 def check_size(graph, lowered, max_program):

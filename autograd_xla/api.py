@@ -68,10 +68,11 @@ MAX_PROGRAM = (40000, 32 << 20)
 
 def _fallback_entry(cause, impure=False):
     """A signature that runs as plain autograd; `cause` (the exception that stopped compiling
-    it) is reported once the plain run has succeeded (`fallback_cause`, then cleared) and kept
-    for introspection (`cause`: aot.no_program)."""
+    it) is reported once the plain run has succeeded, and then cleared (its traceback holds
+    the call's arguments); its first line stays, for introspection (aot.no_program)."""
     entry = Entry(None, None, impure=impure)
-    entry.fallback_cause = entry.cause = cause
+    entry.fallback_cause = cause
+    entry.reason = f"{type(cause).__name__}: {str(cause).strip().partition(chr(10))[0]}"
     return entry
 
 
@@ -481,10 +482,10 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         if self.fallback == "error":
             raise
         self.stats.fallbacks += 1
+        entry = _fallback_entry(cause, impure=isinstance(cause, ImpureFunctionError))
         if aot.explaining(self.explain):
-            aot.report(f"{self!r} runs as plain autograd for this signature: {type(cause).__name__}: "
-                       f"{str(cause).strip().partition(chr(10))[0]}")
-        return _fallback_entry(cause, impure=isinstance(cause, ImpureFunctionError))
+            aot.report(f"{self!r} runs as plain autograd for this signature: {entry.reason}")
+        return entry
 
     def _plain_argument(self, spec, leaves):
         """An argument that compiled code cannot take (leaf_signature raised PlainArgument)."""
