@@ -30,7 +30,7 @@ The modules stand on floors; each imports only its own floor and those below
     a batch of examples (vmap), op by op; backend: the runtime on one device; replicated:
     programs over several devices (pmap's); dispatch: jaxlib's C++ call path driving our
     executables; persistent_cache: compiled executables kept on disk (opt-in); distributed:
-    several processes as one job (initialize)
+    several processes as one job (initialize); placement: device_put, block_until_ready
  6. control_flow/: while_loop, fori_loop, scan, cond, switch and their derivatives
  7. compositions/: trace rules (odeint, fixed_point, scipy.stats, nan*) and the patches of
     autograd's globals that look at data
@@ -54,11 +54,13 @@ from .backend import DeviceArray, default_platform, devices, set_cpu_device_coun
 from .collectives import all_gather, axis_index, axis_size, pmax, pmean, pmin, ppermute, psum  # noqa: E402
 from .control_flow import cond, fori_loop, scan, switch, while_loop  # noqa: E402
 from .core import Graph  # noqa: E402
+from .distributed import local_devices, process_count, process_index  # noqa: E402
 from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, UnsupportedDtypeError,  # noqa: E402,E501
                      ImpureFunctionError, JitError, PlatformUnavailableError, PrecisionWarning, ProcessLostError,
                      ProgramTooLargeError, TracerLeakError, UnsupportedPrimitiveError)
 from .parallel import iterated_map_reduce, pmap  # noqa: E402
 from .persistent_cache import set_cache_dir  # noqa: E402
+from .placement import block_until_ready, device_put  # noqa: E402
 from .registry import register_batching_rule, register_trace_rule, register_translation_rule  # noqa: E402
 from .replicated import ShardedArray  # noqa: E402
 from .tiering import set_default_tiered  # noqa: E402
@@ -77,4 +79,5 @@ __all__ = ["jit_ps", "JittedFunction", "register_translation_rule", "register_tr
            "set_cache_dir", "vmap", "jacfwd", "jacrev", "hessian",
            "register_batching_rule", "pmap", "iterated_map_reduce", "psum", "pmean", "pmax", "pmin", "all_gather",
            "ppermute", "axis_index", "axis_size", "ShardedArray", "set_cpu_device_count", "distributed",
-           "ProcessLostError", "set_default_tiered"]
+           "ProcessLostError", "set_default_tiered", "device_put", "block_until_ready", "process_index",
+           "process_count", "local_devices"]

@@ -32,7 +32,7 @@ from autograd.tracer import box_types
 
 from . import dispatch, hlo, lowering, tree
 from .core import Aval, Graph, Var, prim_name
-from .errors import ArgumentError, CompileError, ProgramTooLargeError, UnsupportedPrimitiveError
+from .errors import ArgumentError, CompileError, JitError, ProgramTooLargeError, UnsupportedPrimitiveError
 from .signatures import PlainArgument
 
 #: The logger compile reports go to.
@@ -201,9 +201,12 @@ class CacheStats:
 
     def __init__(self):
         self.counts = dispatch.Counts()
-        self.traces = self.compiles = self.fallbacks = self.evictions = self.plain_tier_calls = 0
-        self.persistent_hits = self.upgrades = 0
-        self.trace_seconds = self.lower_seconds = self.compile_seconds = self.persistent_load_seconds = self.upgrade_seconds = 0.0
+        self.reset()
+
+    def reset(self):
+        """Every counter back to zero (the `counts` object stays: C++'s calls count into it)."""
+        for k in self.FIELDS:
+            setattr(self, k, 0.0 if k.endswith("seconds") else 0)
 
     hits, host_to_device, device_to_host = (
         property(lambda self, k=k: getattr(self.counts, k), lambda self, value, k=k: setattr(self.counts, k, value))
@@ -221,15 +224,16 @@ class Entry:
     """One signature of api.JittedFunction: traced (graph), then lowered, then compiled
     (`stage`), each when asked for."""
 
-    __slots__ = ("executable", "out_tree", "graph", "lowered", "fallback_cause", "guards", "draws", "static_leaves",
-                 "impure", "stage", "donated", "dynamic", "background", "fastpath", "ladder", "options", "variant",
-                 "previous", "following", "flat", "direct")
+    __slots__ = ("executable", "out_tree", "graph", "lowered", "fallback_cause", "reason", "guards", "draws",
+                 "static_leaves", "impure", "stage", "donated", "dynamic", "background", "fastpath", "ladder", "options",
+                 "variant", "previous", "following", "flat", "direct")
 
     def __init__(self, out_tree, graph, draws=(), static_leaves=(), impure=False, dynamic=()):
         self.out_tree, self.graph = out_tree, graph
         self.executable = self.lowered = None
         self.stage = TRACED if graph is not None else COMPILED  # a plain-autograd entry has nothing to do
         self.fallback_cause = None                  # see api._fallback_entry
+        self.reason = None                          # a plain-autograd entry's: why, in one line (kept)
         self.guards = graph.guards if graph is not None else []
         self.draws = list(draws)                    # numpy.random calls replayed on every call (impurity.py)
         self.static_leaves = frozenset(static_leaves)  # leaf indices traced as static values
@@ -267,8 +271,7 @@ class Introspection:
             raise TypeError("introspection takes concrete arguments, not autograd boxes")
         entry = self._lookup(spec, leaves, count=False, stage=stage)
         if entry.python_fallback:
-            raise UnsupportedPrimitiveError(f"{self!r} runs as plain autograd for these arguments, so there is no "
-                                            "compiled program to show; jit_ps(f, fallback='error') raises the cause")
+            no_program(self, entry)
         return self._key(spec, leaves), entry
 
     def graph(self, *args, **kwargs):
@@ -292,8 +295,7 @@ class Introspection:
         with self._lock:
             entry = self._advance(key, entry, COMPILED) if entry.stage < COMPILED else entry
         if entry.python_fallback:
-            raise UnsupportedPrimitiveError(f"{self!r}: XLA could not compile this signature, which runs as plain "
-                                            "autograd; jit_ps(f, fallback='error') raises the cause")
+            no_program(self, entry)
         return Compiled(repr(self), entry.executable, functools.partial(self._call_compiled, key, entry))
 
     def _call_compiled(self, key, entry, args, kwargs):
@@ -325,6 +327,19 @@ class Introspection:
         backend = self._backend()  # (results computed in 32 bits come back 64-bit unless kept on the device)
         return output_shapes(entry.graph, entry.out_tree,
                              self._x64(backend) or (self._widens(backend) and not self.keep_on_device))
+
+
+def no_program(jitted, entry):
+    """Raise what introspection of a signature that runs as plain autograd finds: the error of
+    the user's function itself (a NameError, numpy's ValueError: raised while tracing, as a call
+    raises it; kept while no plain run has succeeded), else an UnsupportedPrimitiveError saying
+    what stopped compiling it."""
+    cause = entry.fallback_cause
+    if cause is not None and not isinstance(cause, JitError):
+        raise cause  # (no note added: a later call's plain run copies the cause's notes onto its own error)
+    why = f" ({entry.reason})" if entry.reason else ""
+    raise UnsupportedPrimitiveError(f"{jitted!r} runs as plain autograd for these arguments{why}, so there is no "
+                                    "compiled program to show; jit_ps(f, fallback='error') raises the cause")
 
 
 def check_size(graph, lowered, max_program):

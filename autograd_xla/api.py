@@ -69,9 +69,11 @@ MAX_PROGRAM = (40000, 32 << 20)
 
 def _fallback_entry(cause, impure=False):
     """A signature that runs as plain autograd; `cause` (the exception that stopped compiling
-    it) is reported once the plain run has succeeded, and then cleared."""
+    it) is reported once the plain run has succeeded, and then cleared (its traceback holds
+    the call's arguments); its first line stays, for introspection (aot.no_program)."""
     entry = Entry(None, None, impure=impure)
     entry.fallback_cause = cause
+    entry.reason = f"{type(cause).__name__}: {str(cause).strip().partition(chr(10))[0]}"
     return entry
 
 
@@ -358,10 +360,13 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         if guard is None:
             self._took(last, entry, spec, leaves)
             return outs
+        if self.fallback == "error":
+            message = _refusal(self, source, why, decided, programs, "so this call cannot run compiled")
+            raise ConcretizationError(message, source=source)
         key = ("guard", str(source), why)
         if key not in self._warned:
             self._warned.add(key)
-            _warn(f"{self!r}: {why} at\n{source}\nso this call ran as plain autograd.", FallbackWarning)
+            _warn(_refusal(self, source, why, decided, programs, "so this call ran as plain autograd"), FallbackWarning)
         self.stats.fallbacks += 1
         return self._apply(spec, leaves)
 
@@ -490,10 +495,10 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         if self.fallback == "error":
             raise
         self.stats.fallbacks += 1
+        entry = _fallback_entry(cause, impure=isinstance(cause, ImpureFunctionError))
         if aot.explaining(self.explain):
-            aot.report(f"{self!r} runs as plain autograd for this signature: {type(cause).__name__}: "
-                       f"{str(cause).strip().partition(chr(10))[0]}")
-        return _fallback_entry(cause, impure=isinstance(cause, ImpureFunctionError))
+            aot.report(f"{self!r} runs as plain autograd for this signature: {entry.reason}")
+        return entry
 
     def _plain_argument(self, spec, leaves):
         """An argument that compiled code cannot take (leaf_signature raised PlainArgument)."""
@@ -791,6 +796,11 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
             out.extend(name + tree.format_path(keys) for keys in tree.leaf_paths(sub))
         return out
 
+    def _arguments(self, spec):
+        """A spec's arguments as signatures.describe_change names them: (name, treedef) of each
+        traced top-level argument, {name: value} of the static ones, every leaf's name."""
+        return self._top_level(spec), dict(self._static_items(spec[2], spec[3])), self._leaf_names(spec)
+
     def _top_level(self, spec):
         """(name, treedef) of each dynamic top-level argument, positional then keyword."""
         treedef, has_kwargs, static_pos, _ = spec
@@ -842,10 +852,8 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         return f"the closest cached signature{of} differs in {self._change(closest, key)}"
 
     def _change(self, previous, key):
-        if previous[0] != key[0]:
-            return describe_change(previous, key)
         names = self._leaf_names(key[0])
-        return describe_change(previous, key, names, [names[i] for i in sorted(self._auto_static[key[0]])])
+        return describe_change(previous, key, self._arguments, [names[i] for i in sorted(self._auto_static[key[0]])])
 
     # ----- warnings -------------------------------------------------------------------------
     def _note_recompile(self, key):
@@ -881,8 +889,9 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         return info
 
     def clear_cache(self):
-        """Forget every signature's trace and executable (and those of the derivatives); the
-        executables are freed unless another function uses them."""
+        """Forget every signature's trace and executable (and those of the derivatives), and set
+        the counters of `stats` / `cache_info()` back to zero, as functools.lru_cache's
+        cache_clear does; the executables are freed unless another function uses them."""
         with self._lock:
             programs = self._programs()
             self._forget_pending()
@@ -890,6 +899,8 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
             self._untraced.clear()
             self._forget_fast_paths()
             self._derivatives.clear()
+            self.stats.reset()
+            self._last_key = None
         if programs:
             self._backend().forget(programs)
 
@@ -921,6 +932,20 @@ def _has_float64(graph):
     on the way: the benchmarks' float32 MLP step has one, whose program is float32's)."""
     values = list(graph.invars) + list(graph.outvars)
     return any(np.result_type(v.aval.dtype if hasattr(v, "aval") else v) in _FLOAT64 for v in values)
+
+
+def _refusal(jitted, source, why, decided, programs, outcome):
+    """What a call that every guarded program of its signature refused is told (api._refused):
+    the condition and the user's line; for a Python branch decided at trace time, how many
+    programs the signature has and the loop or branch that compiles once for all data."""
+    if not decided:
+        return f"{jitted!r}: {why} at\n{source}\n{outcome}."
+    return (f"{jitted!r}: {why} at\n{source}\nin each of the {programs} compiled program(s) of this signature, "
+            f"{outcome}. A signature keeps at most {GUARDED_PROGRAMS} programs (api.GUARDED_PROGRAMS), one per way its "
+            "Python branches went when traced; a `while` on a traced value is unrolled, so each number of steps is "
+            "another program. One program for all data: autograd_xla.while_loop(cond_fun, body_fun, init) for the "
+            "loop (forward-mode differentiable; for grad, a scan over a fixed maximum number of steps, the extra "
+            "ones masked), autograd_xla.cond(pred, true_fun, false_fun, *operands) for a branch.")
 
 
 def _warn(message, category=UserWarning):

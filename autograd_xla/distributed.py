@@ -130,9 +130,10 @@ def process_count():
     return _job.num_processes if _job is not None else 1
 
 
-def local_devices():
-    """This process's CPU devices (autograd_xla.devices("cpu") lists every process's)."""
-    return list(backend.get_backend("cpu").local_devices)
+def local_devices(platform=None):
+    """This process's devices of `platform` (None: the default platform), as jax.local_devices;
+    autograd_xla.devices() lists every process's."""
+    return list(backend.get_backend(platform).local_devices)
 
 
 def key_value_client():

@@ -391,20 +391,17 @@ def donated_arguments(signature, donate_argnums, static_argnums):
     return frozenset(int(i) for i in nums)
 
 
-def describe_change(old, new, names=None, static_names=None):
-    """What differs first between cache keys `old` and `new`, in words; `names`: of the leaves,
-    `static_names`: of the leaves whose values `new` holds as static values (its third part)."""
+def describe_change(old, new, arguments, static_names=()):
+    """What differs first between cache keys `old` and `new`, in words. `arguments`: the
+    jitted function's naming of a spec's arguments (api's `_arguments`); `static_names`: of the
+    leaves whose values `new` holds as static values (its third part)."""
     (spec0, sig0, *st0), (spec1, sig1, *st1) = old, new
-    if spec0[0] != spec1[0] or spec0[1] != spec1[1]:
-        return f"argument structure ({tree.describe(spec0[0])} -> {tree.describe(spec1[0])})"
-    if spec0[2:] != spec1[2:]:
-        for (i, a), (j, b) in zip(spec0[2] + spec0[3], spec1[2] + spec1[3]):
-            if i == j and a != b:
-                return f"the value of static argument {i!r} ({short(a)} -> {short(b)})"
-        return "the set of static arguments given"
+    if spec0 != spec1:
+        return _argument_change(arguments(spec0), arguments(spec1), sig0, sig1)
+    names = arguments(spec1)[2]
     for k, (a, b) in enumerate(zip(sig0, sig1)):
         if a != b:
-            who = f"argument {names[k]}" if names and k < len(names) else "an argument"
+            who = f"argument {names[k]}" if k < len(names) else "an argument"
             if isinstance(a, tuple) and isinstance(b, tuple):
                 what = ("class or attributes" if a[:2] == b[:2] else "dtype" if a[0] == b[0] else
                         "shape" if a[1] == b[1] else "shape and dtype")
@@ -420,6 +417,53 @@ def describe_change(old, new, names=None, static_names=None):
                             "static value")
         return "the value of an argument used as a static value"
     return "its signature"
+
+
+def _argument_change(arguments0, arguments1, sig0, sig1):
+    """The first argument whose static value or structure differs between two specs, in words
+    (else they differ in how the arguments are passed). Each `arguments` is ((name, treedef) of
+    each traced top-level argument, {name: value} of the static ones, the leaves' names), as
+    api's `_arguments` gives them."""
+    (tops0, static0, leaves0), (tops1, static1, leaves1) = arguments0, arguments1
+    for name in dict.fromkeys([*static0, *static1]):
+        a, b = static0.get(name, _NOT_GIVEN), static1.get(name, _NOT_GIVEN)
+        if a is not b and not _equal(a, b):
+            return f"the value of static argument {name} ({short(a)} -> {short(b)})"
+    trees0, trees1 = dict(tops0), dict(tops1)
+    for name in dict.fromkeys([*trees0, *trees1]):
+        if name not in trees0 or name not in trees1:
+            return f"the arguments given ({name} {'given' if name in trees1 else 'not given'} now)"
+        found = tree.first_difference(trees0[name], trees1[name])
+        if found is not None:
+            path, a, b = found
+            where = name + tree.format_path(path)
+            text0, text1 = (_part(x, where, dict(zip(leaves, sig))) for x, leaves, sig in ((a, leaves0, sig0),
+                                                                                              (b, leaves1, sig1)))
+            what = "value" if (None,) in (a, b) else "structure"
+            return f"the {what} of argument {where} ({text0} -> {text1})"
+    return "how the arguments are passed (by position or by keyword)"
+
+
+class _NotGiven:
+    def __repr__(self):
+        return "not given"
+
+
+_NOT_GIVEN = _NotGiven()
+
+
+def _equal(a, b):
+    try:
+        return bool(a == b)
+    except Exception:  # an object whose == is not a truth value
+        return False
+
+
+def _part(treedef, where, signatures):
+    """One side of a structure's difference: None, a leaf's signature, or a container's shape."""
+    if treedef is tree.LEAF:
+        return sig_str(signatures[where]) if where in signatures else "a value"
+    return "None" if treedef == (None,) else tree.describe(treedef)
 
 
 def retrace_advice(static_names, traces, compiles):

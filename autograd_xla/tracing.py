@@ -22,10 +22,12 @@ point (`bind`) both ways: the Tracer's numpy surface (methods, operators, in-pla
 updates, affine integer bounds) binds, the interceptors of autograd's primitives bind,
 and `bind`'s errors read the traces; split into modules, they would import each other.
 """
+import ast
 import contextlib
 import dis
 import gc
 import itertools
+import linecache
 import operator
 import os
 import sys
@@ -678,8 +680,9 @@ def _concrete(kind, decides_shape=False, conversion=False):
     """A Tracer method that needs the data. `conversion`: one numpy's item assignment calls to
     store the value into a numpy array (float(), int(), complex(), bool())."""
     def method(self, *args, **kwargs):
-        if conversion and storing_into_array(sys._getframe(1)):
-            raise store_error(self)
+        caller = sys._getframe(1)
+        if conversion and storing_into_array(caller):
+            raise store_error(self, caller)
         raise concretization_error(self, kind, decides_shape=decides_shape)
     return method
 
@@ -698,17 +701,35 @@ def storing_into_array(frame):
     return code.co_code[frame.f_lasti] in _STORE_OPCODES and not library_file(code.co_filename)
 
 
-def store_error(tracer, boxed=False, hint=None):
-    """The ConcretizationError of `y[...] = value` with y a numpy array and `tracer` the
-    value; `boxed`: autograd is differentiating it, which plain autograd cannot do either, so
-    the remedy is a note, kept by the plain run's own error (api's fallback copies notes)."""
-    what = f"Storing a {'value being differentiated' if boxed else 'value'} into a numpy array (`y[...] = value`, " \
-           "y a numpy array)"
+def stored_array(frame):
+    """The user's text for the array `frame`'s store writes into (`out` of `out[i] = v`,
+    `self.buf` of `self.buf[:, 0] = v`), read from the source span Python keeps for the store
+    instruction (code.co_positions); "y" where the source cannot be read."""
+    code = frame.f_code
+    try:
+        line, end_line, col, end_col = next(itertools.islice(code.co_positions(), frame.f_lasti // 2, None))
+        lines = [linecache.getline(code.co_filename, n).encode() for n in range(line, end_line + 1)]
+        lines[-1] = lines[-1][:end_col]  # (byte offsets, as Python counts them)
+        lines[0] = lines[0][col:]
+        target = ast.parse("(" + b"".join(lines).decode() + ")", mode="eval").body
+        return ast.unparse(target.value) if type(target) is ast.Subscript else "y"
+    except (StopIteration, TypeError, ValueError, SyntaxError, UnicodeDecodeError):
+        return "y"
+
+
+def store_error(tracer, frame, boxed=False, hint=None):
+    """The ConcretizationError of `y[...] = value` with y a numpy array, `tracer` the value
+    and `frame` the user's frame executing the store (y is named as written there); `boxed`:
+    autograd is differentiating it, which plain autograd cannot do either, so the remedy is a
+    note, kept by the plain run's own error (api's fallback copies notes)."""
+    y = stored_array(frame)
+    what = f"Storing a {'value being differentiated' if boxed else 'value'} into a numpy array (`{y}[...] = value`, " \
+           f"{y} a numpy array)"
     if not boxed:
         return concretization_error(tracer, what, hint=hint, remedy=(
-            "A numpy array holds data, and inside jit_ps only shapes and dtypes are known. Make y a traced "
-            "array: create it from a traced value with autograd.numpy (y = np.zeros_like(x)), so that "
-            "`y[...] = value` is recorded; or build the array from the values (np.stack, np.concatenate, "
+            f"A numpy array holds data, and inside jit_ps only shapes and dtypes are known. Make {y} a traced "
+            f"array: create it from a traced value with autograd.numpy ({y} = np.zeros_like(x)), so that "
+            f"`{y}[...] = value` is recorded; or build the array from the values (np.stack, np.concatenate, "
             "np.array([...]), np.where), which grad can also differentiate."))
     return annotate(concretization_error(tracer, what, hint=hint, remedy=""), ASSIGNMENT_NOT_DIFFERENTIABLE)
 
@@ -1036,13 +1057,15 @@ class Tracer:
             hint = ("If a plain numpy array is indexed with it (`table[idx]`, `table` a constant, not an argument), "
                     "numpy itself asks for concrete indices: pass `table` to the jitted function as an argument, "
                     "or look it up with np.take(table, idx, axis=...).")
-        if storing_into_array(sys._getframe(1)):  # y[a:b] = x (or the index of a store, when an integer)
-            raise store_error(self, hint=hint)
+        caller = sys._getframe(1)
+        if storing_into_array(caller):  # y[a:b] = x (or the index of a store, when an integer)
+            raise store_error(self, caller, hint=hint)
         raise concretization_error(self, "np.asarray(x) / np.array(x)", hint=hint)
 
     def __bool__(self):
-        if storing_into_array(sys._getframe(1)):
-            raise store_error(self)
+        caller = sys._getframe(1)
+        if storing_into_array(caller):
+            raise store_error(self, caller)
         return speculated_bool(self)
 
     __float__ = _concrete("float(x)", conversion=True)

@@ -106,6 +106,17 @@ def num_leaves(treedef):
     return sum(num_leaves(c) for c in children)
 
 
+def first_difference(a, b, prefix=()):
+    """(key path, a's part, b's part) where structures `a` and `b` first differ, or None."""
+    if a == b:
+        return None
+    if a is LEAF or b is LEAF or a[0] is not b[0] or a[0] is None or len(a[-1]) != len(b[-1]) or a[1:-1] != b[1:-1]:
+        return prefix, a, b
+    keys = a[1] if a[0] is dict else range(len(a[1]))
+    return next(found for k, x, y in zip(keys, a[-1], b[-1]) for found in [first_difference(x, y, prefix + (k,))]
+                if found is not None)
+
+
 def describe(treedef):
     """Short human form of a structure, for recompile warnings."""
     if treedef is LEAF:

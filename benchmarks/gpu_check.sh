@@ -12,8 +12,8 @@
 # jax-cudaNN-plugin), numpy, scipy, pytest (pytest-xdist, pytest-timeout if present) and autograd
 # 1.9.1. A machine without network access can be given autograd as a wheel in .whl/ (pip download
 # --no-deps autograd==1.9.1 -d .whl), installed into its Python here, so that the tests' child
-# processes find it too. autograd_xla is pinned to jaxlib 0.10.2; the first run, on jaxlib 0.11.2
-# (2026-12-04), found the one runtime call that had moved (backend.result_handler).
+# processes find it too. autograd_xla is pinned to jaxlib 0.10.2; on another jaxlib, the runtime calls
+# that moved between versions are in autograd_xla/clients.py (clients.result_handler among them).
 set -uo pipefail
 T0=$SECONDS
 PY=${PY:-python3}; TESTS=${TESTS:-tests/}; WORKERS=${WORKERS:-12}; END=${END:-525}; BENCH=${BENCH:-200}

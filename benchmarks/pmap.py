@@ -21,7 +21,7 @@ the parent prints one report.
 Every contender's result is checked against plain autograd on the full batch first. Then a
 per-call breakdown of autograd_xla's pmap call (put, execute, gather) and, with --profile or
 when autograd_xla is more than 1.25x slower than jax.pmap, a cProfile of the call path.
-See benchmarks/README.md, section "pmap.py".
+See docs/benchmarks.rst.
 """
 import argparse
 import cProfile

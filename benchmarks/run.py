@@ -6,7 +6,7 @@
 
 Prints markdown: the environment, steady-state medians and ratios, first-call times, and
 the acceptance checks. The jax columns appear when jax is importable (benchmarks may
-import jax; the package never does). See benchmarks/README.md for what each number means.
+import jax; the package never does). See docs/benchmarks.rst for what each number means.
 """
 import argparse
 import itertools

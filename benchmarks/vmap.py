@@ -15,7 +15,7 @@ Prints markdown, everything measured in one process, contenders interleaved (tim
    `jit_ps(autograd.hessian(f))`, which should not grow with n.
 
 Then a diagnosis (optimised-HLO op counts, the compiled programs' parameters, arrays moved per
-call) and the acceptance checks. See benchmarks/README.md, section "vmap.py".
+call) and the acceptance checks. See docs/benchmarks.rst.
 """
 import gc
 import os

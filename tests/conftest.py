@@ -14,7 +14,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-# Four CPU devices for the whole session (pmap, collectives); single-device programs run on the
+# Four CPU devices for the whole test run (pmap, collectives); single-device programs run on the
 # first and cost the same. Set before the CPU client starts; a run may choose another count.
 os.environ.setdefault("AUTOGRAD_XLA_CPU_DEVICES", "4")
 

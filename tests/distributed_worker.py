@@ -37,7 +37,7 @@ def batch(num_devices, per_device=8, features=5):
 
 
 def collectives(rank, out):
-    gdevs, ldevs = ax.devices("cpu"), distributed.local_devices()
+    gdevs, ldevs = ax.devices("cpu"), distributed.local_devices("cpu")
     out["global_ids"] = [d.id for d in gdevs]
     out["local_ids"] = [d.id for d in ldevs]
     out["process_index"], out["process_count"] = distributed.process_index(), distributed.process_count()

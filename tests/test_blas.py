@@ -95,7 +95,7 @@ def test_a_large_argument_is_multiplied_where_it_is(dtype, offset, monkeypatch):
     assert_close(f(onp.ascontiguousarray(X), w, r), form(X, w, r))    # another address, same program
     Xt = onp.asfortranarray(X)                          # not C-contiguous: copied, to offset 0
     assert_close(f(Xt, w, r), form(Xt, w, r))
-    if dtype != onp.float64:  # autograd's float32 mean has a float64 gradient (benchmarks/README)
+    if dtype != onp.float64:  # autograd's float32 mean has a float64 gradient (docs/benchmarks.rst)
         return
     vg = jit_ps(value_and_grad(logistic_loss_matmul))  # X @ w and its gradient's X.T @ column
     y = (rs.rand(shape[0]) > 0.5).astype(dtype)
@@ -359,7 +359,7 @@ def test_a_symmetric_constant_is_multiplied_by_symv(label, make, symmetric, dtyp
     x = rs.randn(M).astype(dtype)
     forms = {"matrix_first": lambda x: S @ x, "vector_first": lambda x: x @ S, "transposed": lambda x: S.T @ x,
              "quadratic": lambda x: x @ (S @ x) - np.sum(x)}
-    if dtype == onp.float64:  # autograd's float32 dot has float64 gradients (benchmarks/README)
+    if dtype == onp.float64:  # autograd's float32 dot has float64 gradients (docs/benchmarks.rst)
         forms["gradient"] = grad(forms["quadratic"])
     for name, form in forms.items():
         f = jit_ps(form)

@@ -853,7 +853,9 @@ def test_speculation_stops_where_a_value_cannot_be_known_at_trace_time():
     """A branch on a loop's carry, on a random draw, or past SPECULATED_BRANCHES (a Python
     `while` unrolled) still raises the concretization error (an impure-function one for the
     draw); under the bound a `while` compiles unrolled, guarded at each step, one program
-    per step count up to GUARDED_PROGRAMS, then plain autograd."""
+    per step count up to GUARDED_PROGRAMS; a call past them raises under fallback="error"
+    (saying how many programs a signature keeps, and that while_loop compiles one for all
+    step counts) and runs as plain autograd with a FallbackWarning saying the same otherwise."""
     from autograd_xla.api import GUARDED_PROGRAMS
     carry = lambda x: fori_loop(0, 3, lambda i, c: c * 2.0 if np.sum(c) > 0 else c, x)  # noqa: E731
     drawn = lambda x: x * 2 if onp.random.randn() + np.sum(x) > 0 else x  # noqa: E731
@@ -872,11 +874,33 @@ def test_speculation_stops_where_a_value_cannot_be_known_at_trace_time():
     for scale in scales[:-1]:
         assert_close(jf(X * scale), halve(X * scale))
     assert jf.cache_info()["compiles"] == GUARDED_PROGRAMS and jf.cache_info()["fallbacks"] == 0
-    with pytest.warns(FallbackWarning, match="went the other way"):
-        assert_close(jf(X * scales[-1]), halve(X * scales[-1]))  # one step count too many: plainly
+    advice = rf"(?s)went the other way.*in each of the {GUARDED_PROGRAMS} compiled program.*autograd_xla\.while_loop"
+    with pytest.raises(ConcretizationError, match=advice) as info:
+        jf(X * scales[-1])  # one step count too many
+    assert info.value.source.function == "halve"
     for scale in (1.0, scales[0], scales[-2]):  # the programs made still run theirs
         assert_close(jf(X * scale), halve(X * scale))
-    assert jf.cache_info()["fallbacks"] == 1
+    assert jf.cache_info()["fallbacks"] == 0
+    plain = jit_ps(halve)
+    for scale in [1.0] + scales[:-1]:
+        assert_close(plain(X * scale), halve(X * scale))
+    with pytest.warns(FallbackWarning, match=advice.replace(".*while", ".*so this call ran as plain autograd.*while")):
+        assert_close(plain(X * scales[-1]), halve(X * scales[-1]))  # plainly
+    assert plain.cache_info()["fallbacks"] == 1
+
+
+def test_fallback_error_raises_for_a_python_while_no_guarded_program_covers():
+    """The issue's case: a `while` whose step count grows with the data, under fallback="error",
+    raises once the signature's programs are used up, and never runs a call plainly."""
+    def halve(x):
+        while np.sum(x ** 2) > 1e-3:
+            x = x * 0.5
+        return x
+    jf = jit_ps(halve, fallback="error")
+    with pytest.raises(ConcretizationError, match="while_loop"):
+        for s in range(1, 33):
+            assert_close(jf(onp.ones(3) * s), halve(onp.ones(3) * s))
+    assert jf.cache_info()["fallbacks"] == 0
 
 
 def test_python_float_branch_speculates_once_it_is_a_parameter():

@@ -66,7 +66,7 @@ FLOORS = [
     ("translation rules", ["rules"]),
     ("interpreters: tracing, lowering, batching, partial evaluation; the runtime, its C++ dispatch, its processes",
      ["tracing", "lowering", "batching", "partial_eval", "backend", "replicated", "dispatch", "_callpath",
-      "persistent_cache", "distributed"]),
+      "persistent_cache", "distributed", "placement"]),
     ("structured control flow", ["control_flow"]),
     ("compositions: trace rules and patches of autograd", ["compositions"]),
     ("derivatives of compiled calls, random draws, batched calls, collectives, pmap",

@@ -1,4 +1,4 @@
-"""pmap over the session's CPU devices (conftest: four), the collectives over a pmap's devices
+"""pmap over the test run's CPU devices (conftest: four), the collectives over a pmap's devices
 and over a vmap's batch, their derivatives, and iterated_map_reduce; each against numpy or
 plain autograd on the whole batch."""
 import warnings

@@ -93,6 +93,33 @@ def test_storing_a_traced_value_runs_plainly_with_the_cause_named(f, aval):
                               f"{store_message(f, aval)}\njit_ps(f, fallback='error') makes this an error.")
 
 
+class Holder:
+    buf = onp.zeros(3)
+
+
+def store_into_out(x):
+    out = onp.zeros(3)
+    out[0] = x[0]
+    return np.sum(out * x)
+
+
+def store_over_two_lines(x):
+    Holder.buf[
+        1:] = x[1:]
+    return np.sum(x)
+
+
+def test_the_array_stored_into_is_named_as_the_user_wrote_it():
+    """The message names the array as the store writes it (tracing.stored_array reads the
+    store's source span), not a generic `y`: a local, and an attribute over two lines."""
+    with pytest.raises(ConcretizationError) as info:
+        jit_ps(store_into_out, fallback="error")(X)
+    assert str(info.value).startswith("Storing a value into a numpy array (`out[...] = value`, out a numpy array)")
+    assert "Make out a traced array" in str(info.value) and "(out = np.zeros_like(x))" in str(info.value)
+    with pytest.raises(ConcretizationError, match=r"\(`Holder\.buf\[\.\.\.\] = value`, Holder\.buf a numpy"):
+        jit_ps(store_over_two_lines, fallback="error")(X)
+
+
 def test_the_remedy_a_traced_array_compiles():
     def f(x):
         y = np.zeros_like(x)

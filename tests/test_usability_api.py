@@ -10,7 +10,7 @@ import pytest
 
 import autograd.numpy as np
 from autograd import elementwise_grad, grad, hessian, jacobian, value_and_grad
-from autograd_xla import ArgumentError, ConcretizationError, backend, jit_ps
+from autograd_xla import ArgumentError, ConcretizationError, JitError, backend, jit_ps
 from autograd_xla.api import RETRACE_WARN_AFTER
 from helpers import assert_close
 
@@ -118,6 +118,48 @@ def test_stablehlo_lowers_without_compiling():
     assert jf.cache_info()["traces"] == 1
 
 
+def undefined(x):
+    return np.sum(undefined_name * x)  # noqa: F821
+
+
+@pytest.mark.parametrize("method", ["graph", "lower", "stablehlo"])
+def test_introspection_raises_the_error_of_the_users_code_as_a_call_does(method):
+    """A function that fails in the user's own code (a NameError) has no program to show:
+    graph() and lower() raise that error, as calling it does, not a JitError hiding it."""
+    with pytest.raises(NameError, match="undefined_name"):
+        undefined(X)
+    jf = jit_ps(undefined)
+    with pytest.raises(NameError, match="undefined_name"):
+        getattr(jf, method)(X)
+    with pytest.raises(NameError, match="undefined_name"):
+        jf(X)
+    with pytest.raises(NameError, match="undefined_name"):
+        getattr(jf, method)(X)  # after the call too
+
+
+def test_introspection_of_a_signature_running_plainly_says_why():
+    """What stops a signature compiling, when it is not the user's error, is named."""
+    with pytest.warns(UserWarning):
+        jit_ps(branchy)(P, X)
+    with pytest.raises(JitError, match=r"runs as plain autograd for these arguments \(ConcretizationError: "):
+        jit_ps(branchy).graph(P, X)
+
+
+def test_clear_cache_sets_the_counters_back_to_zero():
+    """As functools.lru_cache's cache_clear does: the counters count from the clear."""
+    jf = jit_ps(loss)
+    jf(P, X, 2.0)
+    jf(P, X, 3.0)
+    info = jf.cache_info()
+    assert (info["traces"], info["hits"], info["size"]) == (1, 1, 1) and info["trace_seconds"] > 0
+    jf.clear_cache()
+    info = jf.cache_info()
+    assert all(info[k] == 0 for k in jf.stats.FIELDS) and info["size"] == 0
+    assert_close(jf(P, X, 2.0), loss(P, X, 2.0))
+    info = jf.cache_info()
+    assert (info["traces"], info["hits"], info["size"]) == (1, 0, 1)
+
+
 # ----- 3. the advice for Python control flow on an int ----------------------------------------
 def test_auto_static_warning_says_each_value_compiles_and_how_to_avoid_it():
     def partial_sum(x, n):
@@ -170,7 +212,39 @@ def test_explain_logs_each_trace_and_compile_with_its_reason(caplog, no_recent_p
     jf(P, X, 2)
     assert _log(caplog)[0].endswith("differs in the type of argument n (Python float -> Python int)")
     jf([P], X, 2.0)
-    assert "differs in argument structure" in _log(caplog)[0]
+    assert _log(caplog)[0].endswith("differs in the structure of argument P (float64[3] -> [*])")
+
+
+def reduce(x, axis=None, mode="sum"):
+    return np.sum(x, axis=axis) if mode == "sum" else np.max(x, axis=axis)
+
+
+@pytest.mark.parametrize("static_argnames, calls, reason", [
+    ("mode", [dict(mode="sum"), dict(mode="max")], "the value of static argument 'mode' ('sum' -> 'max')"),
+    ("axis", [dict(axis=None), dict(axis=0)], "the value of static argument 'axis' (None -> 0)"),
+    ((), [dict(axis=None), dict(axis=0)], "the value of argument axis (None -> Python int)"),
+    ((), [dict(), dict(axis=0)], "the arguments given (axis given now)"),
+    ("mode", [dict(mode="sum"), dict()], "the value of static argument 'mode' ('sum' -> not given)"),
+], ids=["static_value", "static_none", "none_to_value", "given", "not_given"])
+def test_explain_names_the_keyword_argument_whose_value_changed(caplog, static_argnames, calls, reason):
+    """A new value of a keyword argument, static or None before, is reported as that, not as a
+    change of "argument structure"."""
+    caplog.set_level(logging.WARNING, logger="autograd_xla")
+    jf = jit_ps(reduce, static_argnames=static_argnames, explain=True)
+    x = rs.randn(3, 2)
+    for kwargs in calls:
+        assert_close(jf(x, **kwargs), reduce(x, **kwargs))
+    traced = [m for m in _log(caplog) if " traced in " in m]
+    assert traced[-1].endswith(f"the closest cached signature differs in {reason}"), traced[-1]
+
+
+def test_explain_says_an_argument_moved_between_position_and_keyword(caplog):
+    caplog.set_level(logging.WARNING, logger="autograd_xla")
+    jf = jit_ps(reduce, static_argnums=2, explain=True)
+    x = rs.randn(3, 2)
+    jf(x, None, "max")
+    jf(x, None, mode="max")
+    assert _log(caplog)[-2].endswith("differs in how the arguments are passed (by position or by keyword)")
 
 
 DATA = rs.randn(10, 256)  # rows above context.LIFT_BYTES: parameters of the program, not constants
@@ -198,7 +272,7 @@ def test_explain_names_static_values_and_reused_compiles(caplog):
     js = jit_ps(lambda x, k: x ** k, static_argnums=1, explain=True)
     js(w, 2)
     js(w, 3)
-    assert "differs in the value of static argument 1 (2 -> 3)" in _log(caplog)[-2]
+    assert "differs in the value of static argument 'k' (2 -> 3)" in _log(caplog)[-2]
 
 
 def test_explain_follows_derivatives_and_plain_fallbacks(caplog):

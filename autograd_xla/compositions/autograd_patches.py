@@ -187,8 +187,9 @@ def _box_conversion(kind):
     and a box of a traced value stored into a numpy array (`y[0] = x[0]` under grad) is
     told what autograd cannot do there and what to write instead."""
     def convert(self):
-        if type(self._value) is Tracer and tracing.storing_into_array(sys._getframe(1)):
-            raise tracing.store_error(self._value, boxed=True)
+        caller = sys._getframe(1)
+        if type(self._value) is Tracer and tracing.storing_into_array(caller):
+            raise tracing.store_error(self._value, caller, boxed=True)
         raise TypeError(f"{kind}() argument must be a real number, not '{type(self).__name__}'")
     return convert
 

@@ -1,0 +1,51 @@
+"""Data on a device, as JAX users place it: `device_put` (arrays to a device without a jitted
+identity to put them there) and `block_until_ready` (wait for results kept on a device)."""
+import numpy as np
+
+from . import backend, tree
+from .backend import DeviceArray, OnDevice
+from .core import Aval
+
+
+def device_put(x, device=None):
+    """`x` (an array, a number, or a tuple/list/dict of them) as DeviceArrays on `device`, in
+    its structure, as jax.device_put: passed to a jitted function of that platform, they cost
+    no transfer, without a jitted identity to put them there. `device`: None (the default
+    platform's), a platform name ('cpu', 'gpu', 'tpu'), or a device of `devices()`, the first
+    of its platform's on this process (the one jitted functions run on). A DeviceArray
+    already there is returned as it is; arrays are copied, so later writes to `x` are not seen.
+    float64 stays float64 (jit_ps's x64=False converts at the call)."""
+    where = _backend_of(device)
+    leaves, treedef = tree.flatten(x)
+    return tree.unflatten(treedef, [_put_leaf(leaf, where) for leaf in leaves])
+
+
+def _backend_of(device):
+    if device is None or isinstance(device, str):
+        return backend.get_backend(device)
+    if not hasattr(device, "platform"):
+        raise TypeError(f"device must be None, a platform name or a device of autograd_xla.devices(), not {device!r}")
+    where = backend.get_backend(device.platform)
+    if device != where.default_device:
+        raise ValueError(f"device_put puts arrays on {where.default_device}, the device jitted functions of "
+                         f"platform {where.platform!r} run on, not {device} (pmap places shards on several)")
+    return where
+
+
+def _put_leaf(x, where):
+    if type(x) is DeviceArray and x.backend is where:
+        return x
+    array = np.asarray(x)
+    if not backend.supported_dtype(array.dtype):
+        raise TypeError(f"device_put: XLA has no type for dtype {array.dtype}")
+    return DeviceArray(where.put(array), Aval(array.shape, array.dtype), where)
+
+
+def block_until_ready(x):
+    """Wait until every array in `x` (any structure of tuples, lists and dicts) is computed, and
+    return `x`, as jax.block_until_ready. A jitted function's numpy results are ready when it
+    returns; DeviceArray and ShardedArray results (keep_on_device=True) are waited for."""
+    for leaf in tree.flatten(x)[0]:
+        if isinstance(leaf, OnDevice):
+            leaf.block_until_ready()
+    return x
