@@ -1381,19 +1381,26 @@ def _box_tracer(value, trace, node):
 # model's backward pass in float64, its matrix products included, and returns float64
 # gradients. While tracing, a derivative is computed in its primal's precision instead: what
 # that code makes is weakly typed (creation and numbers, autograd_patches.py and `_operator`),
-# and what a VJP or JVP returns wider than its primal (a contraction with such an array) is
-# cast back (`in_dtype`, applied by autograd_patches.py's VJPNode and JVPNode). Values agree
+# and what a VJP or JVP returns wider than its primal and than what it was computed from (a
+# contraction with such an array) is cast back (`in_dtype`, `widest`, applied by
+# autograd_patches.py's VJPNode and JVPNode). Values agree
 # with plain autograd's to the primal dtype's precision; a float64 primal's derivative is
 # plain autograd's.
-def _dtype(x):
-    return getattr(getval(x), "dtype", None)
+def dtype_of(x):
+    """The numpy dtype of an array, box or Tracer; None for anything else and for a weakly
+    typed Tracer (a Python number, which widens nothing)."""
+    x = getval(x)
+    if type(x) is Tracer and x.aval.weak_type:
+        return None
+    dtype = getattr(x, "dtype", None)
+    return dtype if isinstance(dtype, np.dtype) else None  # not a class's descriptor (np.float32.dtype)
 
 
 def in_dtype(g, dtype):
     """Cotangent or tangent `g` in `dtype`, its primal's, where g is a wider float (complex) of
     a narrower float (complex) primal; otherwise g itself (integers, real and complex mixed,
     autograd's sparse objects)."""
-    have = _dtype(g)
+    have = dtype_of(g)
     if not _narrower(dtype) or have is None or have.kind != dtype.kind or have.itemsize <= dtype.itemsize:
         return g
     return g.astype(dtype)
@@ -1404,15 +1411,39 @@ def _narrower(dtype):
     return dtype is not None and dtype.itemsize < {"f": 8, "c": 16}.get(dtype.kind, 0)
 
 
-def in_primal_dtypes(vjp, primals):
-    """A VJP whose cotangents are in_dtype of their `primals`' dtypes (vjp itself where none
-    is narrower than float64 or complex128)."""
-    dtypes = [_dtype(x) for x in primals]
+def widest(dtype, incoming):
+    """The dtype a derivative of a `dtype` primal is kept in, given the `incoming` dtypes of what
+    it is computed from (the cotangent or tangents, the operation's operands): the primal's, or
+    its kind at an incoming one's wider precision (a float64 cotangent the user's own float64 code
+    sends into a float32 operation stays float64, as in plain autograd: only what autograd's
+    derivative code widens by itself is cast back)."""
+    if dtype is None or dtype.kind not in "fc":
+        return dtype
+    bits = _precision(dtype)
+    for d in incoming:
+        if d is not None and d.kind in "fc" and _precision(d) > bits:
+            dtype, bits = np.promote_types(dtype, np.dtype(f"f{_precision(d)}")), _precision(d)
+    return dtype
+
+
+def _precision(dtype):
+    """Bytes of one real number of float or complex `dtype` (complex128's: 8)."""
+    return dtype.itemsize // 2 if dtype.kind == "c" else dtype.itemsize
+
+
+def in_primal_dtypes(vjp, primals, operands):
+    """A VJP whose cotangents are in_dtype of their `primals`' dtypes, or of the incoming
+    cotangent's or of one of the operation's `operands` (its arguments and result, which the
+    VJP reads) where wider (`widest`); vjp itself where no primal is narrower than float64 or
+    complex128."""
+    dtypes = [dtype_of(x) for x in primals]
     if not any(map(_narrower, dtypes)):
         return vjp
+    read = [dtype_of(x) for x in operands]
 
     def narrowed(g):
-        return tuple(in_dtype(x, d) for x, d in zip(vjp(g), dtypes))
+        incoming = read + [dtype_of(x) for x in (g if type(getval(g)) in (tuple, list) else (g,))]
+        return tuple(in_dtype(x, widest(d, incoming)) for x, d in zip(vjp(g), dtypes))
     return narrowed
 
 

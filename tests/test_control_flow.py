@@ -582,9 +582,7 @@ def test_third_derivative_recomputes_and_matches():
     assert_close(jit_ps(third, fallback="error")(X), expected)
 
 
-def test_float32_loop_with_float64_cotangent_gives_float32_derivatives():
-    """A float64 cotangent reaching a float32 loop: the derivative is in its primal's precision
-    (tracing.in_primal_dtypes), float32, where plain autograd's is float64; values agree."""
+def test_float32_loop_with_float64_cotangent_keeps_autograd_dtypes():
     x32 = X.astype(onp.float32)
     f = lambda x: fori_loop(0, 3, lambda i, c: c - 0.2 * np.sin(c) * x, x)  # noqa: E731
 
@@ -597,8 +595,8 @@ def test_float32_loop_with_float64_cotangent_gives_float32_derivatives():
     s, sr = scalarize(f), scalarize(ref)  # sum(w * f) with float64 w: float64 cotangents
     for got, expected in [(jit_ps(grad(s))(x32), grad(sr)(x32)),
                           (jit_ps(hessian_tensor_product(s))(x32, x32), hessian_tensor_product(sr)(x32, x32))]:
-        assert got.dtype == onp.float32 and expected.dtype == onp.float64
-        assert_close(got, expected.astype(onp.float32), rtol=1e-5)
+        assert got.dtype == expected.dtype == onp.float64
+        assert_close(got, expected, rtol=1e-5)
 
 
 def test_float32_loop_with_constant_float64_outputs_keeps_float32_gradients():

@@ -1,9 +1,9 @@
 """Derivatives in their primal's precision (tracing.in_dtype, compositions/autograd_patches.py's
 weak creation): every autograd VJP and JVP that makes arrays or numbers of numpy's default
 dtype (np.where's zeros, np.mean's count, np.trace's eye, np.einsum's ones, linspace's
-linspace, the linear algebra derivatives' eye and ones, rfft's factors, multigammaln's
-arange) gives a float32 primal a float32 derivative under jit_ps, equal to plain autograd's
-(which is float64 for several of them) to float32's precision; a float64 primal's is plain
+linspace, the linear algebra derivatives' eye and ones, rfft's factors) gives a float32
+primal a float32 derivative under jit_ps, equal to plain autograd's (which is float64 for
+several of them) to float32's precision; a float64 primal's is plain
 autograd's, dtype and all. The float32 SeLU and MLP gradients compile to programs with no
 float64 operation."""
 import os
@@ -44,7 +44,6 @@ CASES = [
     ("eigh", lambda x: np.sum(np.linalg.eigh(x + x.T)[0] ** 2) + np.sum(np.abs(np.linalg.eigh(x + x.T)[1])), A),
     ("svd", lambda x: np.sum(np.linalg.svd(x, full_matrices=False)[1]), A),
     ("rfft", lambda x: np.sum(np.abs(np.fft.rfft(x)) ** 2), V),
-    ("multigammaln", lambda x: np.sum(special.multigammaln(np.exp(x) + 3.0, 2)), V),
 ]
 
 
@@ -54,6 +53,31 @@ def test_a_float32_gradient_is_float32_and_plain_autograds(name, f, x):
     got, want = jit_ps(grad(f))(x32), grad(f)(x32)
     assert got.dtype == onp.float32, name
     assert_close(got, want, rtol=2e-4, check_dtype=False, path=name, inputs=(onp.dtype(onp.float32),))
+
+
+def test_a_derivative_the_forward_pass_widened_is_plain_autograds():
+    """multigammaln of float32 computes in float64 (autograd's composition subtracts
+    np.arange(d) / 2.0), so its cotangent is float64 and so is the gradient, as plain's: only
+    what the derivative code widens by itself is cast back (tracing.widest)."""
+    f = lambda x: np.sum(special.multigammaln(np.exp(x) + 3.0, 2))  # noqa: E731
+    x32 = V.astype(onp.float32)
+    got, want = jit_ps(grad(f))(x32), grad(f)(x32)
+    assert got.dtype == want.dtype == onp.float64
+    assert_close(got, want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("name,f", [("where", lambda x: np.where(x > 0, x, 0.5 * x)),
+                                    ("mean", lambda x: np.mean(x, axis=0)),
+                                    ("cumsum", lambda x: np.cumsum(x, axis=-1))], ids=lambda c: c if isinstance(c, str) else "")
+def test_the_users_float64_through_a_float32_step_stays_plain_autograds(name, f):
+    """A float64 argument cast to float32 by the user, and a float64 weight on the float32
+    result: the cotangents are float64 from the user's own code, and the gradient is plain
+    autograd's to float64's precision (not cast back to float32 on the way)."""
+    w = onp.linspace(0.5, 1.5, A.size).reshape(A.shape)
+    s = lambda x: np.sum(w[: 1 if name == "mean" else None] * f(x.astype(onp.float32)))  # noqa: E731
+    got, want = jit_ps(grad(s))(A), grad(s)(A)
+    assert got.dtype == want.dtype == onp.float64
+    assert_close(got, want, rtol=1e-12)
 
 
 @pytest.mark.parametrize("name,f,x", CASES, ids=[c[0] for c in CASES])

@@ -168,16 +168,20 @@ def _vjp_node_init(original):
     def __init__(self, value, fun, args, kwargs, parent_argnums, parents):
         original(self, value, fun, args, kwargs, parent_argnums, parents)
         if tracing.state.traces:
-            self.vjp = tracing.in_primal_dtypes(self.vjp, [args[i] for i in parent_argnums])
+            self.vjp = tracing.in_primal_dtypes(self.vjp, [args[i] for i in parent_argnums], (value,) + tuple(args))
     return __init__
 
 
 def _jvp_node_init(original):
-    """JVPNode.__init__ while tracing: the tangent in its primal's dtype (tracing.in_dtype)."""
+    """JVPNode.__init__ while tracing: the tangent in its primal's dtype, or its parents'
+    tangents' where wider (tracing.in_dtype, tracing.widest)."""
     def __init__(self, value, fun, args, kwargs, parent_argnums, parents):
         original(self, value, fun, args, kwargs, parent_argnums, parents)
         if tracing.state.traces:
-            self.g = tracing.in_dtype(self.g, getattr(getval(value), "dtype", None))
+            incoming = [tracing.dtype_of(x) for x in args] + [tracing.dtype_of(p.g) for p in parents
+                                                             if type(p) is JVPNode]
+            primal = tracing.dtype_of(value)
+            self.g = tracing.in_dtype(self.g, tracing.widest(primal, incoming))
     return __init__
 
 
