@@ -25,7 +25,7 @@ from autograd.tracer import box_types, getval
 
 from . import aot, autodiff, dispatch, fastpaths
 from . import backend as backend_mod
-from . import compositions, impurity, lowering, rules, tiering, tracing, tree  # noqa: F401 (importing registers rules)
+from . import compositions, impurity, lowering, rolling, rules, tiering, tracing, tree  # noqa: F401 (importing registers rules)
 from .aot import COMPILED, LOWERED, TRACED, CacheStats, Entry
 from .backend import DeviceArray
 from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, ImpureFunctionError, JitError,
@@ -90,7 +90,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
 
     def __init__(self, fun, static_argnums=(), static_argnames=(), fallback="python", backend=None,
                  cache_size=DEFAULT_CACHE_SIZE, keep_on_device=False, x64=None, max_program=MAX_PROGRAM,
-                 donate_argnums=(), explain=None, tiered=None):
+                 donate_argnums=(), explain=None, tiered=None, roll_loops=None):
         if fallback not in ("python", "error"):
             raise ValueError("fallback must be 'python' or 'error'")
         if backend is not None:
@@ -102,6 +102,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         self._donate_argnums = donated_arguments(self._signature, donate_argnums, self._static_argnums)
         self.explain = explain
         self.tiered = tiered
+        self.roll_loops = roll_loops
         self.fallback = fallback
         self.backend = backend
         self.keep_on_device = keep_on_device
@@ -725,6 +726,8 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         moved = watch.restore()
         if moved:
             raise impurity.moved_error(self._fun, moved)
+        if rolling.ROLL_LOOPS if self.roll_loops is None else self.roll_loops:
+            graph = rolling.roll(graph)
         self._warn_if_large(graph)
         return graph, out_tree, draws
 
@@ -890,7 +893,7 @@ def _warn(message, category=UserWarning):
 
 def jit_ps(fun=None, *, static_argnums=(), static_argnames=(), fallback="python", backend=None,
            cache_size=DEFAULT_CACHE_SIZE, keep_on_device=False, x64=None, max_program=MAX_PROGRAM, donate_argnums=(),
-           explain=None, tiered=None):
+           explain=None, tiered=None, roll_loops=None):
     """Compile `fun` with XLA, once per signature; use as `jit_ps(f)` or `@jit_ps(...)`.
 
     Array leaves and Python numbers are traced; every other argument leaf (a string, a bool,
@@ -933,12 +936,14 @@ def jit_ps(fun=None, *, static_argnums=(), static_argnames=(), fallback="python"
     """
     options = dict(static_argnums=static_argnums, static_argnames=static_argnames, fallback=fallback,
                    backend=backend, cache_size=cache_size, keep_on_device=keep_on_device, x64=x64,
-                   max_program=max_program, donate_argnums=donate_argnums, explain=explain, tiered=tiered)
+                   max_program=max_program, donate_argnums=donate_argnums, explain=explain, tiered=tiered,
+                   roll_loops=roll_loops)
     if fun is None:
         return functools.partial(jit_ps, **options)
     if isinstance(fun, JittedFunction) and not (static_argnums or static_argnames or keep_on_device or donate_argnums
                                                   or x64 is not None or backend is not None or explain is not None
-                                                  or tiered is not None or fallback != fun.fallback
+                                                  or tiered is not None or roll_loops is not None
+                                                  or fallback != fun.fallback
                                                   or cache_size != fun.cache_size
                                                   or tuple(max_program) != fun.max_program):
         return fun  # already jitted with these options (vmap's result, jit_ps of a jit_ps)
