@@ -72,6 +72,21 @@ def roll(graph):
 
 
 # ----- tokens --------------------------------------------------------------------------------
+_PY_DTYPES = {int: np.dtype(np.int64), float: np.dtype(np.float64), complex: np.dtype(np.complex128)}
+
+
+def _leaf_key(x):
+    """A leaf's part of a token: shape and dtype, for a traced value and a constant alike (a
+    loop's first step may read a constant where later steps read the carry: np.zeros(n) as
+    the initial state, 0.0 as a sum's start)."""
+    t = type(x)
+    if t is Var:
+        return x.aval.shape, x.aval.dtype
+    if t in _PY_DTYPES:
+        return (), _PY_DTYPES[t]
+    return np.shape(x), x.dtype
+
+
 def _is_wild(x):
     """A constant that may differ between the steps of a loop (it becomes a per-step input)."""
     t = type(x)
@@ -88,10 +103,10 @@ def _describe(obj, leaves, wild, out):
     t = type(obj)
     if t is Var:
         leaves.append(obj)
-        out.append(obj.aval)
+        out.append(_leaf_key(obj))
     elif wild and _is_wild(obj):
         leaves.append(obj)
-        out.append(("c", t) if t is not np.ndarray and not isinstance(obj, np.generic) else ("c", obj.shape, obj.dtype.str))
+        out.append(_leaf_key(obj))
     elif t is tuple or t is list:
         out.append((t, len(obj)))
         for x in obj:
@@ -162,17 +177,27 @@ class _Site:
 
 
 def _token(eqn, site, table):
-    out = [prim_name(eqn.prim) if not callable(eqn.prim) else eqn.prim, eqn.out_tree]
     src = eqn.source
-    out.append((src.filename, src.lineno) if src is not None else None)
-    out.extend(None if v is None else v.aval for v in eqn.outvars)
-    _describe(eqn.args, site.leaves, True, out)
-    site.n_args = len(site.leaves)
-    _describe(eqn.kwargs, site.leaves, False, out)
+    out = [eqn.prim, eqn.out_tree, (src.filename, src.lineno) if src is not None else None, len(eqn.args)]
+    for v in eqn.outvars:
+        out.append(None if v is None else v.aval)
+    leaves = site.leaves
+    for x in eqn.args:  # (the common operands inline: this runs once per equation traced)
+        t = type(x)
+        if t is Var:
+            leaves.append(x)
+            out.append((x.aval.shape, x.aval.dtype))
+        elif t is float or t is int:
+            leaves.append(x)
+            out.append(((), _PY_DTYPES[t]))
+        else:
+            _describe(x, leaves, True, out)
+    site.n_args = len(leaves)
+    if eqn.kwargs:
+        _describe(eqn.kwargs, leaves, False, out)
     try:
-        key = tuple(out)
-        return table.setdefault(key, len(table))
-    except TypeError:
+        return table.setdefault(tuple(out), len(table))
+    except TypeError:  # an unhashable operand: equal to no other equation
         return table.setdefault(("unhashable", id(eqn)), len(table))
 
 
@@ -295,7 +320,7 @@ class _Level:
                 for q in range(p):
                     for x in sites[r * p + q].leaves:
                         if type(x) is not Var:
-                            out_.append("k")
+                            out_.append(("k", type(x)) if type(x) in _PY_DTYPES else ("k", type(x), x.dtype, np.shape(x)))
                             continue
                         src = produced.get(x)
                         if src is None:
@@ -348,7 +373,7 @@ def _same(x, y):
     if x is y:
         return True
     t = type(x)
-    if t is not type(y):
+    if t is not type(y) or t is Var:
         return False
     if t is float:
         return x.hex() == y.hex()
@@ -357,6 +382,24 @@ def _same(x, y):
     if t is int:
         return x == y
     return x.dtype == y.dtype and np.shape(x) == np.shape(y) and np.asarray(x).tobytes() == np.asarray(y).tobytes()
+
+
+def _starts(init, aval):
+    """Whether the carry of type `aval` may start from `init`: a Var of that type, an array
+    constant of its shape and dtype, or a Python number it holds exactly (0.0 as a sum's start:
+    the first step then computes in the carry's dtype what it computed with a weak scalar, on
+    the same number)."""
+    if type(init) is Var:
+        return init.aval == aval
+    if aval.weak_type:
+        return False
+    if type(init) in _PY_DTYPES:
+        if aval.shape or aval.dtype.kind not in "iufc":
+            return False
+        with np.errstate(all="ignore"):
+            held = np.asarray(init, aval.dtype)
+        return held == init if init == init else bool(np.isnan(held))
+    return np.shape(init) == aval.shape and init.dtype == aval.dtype
 
 
 def _const_key(x):
@@ -412,11 +455,11 @@ class _Loop:
             if type(kind) is tuple and kind[0] == "l":
                 if k0 != kind:
                     return None
-            elif type(kind) is tuple:  # a carry
-                if k0 != "e":
+            elif kind[0] == "c":  # a carry: what the first step reads there is its initial value
+                if k0 != "e" and k0[0] != "k":
                     return None
                 v = flat[a][slot]
-                if inits.setdefault(kind[1:], v) is not v:
+                if not _same(inits.setdefault(kind[1:], v), v):
                     return None
             elif kind != k0:
                 return None
@@ -434,8 +477,7 @@ class _Loop:
 
         carries = list(inits)  # (q, o) in order of first use
         for qo in carries:
-            init = inits[qo]
-            if init.aval != rep_vars[qo][0].aval:
+            if not _starts(inits[qo], rep_vars[qo][0].aval):
                 return None
         ys, lasts = [], []
         for qo, vs in rep_vars.items():
@@ -456,7 +498,7 @@ class _Loop:
                 else:
                     per_step.setdefault(seq, []).append(slot)
                     slot_input[slot] = ("x", seq)
-            elif kind == "k":
+            elif kind[0] == "k":
                 seq = tuple(flat[r][slot] for r in range(a, b))
                 if not all(_same(x, seq[0]) for x in seq[1:]):
                     key = tuple(map(_const_key, seq))
@@ -511,7 +553,7 @@ class _Loop:
             leaves, varied = [], False
             for x in site.leaves:
                 kind = ref[slot]
-                if type(kind) is tuple:
+                if kind[0] == "l" or kind[0] == "c":
                     leaves.append(inner[kind[1:]] if kind[0] == "l" else carry_in[kind[1:]])
                 elif kind == "e":
                     how, what = slot_input[slot]
@@ -559,12 +601,8 @@ class _Loop:
             for m, v in enumerate(rep_vars[qo]):
                 if v in subst or not outside(v):
                     continue
-                eqn = _bind(operator.getitem, (Y, pos(m)), {}, source)
-                got = eqn.outvars[0]
-                got = Var(v.aval, got.count) if got.aval != v.aval else got  # (a weak type kept)
-                if got.aval.shape != v.aval.shape or got.aval.dtype != v.aval.dtype:
-                    return None
-                eqn.outvars[0] = got
+                got = _new_var(v.aval)  # (a weak type kept: getitem's rule gives Y's element type)
+                eqn = Eqn(operator.getitem, (Y, pos(m)), {}, [got], tree.LEAF, source)
                 level.sliced[got] = (Y, pos(m))
                 subst[v] = got
                 after.append(eqn)
