@@ -46,11 +46,12 @@ DEFAULT_CACHE_SIZE = 64
 #: A function traced for this many signatures (and every multiple) warns, saying what
 #: changed between the last two: each new signature costs a trace and usually a compile.
 RETRACE_WARN_AFTER = 8
-#: A traced program with more primitive calls than this warns before it compiles: XLA's
-#: compile time and memory grow with program size (measured here: an unrolled RNN's
-#: gradient, 10,000 calls, compiles in 130 s; autograd's hmm_em example, ~50,000, ran out of
-#: 22 GiB), and the usual cause is a Python loop unrolled at trace time.
-LARGE_PROGRAM_WARN_AFTER = 10000
+#: A traced program with more primitive calls than this (after loop rolling: rolling.py)
+#: warns before it compiles: XLA's compile time grows much faster than the program (measured
+#: on an LSTM's unrolled gradient, 2 loaded cores: 1,000 calls 1.8 s, 2,943 calls 17-28 s; an
+#: RNN's, 10,000 calls, 130 s; autograd's hmm_em example, ~50,000, ran out of 22 GiB), and
+#: the usual cause is a Python loop unrolled at trace time that could not be rolled back.
+LARGE_PROGRAM_WARN_AFTER = 2000
 #: ... or more bytes of StableHLO than this (10,000 typical calls make about 2 MiB; a rule that
 #: inlines loops, like the special functions', emits 10-50 kB per call, so few calls reach it).
 LARGE_PROGRAM_WARN_BYTES = 4 << 20

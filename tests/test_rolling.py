@@ -181,3 +181,17 @@ def test_float32_stays_float32():
 def test_find_runs(monkeypatch, tokens, runs):
     monkeypatch.setattr(rolling, "MIN_EQNS", 4)
     assert rolling.find_runs(tokens) == runs
+
+
+def test_a_large_program_rolling_cannot_shorten_warns_naming_the_loop(monkeypatch):
+    import autograd_xla.api as api
+    monkeypatch.setattr(api, "LARGE_PROGRAM_WARN_AFTER", 50)
+
+    def f(x):
+        for t in range(30):
+            x = np.roll(x, t) * 1.1  # np.roll's shift must be a constant: its steps stay unrolled
+        return np.sum(x)
+
+    line = f.__code__.co_firstlineno + 2
+    with pytest.warns(UserWarning, match=rf"traced to a program of .* from {__file__}:{line}.*autograd_xla\.scan"):
+        assert_close(jit_ps(f)(X0), f(X0))
