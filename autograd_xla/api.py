@@ -14,6 +14,7 @@ finish. Calls that carry autograd boxes go through one autograd primitive (autod
 """
 import contextlib
 import functools
+import gc
 import sys
 import threading
 import time
@@ -697,7 +698,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         stand_ins = impurity.standing_in(watch)
 
         def trace(swapping):
-            with impurity.recording() as draws, swapping:
+            with impurity.recording() as draws, swapping, _collector_paused():
                 return (*tracing.trace_function(flat_fun, in_avals, names, example=example, parameters=parameters),
                         draws)
         try:
@@ -728,7 +729,8 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         if moved:
             raise impurity.moved_error(self._fun, moved)
         if rolling.ROLL_LOOPS if self.roll_loops is None else self.roll_loops:
-            graph = rolling.roll(graph)
+            with _collector_paused():
+                graph = rolling.roll(graph)
         self._warn_if_large(graph)
         return graph, out_tree, draws
 
@@ -882,6 +884,21 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         for d in self._derivatives.values():
             found += d._programs()
         return found
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Python's cyclic garbage collector off while a function is traced: the trace keeps every
+    object it makes alive (autograd's nodes, the equations), and each full collection walks
+    them all, so a long trace spent half its time collecting (an LSTM's gradient over 300 steps,
+    27,299 calls: 7.4 s traced, 3.6 s with the collector off), and so did rolling its loops."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _warn(message, category=UserWarning):

@@ -439,9 +439,6 @@ class _Loop:
         self.level, self.sites, self.start, self.p, self.a, self.b = level, sites, start, p, a, b
         self.ref, self.first = ref, first
 
-    def leaf(self, r, slot):
-        return self._flat[r][slot]
-
     def build(self):
         level, p, a, b, ref = self.level, self.p, self.a, self.b, self.ref
         n = b - a
