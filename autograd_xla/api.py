@@ -951,6 +951,10 @@ def jit_ps(fun=None, *, static_argnums=(), static_argnames=(), fallback="python"
     While plain: results are numpy arrays even with keep_on_device=True and nothing is
     donated, as for a signature that falls back. `stats.plain_tier_calls` counts those
     calls. None follows set_default_tiered, else $AUTOGRAD_XLA_TIERED=1; off by default.
+    roll_loops: a Python loop unrolled by tracing is rolled back into one compiled loop where
+    its steps repeat the same operations (rolling.py; each step computes as the unrolled
+    program would), so its compile time does not grow with the number of steps; None follows
+    rolling.ROLL_LOOPS ($AUTOGRAD_XLA_ROLL_LOOPS=0 turns it off), on by default.
     """
     options = dict(static_argnums=static_argnums, static_argnames=static_argnames, fallback=fallback,
                    backend=backend, cache_size=cache_size, keep_on_device=keep_on_device, x64=x64,
