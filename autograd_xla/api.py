@@ -11,6 +11,11 @@ as plain autograd until it is done. Introspection stops earlier (`graph()` and
 `eval_shape` trace, `lower()` lowers: aot.py) and leaves the entry for a later call to
 finish. Calls that carry autograd boxes go through one autograd primitive (autodiff.py), so
 `grad(jit_ps(f))` differentiates the compiled function.
+
+This module is long because JittedFunction is the one place where a call's stages meet
+(signature, trace, loop rolling, lowering, compile, tiering, fallback, precision); its
+introspection (aot.py), C++ dispatch (dispatch.py) and fast paths (fastpaths.py) are
+mixins of their own modules.
 """
 import contextlib
 import functools
