@@ -11,9 +11,15 @@ as plain autograd until it is done. Introspection stops earlier (`graph()` and
 `eval_shape` trace, `lower()` lowers: aot.py) and leaves the entry for a later call to
 finish. Calls that carry autograd boxes go through one autograd primitive (autodiff.py), so
 `grad(jit_ps(f))` differentiates the compiled function.
+
+This module is long because JittedFunction is the one place where a call's stages meet
+(signature, trace, loop rolling, lowering, compile, tiering, fallback, precision); its
+introspection (aot.py), C++ dispatch (dispatch.py) and fast paths (fastpaths.py) are
+mixins of their own modules.
 """
 import contextlib
 import functools
+import gc
 import inspect
 import sys
 import threading
@@ -26,7 +32,7 @@ from autograd.tracer import box_types, getval
 
 from . import aot, autodiff, dispatch, fastpaths
 from . import backend as backend_mod
-from . import compositions, impurity, lowering, rules, tiering, tracing, tree  # noqa: F401 (importing registers rules)
+from . import compositions, impurity, lowering, rolling, rules, tiering, tracing, tree  # noqa: F401 (importing registers rules)
 from .aot import COMPILED, LOWERED, TRACED, CacheStats, Entry
 from .backend import DeviceArray
 from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, ImpureFunctionError, JitError,
@@ -47,11 +53,12 @@ DEFAULT_CACHE_SIZE = 64
 #: A function traced for this many signatures (and every multiple) warns, saying what
 #: changed between the last two: each new signature costs a trace and usually a compile.
 RETRACE_WARN_AFTER = 8
-#: A traced program with more primitive calls than this warns before it compiles: XLA's
-#: compile time and memory grow with program size (measured here: an unrolled RNN's
-#: gradient, 10,000 calls, compiles in 130 s; autograd's hmm_em example, ~50,000, ran out of
-#: 22 GiB), and the usual cause is a Python loop unrolled at trace time.
-LARGE_PROGRAM_WARN_AFTER = 10000
+#: A traced program with more primitive calls than this (after loop rolling: rolling.py)
+#: warns before it compiles: XLA's compile time grows much faster than the program (measured
+#: on an LSTM's unrolled gradient, 2 loaded cores: 1,000 calls 1.8 s, 2,943 calls 17-28 s; an
+#: RNN's, 10,000 calls, 130 s; autograd's hmm_em example, ~50,000, ran out of 22 GiB), and
+#: the usual cause is a Python loop unrolled at trace time that could not be rolled back.
+LARGE_PROGRAM_WARN_AFTER = 2000
 #: ... or more bytes of StableHLO than this (10,000 typical calls make about 2 MiB; a rule that
 #: inlines loops, like the special functions', emits 10-50 kB per call, so few calls reach it).
 LARGE_PROGRAM_WARN_BYTES = 4 << 20
@@ -93,7 +100,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
 
     def __init__(self, fun, static_argnums=(), static_argnames=(), fallback="python", backend=None,
                  cache_size=DEFAULT_CACHE_SIZE, keep_on_device=False, x64=None, max_program=MAX_PROGRAM,
-                 donate_argnums=(), explain=None, tiered=None):
+                 donate_argnums=(), explain=None, tiered=None, roll_loops=None):
         if fallback not in ("python", "error"):
             raise ValueError("fallback must be 'python' or 'error'")
         if backend is not None:
@@ -105,6 +112,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         self._donate_argnums = donated_arguments(self._signature, donate_argnums, self._static_argnums)
         self.explain = explain
         self.tiered = tiered
+        self.roll_loops = roll_loops
         self.fallback = fallback
         self.backend = backend
         self.keep_on_device = keep_on_device
@@ -719,7 +727,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         stand_ins = impurity.standing_in(watch)
 
         def trace(swapping):
-            with impurity.recording() as draws, swapping:
+            with impurity.recording() as draws, swapping, _collector_paused():
                 return (*tracing.trace_function(flat_fun, in_avals, names, example=example, parameters=parameters),
                         draws)
         try:
@@ -749,6 +757,9 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         moved = watch.restore()
         if moved:
             raise impurity.moved_error(self._fun, moved)
+        if rolling.ROLL_LOOPS if self.roll_loops is None else self.roll_loops:
+            with _collector_paused():
+                graph = rolling.roll(graph)
         self._warn_if_large(graph)
         return graph, out_tree, draws
 
@@ -948,6 +959,21 @@ def _refusal(jitted, source, why, decided, programs, outcome):
             "ones masked), autograd_xla.cond(pred, true_fun, false_fun, *operands) for a branch.")
 
 
+@contextlib.contextmanager
+def _collector_paused():
+    """Python's cyclic garbage collector off while a function is traced: the trace keeps every
+    object it makes alive (autograd's nodes, the equations), and each full collection walks
+    them all, so a long trace spent half its time collecting (an LSTM's gradient over 300 steps,
+    27,299 calls: 7.4 s traced, 3.6 s with the collector off), and so did rolling its loops."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _warn(message, category=UserWarning):
     """warnings.warn attributed to the first frame outside this package, autograd and numpy."""
     level, f = 2, sys._getframe(1)
@@ -958,7 +984,7 @@ def _warn(message, category=UserWarning):
 
 def jit_ps(fun=None, *, static_argnums=(), static_argnames=(), fallback="python", backend=None,
            cache_size=DEFAULT_CACHE_SIZE, keep_on_device=False, x64=None, max_program=MAX_PROGRAM, donate_argnums=(),
-           explain=None, tiered=None):
+           explain=None, tiered=None, roll_loops=None):
     """Compile `fun` with XLA, once per signature; use as `jit_ps(f)` or `@jit_ps(...)`.
 
     Array leaves and Python numbers are traced; every other argument leaf (a string, a bool,
@@ -1001,15 +1027,21 @@ def jit_ps(fun=None, *, static_argnums=(), static_argnames=(), fallback="python"
     While plain: results are numpy arrays even with keep_on_device=True and nothing is
     donated, as for a signature that falls back. `stats.plain_tier_calls` counts those
     calls. None follows set_default_tiered, else $AUTOGRAD_XLA_TIERED=1; off by default.
+    roll_loops: a Python loop unrolled by tracing is rolled back into one compiled loop where
+    its steps repeat the same operations (rolling.py; each step computes as the unrolled
+    program would), so its compile time does not grow with the number of steps; None follows
+    rolling.ROLL_LOOPS ($AUTOGRAD_XLA_ROLL_LOOPS=0 turns it off), on by default.
     """
     options = dict(static_argnums=static_argnums, static_argnames=static_argnames, fallback=fallback,
                    backend=backend, cache_size=cache_size, keep_on_device=keep_on_device, x64=x64,
-                   max_program=max_program, donate_argnums=donate_argnums, explain=explain, tiered=tiered)
+                   max_program=max_program, donate_argnums=donate_argnums, explain=explain, tiered=tiered,
+                   roll_loops=roll_loops)
     if fun is None:
         return functools.partial(jit_ps, **options)
     if isinstance(fun, JittedFunction) and not (static_argnums or static_argnames or keep_on_device or donate_argnums
                                                   or x64 is not None or backend is not None or explain is not None
-                                                  or tiered is not None or fallback != fun.fallback
+                                                  or tiered is not None or roll_loops is not None
+                                                  or fallback != fun.fallback
                                                   or cache_size != fun.cache_size
                                                   or tuple(max_program) != fun.max_program):
         return fun  # already jitted with these options (vmap's result, jit_ps of a jit_ps)

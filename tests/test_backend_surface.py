@@ -51,7 +51,7 @@ def _unrolled(x):
 
 def test_a_compile_expected_to_be_long_is_logged_before_and_after(monkeypatch, caplog):
     monkeypatch.setattr(api, "LARGE_PROGRAM_WARN_AFTER", 50)   # 60 calls: "large"
-    f = jit_ps(_unrolled)
+    f = jit_ps(_unrolled, roll_loops=False)  # (rolled, it is small)
     with caplog.at_level(logging.WARNING, logger="autograd_xla.backend"):
         with pytest.warns(UserWarning, match="traced to a program of 60 primitive calls"):
             f(onp.ones(3))
@@ -70,7 +70,7 @@ def test_a_program_large_in_stablehlo_alone_warns(monkeypatch):
     by the size of their StableHLO, once lowered."""
     monkeypatch.setattr(api, "LARGE_PROGRAM_WARN_BYTES", 5000)
     with pytest.warns(UserWarning, match=r"traced to a program of 60 primitive calls and [\d.]+ MiB of StableHLO"):
-        jit_ps(_unrolled)(onp.ones(3))
+        jit_ps(_unrolled, roll_loops=False)(onp.ones(3))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         jit_ps(_cos3)(onp.ones(3))                 # small in both: silent

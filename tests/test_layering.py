@@ -68,6 +68,7 @@ FLOORS = [
      ["tracing", "lowering", "batching", "partial_eval", "backend", "replicated", "dispatch", "_callpath",
       "persistent_cache", "distributed", "placement"]),
     ("structured control flow", ["control_flow"]),
+    ("loop rolling: a trace's repeated runs of equations as scans", ["rolling"]),
     ("compositions: trace rules and patches of autograd", ["compositions"]),
     ("derivatives of compiled calls, random draws, batched calls, collectives, pmap",
      ["autodiff", "impurity", "batched", "collectives", "parallel"]),

@@ -1,0 +1,667 @@
+"""Loop rolling: a traced program's repeated runs of equations become scan loops again.
+
+A Python loop over traced values is unrolled by tracing: its body's equations appear once
+per iteration, and so do those of autograd's backward pass over it (in reverse). XLA's
+compile time grows much faster than the program (an LSTM's gradient over 30 steps: 2,943
+equations, 17 s of compile), while a `scan` compiles its body once. `roll` finds the
+repetitions in the equation list and replaces each run of them by one `scan_p` equation
+(control_flow/scans.py's primitive), whose body is the first repetition's equations:
+
+1. Each equation gets a token: its primitive, its user's line, its results' types, and its
+   operands' structure with every traced operand as its type and every numeric constant
+   as its type alone (a loop index baked in, `x[t]`, differs between repetitions).
+2. Runs of a repeated token sequence are found from each position's next occurrences of its
+   token (candidate periods) and block hashes of the token list: linear in the trace.
+3. A run's dataflow is checked repetition by repetition: every operand of a body position
+   must come from the same position of the same repetition, or of the previous one (a
+   carry), or from before the run (a value the loop closes over, or one per step, stacked).
+   Where the pattern breaks, the run is cut; a first or last repetition that differs (the
+   backward pass's first step, which has no gradient to accumulate yet) is left out of the
+   loop and stays as it was traced.
+4. Values of the loop that the rest of the program reads (the forward pass's values that the
+   backward pass uses, the results) are the scan's stacked outputs, read back by index; a
+   later loop that reads them step by step (the backward pass) takes the stacked array
+   itself, in reverse where it walks it backwards. Constants that differ between steps are
+   per-step inputs (their rules take a traced scalar where a constant was: `x[t]` becomes a
+   dynamic slice; a rule that needs the constant rejects the run).
+
+Each step runs the same operations in the same order as the unrolled program, on the same
+values, so results are the unrolled program's. Loops inside loops roll level by level: the
+inner loops first (the smallest period), then the sequence of scans they left.
+"""
+import hashlib
+import itertools
+import operator
+import os
+
+import numpy as np
+
+from . import lowering, registry, tracing, tree
+from .control_flow.common import Params
+from .control_flow.scans import scan_p
+from .core import Aval, DynamicSlice, Eqn, Graph, Var, prim_name
+
+#: Whether jit_ps rolls loops (its `roll_loops` option overrides); $AUTOGRAD_XLA_ROLL_LOOPS=0 turns it off.
+ROLL_LOOPS = os.environ.get("AUTOGRAD_XLA_ROLL_LOOPS", "1").strip().lower() not in ("0", "false", "no", "off")
+#: A run is rolled from this many repetitions ...
+MIN_REPS = 4
+#: ... covering this many equations (a few repeated lines compile fast unrolled, and run faster).
+MIN_EQNS = 48
+#: Candidate periods tried at a position: the distances to its token's next occurrences (a
+#: body calling one helper from the same line k times holds each of its tokens k times).
+CANDIDATES = 8
+#: Levels of nesting rolled (layers x time steps: two).
+MAX_LEVELS = 4
+#: Numeric constant arrays up to this many elements may differ between steps (per-step inputs).
+WILD_ARRAY_ELEMENTS = 1024
+
+_INDEX = Aval((), np.int64, weak_type=True)
+_counter = itertools.count(1 << 40)  # Vars made here (their counts only name them in listings)
+_MOD = (1 << 61) - 1
+_BASE = 1_000_003
+
+
+def roll(graph):
+    """`graph` with its repeated runs of equations rolled into scans (the same graph if none)."""
+    for _ in range(MAX_LEVELS):
+        rolled = _roll_level(graph)
+        if rolled is None:
+            break
+        graph = rolled
+    return graph
+
+
+# ----- tokens --------------------------------------------------------------------------------
+_PY_DTYPES = {int: np.dtype(np.int64), float: np.dtype(np.float64), complex: np.dtype(np.complex128)}
+
+
+def _leaf_key(x):
+    """A leaf's part of a token: shape and dtype, for a traced value and a constant alike (a
+    loop's first step may read a constant where later steps read the carry: np.zeros(n) as
+    the initial state, 0.0 as a sum's start)."""
+    t = type(x)
+    if t is Var:
+        return x.aval.shape, x.aval.dtype
+    if t in _PY_DTYPES:
+        return (), _PY_DTYPES[t]
+    return np.shape(x), x.dtype
+
+
+def _is_wild(x):
+    """A constant that may differ between the steps of a loop (it becomes a per-step input)."""
+    t = type(x)
+    if t is int or t is float or t is complex:
+        return True
+    if t is np.ndarray:
+        return x.dtype.kind in "iufc" and x.size <= WILD_ARRAY_ELEMENTS
+    return isinstance(x, np.generic) and x.dtype.kind in "iufc"
+
+
+def _describe(obj, leaves, wild, out):
+    """Append a description of `obj` to `out` and its leaves (Vars, and with `wild` numeric
+    constants) to `leaves`; `_rebuild` walks the same leaves in the same order."""
+    t = type(obj)
+    if t is Var:
+        leaves.append(obj)
+        out.append(_leaf_key(obj))
+    elif wild and _is_wild(obj):
+        leaves.append(obj)
+        out.append(_leaf_key(obj))
+    elif t is tuple or t is list:
+        out.append((t, len(obj)))
+        for x in obj:
+            _describe(x, leaves, wild, out)
+    elif t is dict:
+        out.append((dict, tuple(obj)))
+        for x in obj.values():
+            _describe(x, leaves, wild, out)
+    elif t is slice:
+        out.append(slice)
+        for x in (obj.start, obj.stop, obj.step):
+            _describe(x, leaves, wild, out)
+    elif t is float:
+        out.append((float, obj.hex()))
+    elif t is complex:
+        out.append((complex, obj.real.hex(), obj.imag.hex()))
+    elif t is bool or t is int or t is str or obj is None or obj is Ellipsis:
+        out.append((t, obj))
+    elif t is np.ndarray:
+        out.append(_array_key(obj))
+    elif isinstance(obj, (np.generic, np.dtype)):
+        out.append((t, obj.tobytes() if isinstance(obj, np.generic) else obj.str))
+    elif callable(obj) or isinstance(obj, type):
+        out.append(obj)
+    elif t is DynamicSlice:
+        out.append((t, obj.size))
+        _describe(obj.start, leaves, wild, out)
+    else:  # a control-flow equation's params (its sub-graphs): by structure
+        out.append(_opaque_key(obj))
+
+
+def _array_key(a):
+    return ("a", a.shape, a.dtype.str, hashlib.blake2b(np.ascontiguousarray(a).view(np.uint8).data,
+                                                         digest_size=16).digest() if not a.dtype.hasobject else id(a))
+
+
+def _opaque_key(obj):
+    try:
+        return hash(lowering._structure(obj))
+    except Exception:  # (lowering's _Unkeyable, an unhashable part): never equal to another's
+        return ("id", id(obj))
+
+
+def _rebuild(obj, it, wild):
+    """`obj` with each of its leaves (as `_describe` finds them) replaced by next(it)."""
+    t = type(obj)
+    if t is Var or (wild and _is_wild(obj)):
+        return next(it)
+    if t is tuple or t is list:
+        return t([_rebuild(x, it, wild) for x in obj])
+    if t is dict:
+        return {k: _rebuild(x, it, wild) for k, x in obj.items()}
+    if t is slice:
+        return slice(*(_rebuild(x, it, wild) for x in (obj.start, obj.stop, obj.step)))
+    if t is DynamicSlice:
+        return DynamicSlice(_rebuild(obj.start, it, wild), obj.size)
+    return obj
+
+
+class _Site:
+    """One equation of the level: its token and its leaves (args' then kwargs')."""
+
+    __slots__ = ("eqn", "leaves", "n_args")
+
+    def __init__(self, eqn):
+        self.eqn = eqn
+        self.leaves = []
+
+
+def _token(eqn, site, table):
+    src = eqn.source
+    out = [eqn.prim, eqn.out_tree, (src.filename, src.lineno) if src is not None else None, len(eqn.args)]
+    for v in eqn.outvars:
+        out.append(None if v is None else v.aval)
+    leaves = site.leaves
+    for x in eqn.args:  # (the common operands inline: this runs once per equation traced)
+        t = type(x)
+        if t is Var:
+            leaves.append(x)
+            out.append((x.aval.shape, x.aval.dtype))
+        elif t is float or t is int:
+            leaves.append(x)
+            out.append(((), _PY_DTYPES[t]))
+        else:
+            _describe(x, leaves, True, out)
+    site.n_args = len(leaves)
+    if eqn.kwargs:
+        _describe(eqn.kwargs, leaves, False, out)
+    try:
+        return table.setdefault(tuple(out), len(table))
+    except TypeError:  # an unhashable operand: equal to no other equation
+        return table.setdefault(("unhashable", id(eqn)), len(table))
+
+
+# ----- finding runs --------------------------------------------------------------------------
+def find_runs(tokens):
+    """Non-overlapping (start, period, repetitions) of the token list, left to right: at each
+    position the smallest period (among its token's next CANDIDATES occurrences) that repeats
+    at least MIN_REPS times over at least MIN_EQNS equations."""
+    n = len(tokens)
+    following, last = [n] * n, {}
+    for i in range(n - 1, -1, -1):
+        following[i] = last.get(tokens[i], n)
+        last[tokens[i]] = i
+    prefix, powers = [0] * (n + 1), [1] * (n + 1)
+    for i, t in enumerate(tokens):
+        prefix[i + 1] = (prefix[i] * _BASE + t + 1) % _MOD
+        powers[i + 1] = powers[i] * _BASE % _MOD
+
+    def block(i, p):
+        return (prefix[i + p] - prefix[i] * powers[p]) % _MOD
+
+    runs, i = [], 0
+    while i < n:
+        j, found = i, None
+        for _ in range(CANDIDATES):
+            j = following[j]
+            p = j - i
+            if j >= n or i + max(MIN_REPS * p, MIN_EQNS) > n:
+                break
+            h = block(i, p)
+            if block(j, p) != h:
+                continue
+            k = 2
+            while i + (k + 1) * p <= n and block(i + k * p, p) == h:
+                k += 1
+            if k >= MIN_REPS and k * p >= MIN_EQNS:
+                body = tokens[i:i + p]
+                k = next((r for r in range(1, k) if tokens[i + r * p:i + (r + 1) * p] != body), k)  # (hash collisions)
+                if k >= MIN_REPS:
+                    found = (i, p, k)
+                    break
+        if found is None:
+            i += 1
+        else:
+            runs.append(found)
+            i += found[1] * found[2]
+    return runs
+
+
+# ----- one level -----------------------------------------------------------------------------
+def _roll_level(graph):
+    eqns = graph.eqns
+    if len(eqns) < MIN_EQNS:
+        return None
+    table, sites, tokens = {}, [], []
+    for eqn in eqns:
+        site = _Site(eqn)
+        tokens.append(_token(eqn, site, table))
+        sites.append(site)
+    runs = find_runs(tokens)
+    if not runs:
+        return None
+    last_use = {}
+    for k, site in enumerate(sites):
+        for x in site.leaves:
+            if type(x) is Var:
+                last_use[x] = k
+    outs = {v for v in graph.outvars if isinstance(v, Var)}
+    for v in outs:
+        last_use[v] = len(eqns)
+    level = _Level(last_use, len(eqns))
+    new_eqns, done = [], 0
+    for start, period, reps in runs:
+        new_eqns.extend(level.renamed(sites[done:start]))
+        level.roll_run(sites[start:start + period * reps], start, period, reps, new_eqns)
+        done = start + period * reps
+    new_eqns.extend(level.renamed(sites[done:]))
+    if not level.rolled:
+        return None
+    rolled = Graph(graph.invars, new_eqns, [level.subst.get(v, v) if isinstance(v, Var) else v for v in graph.outvars],
+                   graph.in_tree, graph.out_tree, graph.captured, graph.arg_names, graph.guards)
+    return lowering.prune(rolled)
+
+
+class _Level:
+    """The rewriting of one level's runs, in order: `subst` maps a Var of a rolled repetition
+    that later equations read to the scan's value for it."""
+
+    def __init__(self, last_use, n):
+        self.last_use, self.n = last_use, n
+        self.subst = {}
+        self.sliced = {}  # Var of Y[i] made here -> (Y, i): a later loop may read Y itself
+        self.rolled = 0
+
+    def renamed(self, sites):
+        out = []
+        for site in sites:
+            if self.subst and any(type(x) is Var and x in self.subst for x in site.leaves):
+                site.leaves = [self.subst.get(x, x) if type(x) is Var else x for x in site.leaves]
+                site.eqn = _with_leaves(site.eqn, site.leaves, site.n_args)
+            out.append(site.eqn)
+        return out
+
+    def roll_run(self, sites, start, p, k, out):
+        """Roll the consistent stretches of one run (k repetitions of period p from `start`),
+        appending the resulting equations to `out`."""
+        self.renamed(sites)
+        produced = {}
+        for idx, site in enumerate(sites):
+            r, q = divmod(idx, p)
+            for o, v in enumerate(site.eqn.outvars):
+                if v is not None:
+                    produced[v] = (r, q, o)
+        descs = {}
+
+        def desc(r, first=False):
+            key = (r, first)
+            if key not in descs:
+                out_ = []
+                for q in range(p):
+                    for x in sites[r * p + q].leaves:
+                        if type(x) is not Var:
+                            out_.append(("k", type(x)) if type(x) in _PY_DTYPES else ("k", type(x), x.dtype, np.shape(x)))
+                            continue
+                        src = produced.get(x)
+                        if src is None:
+                            out_.append("e")
+                        elif src[0] == r:
+                            out_.append(("l", src[1], src[2]))
+                        elif first:  # from before the stretch rolled: an outside value
+                            out_.append("e")
+                        elif src[0] == r - 1:
+                            out_.append(("c", src[1], src[2]))
+                        else:
+                            out_.append("far")
+                descs[key] = tuple(out_)
+            return descs[key]
+
+        a, emitted = 0, 0
+        while k - a >= MIN_REPS:
+            ref = desc(a + 1)
+            if "far" in ref:
+                a += 1
+                continue
+            b = a + 2
+            while b < k and desc(b) == ref:
+                b += 1
+            if (b - a) < MIN_REPS or (b - a) * p < MIN_EQNS:
+                a += 1
+                continue
+            made = _Loop(self, sites, start, p, a, b, ref, desc(a, first=True)).build()
+            if made is None:
+                a += 1
+                continue
+            out.extend(self.renamed(sites[emitted * p:a * p]))
+            out.extend(made)
+            self.rolled += 1
+            emitted = a = b
+        out.extend(self.renamed(sites[emitted * p:]))
+
+
+def _with_leaves(eqn, leaves, n_args):
+    args = _rebuild(eqn.args, iter(leaves[:n_args]), True)
+    kwargs = _rebuild(eqn.kwargs, iter(leaves[n_args:]), False)
+    return Eqn(eqn.prim, args, kwargs, eqn.outvars, eqn.out_tree, eqn.source)
+
+
+def _new_var(aval):
+    return Var(aval, next(_counter))
+
+
+def _same(x, y):
+    if x is y:
+        return True
+    t = type(x)
+    if t is not type(y) or t is Var:
+        return False
+    if t is float:
+        return x.hex() == y.hex()
+    if t is complex:
+        return x.real.hex() == y.real.hex() and x.imag.hex() == y.imag.hex()
+    if t is int:
+        return x == y
+    return x.dtype == y.dtype and np.shape(x) == np.shape(y) and np.asarray(x).tobytes() == np.asarray(y).tobytes()
+
+
+def _starts(init, aval):
+    """Whether the carry of type `aval` may start from `init`: a Var of that type, an array
+    constant of its shape and dtype, or a Python number it holds exactly (0.0 as a sum's start:
+    the first step then computes in the carry's dtype what it computed with a weak scalar, on
+    the same number)."""
+    if type(init) is Var:
+        return init.aval == aval
+    if aval.weak_type:
+        return False
+    if type(init) in _PY_DTYPES:
+        if aval.shape or aval.dtype.kind not in "iufc":
+            return False
+        with np.errstate(all="ignore"):
+            held = np.asarray(init, aval.dtype)
+        return held == init if init == init else bool(np.isnan(held))
+    return np.shape(init) == aval.shape and init.dtype == aval.dtype
+
+
+def _const_key(x):
+    t = type(x)
+    if t is float:
+        return t, x.hex()
+    if t is int or t is complex:
+        return t, x
+    return t, np.shape(x), x.dtype.str, np.asarray(x).tobytes()
+
+
+def _const_input(values):
+    """(per-step constants stacked, the body's aval for one): Python numbers stay weakly typed."""
+    x = values[0]
+    if type(x) in (int, float, complex):
+        dtype = {int: np.int64, float: np.float64, complex: np.complex128}[type(x)]
+        return np.asarray(values, dtype), Aval((), dtype, weak_type=True)
+    stacked = np.stack([np.asarray(v) for v in values])
+    return stacked, Aval(stacked.shape[1:], stacked.dtype)
+
+
+def _bind(prim, args, kwargs, source):
+    """One equation of `prim` on these operands (Vars and constants), its types from its rule."""
+    entry = registry.lookup(prim)
+    avals, out_tree, through = tracing.abstract_eval(entry.lowering, args, kwargs)
+    if any(t is not None for t in through):
+        raise ValueError("passes an operand through")
+    outvars = [_new_var(a) for a in avals]
+    return Eqn(prim, args, kwargs, outvars, out_tree, source)
+
+
+class _Loop:
+    """Repetitions [a, b) of a run as one scan equation (and the equations around it that
+    stack its per-step inputs and read its stacked outputs)."""
+
+    def __init__(self, level, sites, start, p, a, b, ref, first):
+        self.level, self.sites, self.start, self.p, self.a, self.b = level, sites, start, p, a, b
+        self.ref, self.first = ref, first
+
+    def build(self):
+        level, p, a, b, ref = self.level, self.p, self.a, self.b, self.ref
+        n = b - a
+        subst = level.subst  # (values of a stretch of this run rolled before)
+        flat = {r: [subst.get(x, x) if type(x) is Var else x for q in range(p) for x in self.sites[r * p + q].leaves]
+                for r in range(a, b)}
+        # compatibility of the first repetition: locals where the others have locals; carries
+        # all started from one value each
+        inits = {}
+        for slot, (kind, k0) in enumerate(zip(ref, self.first)):
+            if type(kind) is tuple and kind[0] == "l":
+                if k0 != kind:
+                    return None
+            elif kind[0] == "c":  # a carry: what the first step reads there is its initial value
+                if k0 != "e" and k0[0] != "k":
+                    return None
+                v = flat[a][slot]
+                if not _same(inits.setdefault(kind[1:], v), v):
+                    return None
+            elif kind != k0:
+                return None
+        end = self.start + b * p  # the level's first equation after the loop
+        rep_vars = {}  # (q, o) -> Vars per repetition
+        for r in range(a, b):
+            for q in range(p):
+                for o, v in enumerate(self.sites[r * p + q].eqn.outvars):
+                    if v is not None:
+                        rep_vars.setdefault((q, o), []).append(v)
+        last_use = level.last_use
+
+        def outside(v):
+            return last_use.get(v, -1) >= end
+
+        carries = list(inits)  # (q, o) in order of first use
+        for qo in carries:
+            if not _starts(inits[qo], rep_vars[qo][0].aval):
+                return None
+        ys, lasts = [], []
+        for qo, vs in rep_vars.items():
+            if any(outside(v) for v in vs[:-1]):
+                ys.append(qo)
+            elif qo not in inits and outside(vs[-1]):
+                lasts.append(qo)
+        # per-step and invariant operands
+        captured, per_step, const_steps = {}, {}, {}  # outer Var -> inner; sequence -> slots
+        slot_input = {}
+        for slot, kind in enumerate(ref):
+            if kind == "e":
+                seq = tuple(flat[r][slot] for r in range(a, b))
+                if all(v is seq[0] for v in seq):
+                    if seq[0] not in captured:
+                        captured[seq[0]] = _new_var(seq[0].aval)
+                    slot_input[slot] = ("captured", seq[0])
+                else:
+                    per_step.setdefault(seq, []).append(slot)
+                    slot_input[slot] = ("x", seq)
+            elif kind[0] == "k":
+                seq = tuple(flat[r][slot] for r in range(a, b))
+                if not all(_same(x, seq[0]) for x in seq[1:]):
+                    key = tuple(map(_const_key, seq))
+                    const_steps.setdefault(key, (seq, []))[1].append(slot)
+                    slot_input[slot] = ("k", key)
+        # direction: a loop reading a scan's stacked outputs backwards runs backwards
+        ahead = 0
+        for seq in per_step:
+            for v, w in zip(seq, seq[1:]):
+                h, g = level.sliced.get(v), level.sliced.get(w)
+                if h is not None and g is not None and h[0] is g[0]:
+                    ahead += (g[1] - h[1] == 1) - (g[1] - h[1] == -1)
+        reverse = ahead < 0
+
+        def pos(m):
+            return n - 1 - m if reverse else m
+
+        source = self.sites[a * p].eqn.source
+        before = []
+        xs_outer, xs_inner, x_of = [], [], {}
+        for seq, slots in per_step.items():
+            aval = seq[0].aval
+            if any(v.aval != aval for v in seq):
+                return None
+            ordered = [None] * n
+            for m, v in enumerate(seq):
+                ordered[pos(m)] = v
+            operand = _stacked(ordered, level.sliced, source, before)
+            if operand.aval.dtype != aval.dtype or operand.aval.shape != (n,) + aval.shape:
+                return None
+            x_of[seq] = _new_var(aval)
+            xs_outer.append(operand)
+            xs_inner.append(x_of[seq])
+        for key, (seq, slots) in const_steps.items():
+            ordered = [None] * n
+            for m, x in enumerate(seq):
+                ordered[pos(m)] = x
+            try:
+                stacked, aval = _const_input(ordered)
+            except (ValueError, TypeError, OverflowError):
+                return None
+            x_of[key] = _new_var(aval)
+            xs_outer.append(stacked)
+            xs_inner.append(x_of[key])
+        # the body: repetition a's equations on the loop's inputs
+        inner = {qo: _new_var(vs[0].aval) for qo, vs in rep_vars.items()}
+        carry_in = {qo: _new_var(rep_vars[qo][0].aval) for qo in carries + lasts}
+        body = []
+        slot = 0
+        for q in range(p):
+            site = self.sites[a * p + q]
+            leaves, varied = [], False
+            for x in site.leaves:
+                kind = ref[slot]
+                if kind[0] == "l" or kind[0] == "c":
+                    leaves.append(inner[kind[1:]] if kind[0] == "l" else carry_in[kind[1:]])
+                elif kind == "e":
+                    how, what = slot_input[slot]
+                    leaves.append(captured[what] if how == "captured" else x_of[what])
+                elif slot in slot_input:
+                    leaves.append(x_of[slot_input[slot][1]])
+                    varied = True
+                else:
+                    leaves.append(x)
+                slot += 1
+            eqn = site.eqn
+            outvars = [None if v is None else inner[(q, o)] for o, v in enumerate(eqn.outvars)]
+            new = _with_leaves(eqn, leaves, site.n_args)
+            new = Eqn(new.prim, new.args, new.kwargs, outvars, eqn.out_tree, eqn.source)
+            if varied and not _same_types(new, eqn):
+                return None
+            body.append(new)
+        carry_order = carries + lasts
+        y_inner = [inner[qo] for qo in ys]
+        index = _new_var(_INDEX)
+        graph = Graph([index] + [carry_in[qo] for qo in carry_order] + xs_inner, body,
+                      [inner[qo] for qo in carry_order] + y_inner,
+                      captured=[(v_in, v_out) for v_out, v_in in captured.items()])
+        carry_avals = [carry_in[qo].aval.strong() for qo in carry_order]
+        xs_avals = [Aval(np.shape(x) if not isinstance(x, Var) else x.aval.shape,
+                         x.aval.dtype if isinstance(x, Var) else x.dtype) for x in xs_outer]
+        y_avals = [inner[qo].aval.strong() for qo in ys]
+        where = f"{source.filename.rsplit('/', 1)[-1]}:{source.lineno}" if source is not None else "?"
+        params = Params(f"scan(length={n}{', reverse' if reverse else ''}, rolled from {where}, body: {p} eqns)",
+                        [graph], n_carry=len(carry_order), n_xs=len(xs_outer), length=n, reverse=reverse,
+                        index_aval=_INDEX, carry_avals=carry_avals, xs_avals=xs_avals, y_avals=y_avals,
+                        rolled=True)
+        inits_outer = [inits[qo] for qo in carries] + [np.zeros(rep_vars[qo][0].aval.shape, rep_vars[qo][0].aval.dtype)
+                                                       for qo in lasts]
+        finals = [_new_var(rep_vars[qo][-1].aval) for qo in carry_order]
+        stacked = [_new_var(Aval((n,) + a_.shape, a_.dtype)) for a_ in y_avals]
+        operands = (params, *inits_outer, *xs_outer, *captured)
+        outvars = finals + stacked
+        scan = Eqn(scan_p, operands, {}, outvars, tree.flatten(tuple(range(len(outvars))))[1], source)
+        after = []
+        subst = {}
+        for qo, v in zip(carry_order, finals):
+            subst[rep_vars[qo][-1]] = v
+        for qo, Y in zip(ys, stacked):
+            for m, v in enumerate(rep_vars[qo]):
+                if v in subst or not outside(v):
+                    continue
+                got = _new_var(v.aval)  # (a weak type kept: getitem's rule gives Y's element type)
+                eqn = Eqn(operator.getitem, (Y, pos(m)), {}, [got], tree.LEAF, source)
+                level.sliced[got] = (Y, pos(m))
+                subst[v] = got
+                after.append(eqn)
+        level.subst.update(subst)
+        return before + [scan] + after
+
+
+def _stacked(values, sliced, source, before):
+    """One array of `values` (Vars) stacked along a new first axis, appending the equations
+    that make it to `before`: stretches of them that are consecutive elements of one scan's
+    stacked output (`sliced`: Var -> (that output, index)) are read from it by one slice."""
+    pieces, i, n = [], 0, len(values)
+
+    def starts_run(j):
+        h, g = sliced.get(values[j]), sliced.get(values[j + 1]) if j + 1 < n else None
+        return h is not None and g is not None and g[0] is h[0] and g[1] - h[1] in (1, -1)
+
+    while i < n:
+        h = sliced.get(values[i])
+        j, step = i + 1, None
+        while h is not None and j < n:
+            g, f = sliced.get(values[j]), sliced[values[j - 1]]
+            if g is None or g[0] is not h[0] or g[1] - f[1] not in (1, -1) or step not in (None, g[1] - f[1]):
+                break
+            step, j = g[1] - f[1], j + 1
+        if j - i > 1:
+            first, last = h[1], sliced[values[j - 1]][1]
+            whole = step == 1 and first == 0 and last == h[0].aval.shape[0] - 1
+            index = (slice(first, last + 1) if step == 1 else slice(first, last - 1 if last else None, -1))
+            pieces.append(h[0] if whole else _emit(operator.getitem, (h[0], index), source, before))
+            i = j
+            continue
+        while j < n and not starts_run(j):
+            j += 1  # a stretch of values not read from a stacked output: one stack
+        pieces.append(_emit(np.stack, (list(values[i:j]),), source, before))
+        i = j
+    return pieces[0] if len(pieces) == 1 else _emit(np.concatenate, (pieces,), source, before)
+
+
+def _emit(prim, args, source, before):
+    eqn = _bind(prim, args, {}, source)
+    before.append(eqn)
+    return eqn.outvars[0]
+
+
+def _same_types(new, old):
+    """Whether `new` (an equation with per-step inputs where `old` had constants) gives `old`'s
+    result types by its rule (a rule may need the constant: then the run is not rolled)."""
+    entry = registry.lookup(new.prim)
+    if entry is None or entry.lowering is None:
+        return False
+    try:
+        if entry.shape is None:
+            avals, out_tree, through = tracing.abstract_eval(entry.lowering, new.args, new.kwargs)
+        else:
+            avals, out_tree = tree.flatten(tuple(entry.shape(*new.args, **new.kwargs)))
+            through = [None] * len(avals)
+    except Exception:
+        return False
+    if out_tree != old.out_tree or len(avals) != len(old.outvars):
+        return False
+    for a, t, v in zip(avals, through, old.outvars):
+        if (v is None) != (t is not None) or (v is not None and a != v.aval):
+            return False
+    return True

@@ -1,0 +1,197 @@
+"""Loop rolling (rolling.py): a Python loop unrolled by tracing is compiled as a scan over
+its repeated body, and the rolled program's results are plain autograd's."""
+import autograd.numpy as np
+import numpy as onp
+import pytest
+from autograd import grad, hessian
+
+from autograd_xla import jit_ps, rolling
+from autograd_xla.control_flow.scans import scan_p
+
+from helpers import assert_close
+
+RNG = onp.random.RandomState(0)
+W = RNG.randn(4, 4) * 0.5
+X0 = RNG.randn(4)
+XS = RNG.randn(40, 4)
+
+
+def scans(graph):
+    """The rolled scans of a graph, outermost first, with those inside their bodies."""
+    found = []
+    for eqn in graph.eqns:
+        params = eqn.args[0] if eqn.args else None
+        if getattr(params, "rolled", False):
+            found.append(params)
+            found += scans(params.graphs[0])
+    return found
+
+
+def size(graph):
+    """Equations of a graph, those of its loops' bodies included."""
+    return len(graph.eqns) + sum(size(g) for e in graph.eqns for g in getattr(e.prim, "subgraphs", lambda e: ())(e))
+
+
+def check_rolled(f, *args, argnums=0, rolled=True):
+    """jit_ps(grad(f)) equals grad(f) (float64, 1e-12), and is rolled (or not)."""
+    g = jit_ps(grad(f, argnums), static_argnums=tuple(i for i, a in enumerate(args) if isinstance(a, int)))
+    assert_close(g(*args), grad(f, argnums)(*args))
+    graph = g.graph(*args)
+    assert bool(scans(graph)) == rolled, str(graph)
+    return graph
+
+
+# ----- what rolls ----------------------------------------------------------------------------
+def euler(w, x, n):
+    for _ in range(n):
+        x = x + 0.1 * np.tanh(np.dot(w, x))
+    return np.sum(x ** 2)
+
+
+def test_an_euler_loop_rolls_forward_and_backward_and_its_program_does_not_grow():
+    graphs = [check_rolled(euler, W, X0, n) for n in (30, 60)]
+    assert [len(scans(g)) for g in graphs] == [2, 2]  # the forward pass and the backward pass
+    assert [p.length for p in scans(graphs[1])] == [60, 58]  # (the backward's first and last steps differ)
+    assert scans(graphs[1])[1].reverse  # the backward pass reads the forward's values backwards
+    assert size(graphs[0]) == size(graphs[1])
+    assert "stablehlo.while" in jit_ps(grad(euler), static_argnums=2).stablehlo(W, X0, 60)
+
+
+def test_the_switch_turns_rolling_off():
+    g = jit_ps(grad(euler), static_argnums=2, roll_loops=False)
+    assert not scans(g.graph(W, X0, 30)) and len(g.graph(W, X0, 30).eqns) > 200
+    assert_close(g(W, X0, 30), grad(euler)(W, X0, 30))
+
+
+def lstm(params, xs):
+    h = np.zeros(params["W"].shape[0])
+    c = np.zeros_like(h)
+    loss = 0.0
+    for t in range(xs.shape[0]):
+        z = np.concatenate([xs[t], h])                      # a slice x[t] with a static t
+        f = 0.5 * (np.tanh(np.dot(params["W"], z) + params["b"]) + 1.0)
+        g = np.tanh(np.dot(params["U"], z))
+        c = f * c + (1.0 - f) * g
+        h = np.tanh(c)
+        loss = loss + np.sum(h * params["v"]) ** 2
+    return loss
+
+
+def test_an_lstm_with_dict_parameters_rolls():
+    params = {"W": RNG.randn(3, 7), "b": RNG.randn(3), "U": RNG.randn(3, 7), "v": RNG.randn(3)}
+    short, long_ = (check_rolled(lstm, params, RNG.randn(t, 4)) for t in (12, 24))
+    assert size(short) == size(long_)
+    assert [p.length for p in scans(long_)][0] == 24  # the forward pass, its first step too
+
+
+def test_per_step_constants_become_inputs():
+    """A loop index baked in as a number (t * dt) and a static slice (xs[t]) differ between
+    steps: they are the scan's per-step inputs."""
+    def f(w, x, xs):
+        for t in range(xs.shape[0]):
+            x = x + 0.05 * np.sin(t * 0.1) * np.tanh(np.dot(w, x)) + 0.01 * xs[t]
+        return np.sum(x ** 2)
+
+    graph = check_rolled(f, W, X0, XS)
+    stacked = [a for e in graph.eqns if e.prim is scan_p for a in e.args if isinstance(a, onp.ndarray)]
+    assert any(a.dtype == onp.int64 and list(a) == sorted(a) and len(set(a)) > 30 for a in stacked)
+    check_rolled(f, W, X0, XS, argnums=2)  # the gradient with respect to xs: xs[t]'s adjoint per step
+
+
+def test_early_break_on_a_static_condition():
+    def f(w, x, n):
+        for t in range(100):
+            if t >= n:
+                break
+            x = np.tanh(np.dot(w, x) + 0.1 * t)
+        return np.sum(x)
+
+    check_rolled(f, W, X0, 25)
+
+
+def test_a_step_that_differs_is_left_unrolled():
+    def f(w, x):
+        for t in range(30):
+            x = np.tanh(np.dot(w, x))
+            if t == 17:
+                x = x * 2.0 + 1.0
+        return np.sum(x ** 2)
+
+    graph = check_rolled(f, W, X0)
+    assert len([p for p in scans(graph) if not p.reverse]) == 2  # steps 0-16 and 18-29
+
+
+def test_a_rule_that_needs_the_constant_keeps_those_steps_unrolled():
+    def f(x):
+        for t in range(20):
+            x = np.roll(x, t) * 1.1 + np.sin(x)
+        return np.sum(x ** 2)
+
+    g = jit_ps(grad(f))
+    assert_close(g(X0), grad(f)(X0))
+
+
+def test_nested_loops_roll_at_each_level():
+    ws = RNG.randn(5, 4, 4) * 0.4
+
+    def f(ws, x, xs):
+        for layer in range(ws.shape[0]):
+            h = x
+            for t in range(xs.shape[0]):
+                h = np.tanh(np.dot(ws[layer], h) + xs[t])
+            x = h
+        return np.sum(x ** 2)
+
+    graphs = [check_rolled(f, ws, X0, XS[:n]) for n in (12, 24)]
+    assert size(graphs[0]) == size(graphs[1])
+    assert max(len(scans(g)) for g in graphs) >= 3
+
+
+def test_second_order_derivatives_through_a_rolled_loop():
+    def f(x):
+        for _ in range(20):
+            x = x + 0.1 * np.sin(np.dot(W, x))
+        return np.sum(x ** 3)
+
+    def hvp(x, v):
+        return np.dot(grad(f)(x), v)
+
+    check_rolled(hvp, X0, XS[0])  # the Hessian times a vector: grad of grad
+    h = jit_ps(hessian(f))  # (autograd's hessian vmaps; the loops inside a vmapped graph stay unrolled)
+    assert_close(h(X0), hessian(f)(X0))
+
+
+def test_float32_stays_float32():
+    w, x = W.astype(onp.float32), X0.astype(onp.float32)
+    g = jit_ps(grad(euler), static_argnums=2)
+    got, want = g(w, x, 30), grad(euler)(w, x, 30)
+    assert got.dtype == want.dtype == onp.float32
+    assert_close(got, want)
+    assert scans(g.graph(w, x, 30))
+
+
+# ----- finding runs --------------------------------------------------------------------------
+@pytest.mark.parametrize("tokens, runs", [
+    ([9] + [1, 2, 3] * 5 + [7], [(1, 3, 5)]),
+    ([1, 2, 3] * 3, []),                                  # too few repetitions
+    ([5, 5, 1, 1, 1, 1, 1, 1], [(2, 1, 6)]),
+    ([1, 2, 1, 3] * 4, [(0, 4, 4)]),                       # a token twice in the body
+    ([1, 2] * 4 + [3, 4, 5] * 4, [(0, 2, 4), (8, 3, 4)]),
+])
+def test_find_runs(monkeypatch, tokens, runs):
+    monkeypatch.setattr(rolling, "MIN_EQNS", 4)
+    assert rolling.find_runs(tokens) == runs
+
+
+def test_a_large_program_rolling_cannot_shorten_warns_naming_the_loop(monkeypatch):
+    import autograd_xla.api as api
+    monkeypatch.setattr(api, "LARGE_PROGRAM_WARN_AFTER", 50)
+
+    def f(x):
+        for t in range(30):
+            x = np.roll(x, t) * 1.1  # np.roll's shift must be a constant: its steps stay unrolled
+        return np.sum(x)
+
+    line = f.__code__.co_firstlineno + 2
+    with pytest.warns(UserWarning, match=rf"traced to a program of .* from {__file__}:{line}.*autograd_xla\.scan"):
+        assert_close(jit_ps(f)(X0), f(X0))
