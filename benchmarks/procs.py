@@ -23,6 +23,7 @@ import importlib.util
 import os
 import pickle
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -47,7 +48,8 @@ TOLERANCE = {"float64": 1e-10, "float32": 1e-4}  # relative; XLA and OpenBLAS su
 class Case:
     """What a worker can time: fn(*args). `settle`: a jit_ps function whose signature may climb
     to later programs (timing.settle runs before steady state). `extras`: {name: callable}
-    the parent may call by name (`Worker.extra`), e.g. the optimised HLO's text."""
+    the parent may call by name (`Worker.extra`), e.g. the optimised HLO's text; "first", if
+    there, makes the first call instead of fn (e.g. one that fails on a fallback)."""
 
     def __init__(self, fn, args=(), settle=False, **extras):
         self.fn, self.args, self.settle, self.extras = fn, tuple(args), settle, extras
@@ -101,7 +103,7 @@ class Served:
     def first(self, key):
         """(seconds, numpy result, jit_ps's split of the time or None) of one call."""
         c = self.cases[key]
-        t, out = timing.time_once(c.fn, c.args)
+        t, out = timing.time_once(c.extras.get("first", c.fn), c.args)
         st = getattr(c.fn, "stats", None)
         split = None if st is None else {"trace": st.trace_seconds, "lower": st.lower_seconds,
                                          "compile": st.compile_seconds}
@@ -126,6 +128,11 @@ class Served:
         if lead:
             timing.warm_up(c.fn, c.args, lead, min_calls=1)
         return timing.time_calls(c.fn, c.args, number) / number
+
+    def call(self, function, args):
+        """module:function(*args) in the worker, e.g. a diagnosis that needs its library."""
+        module, name = function.split(":")
+        return getattr(importlib.import_module(module), name)(*args)
 
     def extra(self, key, name, args):
         return self.cases[key].extras[name](*args)
@@ -218,6 +225,9 @@ class Worker:
 
     def extra(self, key, name, *args):
         return self.request("extra", key, name, args)
+
+    def call(self, function, *args):
+        return self.request("call", function, args)
 
     def stderr_tail(self, lines=15):
         self.log.seek(0)
@@ -363,6 +373,20 @@ def spread(xs):
 def table(head, rows):
     out = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
     return out + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%\S+\s+=\s+.*?\s([a-z][a-z0-9-]*)\(")
+_BOOKKEEPING = {"parameter", "constant", "bitcast", "tuple", "get-tuple-element"}
+
+
+def hlo_op_counts(text):
+    """Opcode -> count over every computation of an optimised HLO module's text."""
+    counts = {}
+    for line in text.splitlines():
+        m = _INSTRUCTION.match(line)
+        if m and m.group(1) not in _BOOKKEEPING:
+            counts[m.group(1)] = counts.get(m.group(1), 0) + 1
+    return counts
 
 
 def fmt_load(la):
