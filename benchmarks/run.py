@@ -6,7 +6,8 @@ That is the full run: every default workload of workloads.py in float32 and in f
 (`--dtype both`), about 12 minutes on 2 cores. Options: --quick (about a quarter of the time),
 --dtype float32|float64|both, --only NAME[,NAME], --repeat N, --target-ms MS, --lead-ms MS,
 --first-calls N, --seed N, --align numpy|16|64, --backend cpu, --no-jax, --json PATH,
---hlo-dir DIR (both sides' optimised HLO, for reading side by side).
+--hlo-dir DIR (both sides' optimised HLO, for reading side by side), --diagnose (where jit_ps's
+time goes against jax's: call path, program, runtime).
 
 For each workload and dtype, three worker processes (procs.py) start together: plain autograd,
 jit_ps (autograd_xla; never imports jax) and jax (never imports autograd_xla; jax.jit of the
@@ -44,7 +45,8 @@ from workloads import BY_NAME, WORKLOADS  # noqa: E402
 FACTORY = "run:cases"
 DTYPES = ("float32", "float64")
 COLUMNS = {"autograd": "autograd", "jit_ps": "jit_ps", "jax": "jax.jit, numpy in/out",
-           "jax_dev": "jax.jit, on its device"}
+           "jax_dev": "jax.jit, on its device", "jit_ps_exec": "jit_ps's program alone (diag)",
+           "jaxhlo_on_jit_ps": "jax's program on jit_ps's runtime (diag)"}
 
 
 # ----- in the workers ---------------------------------------------------------------------------
@@ -73,6 +75,30 @@ def cases(kind, workload, dtype, seed=0, backend="cpu", align="numpy"):
             "jax_dev": Case(lambda *a: jax.block_until_ready(jitted(*a)), on_device)}
 
 
+def diagnostic_cases(kind, workload, dtype, jax_text, seed=0, backend="cpu", align="numpy"):
+    """--diagnose, in the jit_ps worker: the program its signature settles on, called on the
+    leaves directly (no call path), and jax's StableHLO compiled by the same client and run by
+    the same Executable class (it is only text: jax is not imported). Uses jit_ps internals."""
+    from jaxlib import xla_client as xc
+
+    from autograd_xla import backend as backend_mod
+    case = cases(kind, workload, dtype, seed, backend, align)["jit_ps"]
+    jf, inputs = case.fn, case.args
+    jf(*inputs)
+    timing.settle(jf, inputs)
+    (entry,) = list(jf._cache.values())
+    exe = entry.executable
+    _, leaves = jf._split(inputs, {})
+    be = backend_mod.get_backend(backend)
+    compiled = be.client.compile_and_load(jax_text, xc.DeviceList((be.default_device,)), xc.CompileOptions())
+    theirs = backend_mod.Executable(be, backend_mod.Program(compiled), [(onp.shape(x), onp.asarray(x).dtype)
+                                                                          for x in leaves],
+                                    [(tuple(a.shape), a.dtype) for a in exe.out_avals], [], jax_text)
+    settled = exe.exe.hlo_modules()[0].to_string()
+    return {"jit_ps_exec": Case(exe, (leaves,), hlo=lambda: settled),
+            "jaxhlo_on_jit_ps": Case(theirs, (leaves,))}
+
+
 # ----- in the parent ----------------------------------------------------------------------------
 
 def parse_args(argv=None):
@@ -96,6 +122,10 @@ def parse_args(argv=None):
                         "16 or 64 (i.e. 0) modulo 64 (procs.place)")
     p.add_argument("--no-jax", action="store_true", help="leave jax out even if it is installed")
     p.add_argument("--hlo-dir", metavar="DIR", help="write each side's StableHLO and XLA-optimised HLO here")
+    p.add_argument("--diagnose", action="store_true",
+                   help="where jit_ps's time goes against jax's: two more contenders in the jit_ps worker, its "
+                        "settled program called directly and jax's program run by its runtime, and the optimised "
+                        "HLOs' op counts side by side")
     p.add_argument("--json", metavar="PATH", help="save raw samples and metadata as JSON")
     args = p.parse_args(argv)
     names = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else \
@@ -123,13 +153,15 @@ def run_row(wl, dtype, args, index):
     with procs.Workers(["autograd"] + compiled, args.backend) as ws:
         for w in ws.values():
             w.build(FACTORY, **params)
+        outs = {}
+        for kind in compiled:
+            t, outs[kind], split = ws[kind].request("first", kind)
+            row["first_call"][kind].append((t, split))
+        # plain autograd's last: OpenBLAS's threads spin on for 0.1-0.2 s after its products
         _, ref, _ = ws["autograd"].request("first", "autograd")
         for kind in compiled:
-            t, out, split = ws[kind].request("first", kind)
-            row["first_call"][kind].append((t, split))
-            row["errors"][kind] = procs.compare(ref, out, dtype, None if kind == "jit_ps" else row["dtype_notes"],
-                                                procs.TITLES[kind])
-            del out
+            row["errors"][kind] = procs.compare(ref, outs.pop(kind), dtype,
+                                                None if kind == "jit_ps" else row["dtype_notes"], procs.TITLES[kind])
         if args.jax:
             row["errors"]["jax_dev"] = procs.compare(ref, ws["jax"].request("output", "jax_dev"), dtype, [],
                                                      "jax.jit on device")
@@ -142,6 +174,11 @@ def run_row(wl, dtype, args, index):
         contenders = {"autograd": (ws["autograd"], "autograd"), "jit_ps": (ws["jit_ps"], "jit_ps")}
         if args.jax:
             contenders.update(jax=(ws["jax"], "jax"), jax_dev=(ws["jax"], "jax_dev"))
+            if args.diagnose:
+                ws["jit_ps"].build("run:diagnostic_cases", jax_text=ws["jax"].extra("jax", "stablehlo"), **params)
+                for key in ("jit_ps_exec", "jaxhlo_on_jit_ps"):
+                    contenders[key] = (ws["jit_ps"], key)
+                row["hlo_diff"] = hlo_diff(ws["jit_ps"].extra("jit_ps_exec", "hlo"), ws["jax"].extra("jax", "hlo"))
         samples, numbers = procs.interleaved(contenders, args.repeat, args.target_ms / 1e3, lead=args.lead_ms / 1e3)
         row.update(samples=samples, calls_per_sample=numbers,
                    summary={k: timing.summarize(v) for k, v in samples.items()})
@@ -151,6 +188,12 @@ def run_row(wl, dtype, args, index):
         for kind in (compiled if i % 2 else compiled[::-1]):
             row["first_call"][kind] += procs.fresh_first_calls(kind, FACTORY, params, kind, 1, args.backend)
     return row
+
+
+def hlo_diff(ours, theirs):
+    a, b = procs.hlo_op_counts(ours), procs.hlo_op_counts(theirs)
+    diff = [f"{op} {a.get(op, 0)} vs {b.get(op, 0)}" for op in sorted(set(a) | set(b)) if a.get(op, 0) != b.get(op, 0)]
+    return "; ".join(diff) if diff else "same op counts"
 
 
 def dump_hlo(directory, stem, ws, kinds):
@@ -197,6 +240,8 @@ def report(rows, failures, env, args):
         out += [[name, dtype, f"failed: {msg}"] + [""] * (len(head) - 3) for (name, dtype), msg in failures.items()]
         lines += table(head, out)
 
+    if any("jit_ps_exec" in r["summary"] for r in rows):
+        lines += diagnostics(rows)
     n = args.first_calls
     lines += ["", f"## First call: trace + compile + one run of a freshly built function, in {n} fresh "
                   "process(es) each (median and range; the library's client made beforehand)", ""]
@@ -238,6 +283,29 @@ def report(rows, failures, env, args):
                   f"{procs.fmt_load(os.getloadavg())} ({env['cpus_usable']} usable CPUs; more than that means the "
                   "numbers are disturbed)"]
     return "\n".join(lines)
+
+
+def diagnostics(rows):
+    """jit_ps - jax.jit on its device, split in three from medians: call path (jit_ps - its
+    settled program called on the leaves), program (that - jax's program on the same
+    runtime), runtime (jax's program on jit_ps's runtime, numpy in and out - jax.jit with its
+    inputs on its device). Sums of medians, so only roughly additive."""
+    def signed(seconds):
+        return ("−" if seconds < 0 else "+") + format_seconds(abs(seconds))
+    lines = ["", "## Diagnosis: where jit_ps's time goes against jax.jit on its device (medians; negative: jit_ps's "
+                 "side faster)", "",
+             "call path = jit_ps − its settled program called on the leaves; program = that − jax's StableHLO compiled "
+             "and run by jit_ps's runtime; runtime = that − jax.jit on its device (numpy in and out against "
+             "device-resident inputs and results).", ""]
+    out = []
+    for r in rows:
+        m = {k: v["median"] for k, v in r["summary"].items()}
+        if "jit_ps_exec" in m:
+            out.append([r["name"], r["dtype"], signed(m["jit_ps"] - m["jit_ps_exec"]),
+                        signed(m["jit_ps_exec"] - m["jaxhlo_on_jit_ps"]), signed(m["jaxhlo_on_jit_ps"] - m["jax_dev"]),
+                        signed(m["jit_ps"] - m["jax_dev"]), r.get("hlo_diff", "—")])
+    return lines + table(["workload", "dtype", "call path", "program", "runtime", "total",
+                          "optimised-HLO op counts, jit_ps vs jax"], out)
 
 
 def main(argv=None):
