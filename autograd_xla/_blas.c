@@ -8,6 +8,7 @@
  * Each handler checks its operands as blas.py's do and answers with the same error messages. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -192,7 +193,82 @@ static PyObject *handlers(PyObject *self, PyObject *args) {
                          PyCapsule_New((void *)symv, "xla._CUSTOM_CALL_TARGET", NULL));
 }
 
+/* ----- LAPACK on one BLAS thread (blas.py's SERIAL) -----------------------------------------
+ * A wrapper handler per wrapped target: it sets the LAPACK's OpenBLAS to one thread, calls the
+ * wrapped handler (jaxlib's lapack_*_ffi) with the same call frame, and gives the library back
+ * the threads it had once no wrapped call is running (a count under a mutex, so that calls on
+ * several threads at once restore what was there before the first). XLA's frame carries no
+ * hint of which target was called, so each wrapped target gets a trampoline of its own. */
+typedef void *(*Handler)(CallFrame *);
+enum { SERIAL_SLOTS = 128 };
+static Handler wrapped[SERIAL_SLOTS];
+static int serial_count;
+static void (*set_threads)(int);
+static int (*get_threads)(void);
+static pthread_mutex_t serial_lock = PTHREAD_MUTEX_INITIALIZER;
+static int serial_running, threads_before;
+
+static void *serial_call(int slot, CallFrame *frame) {
+    if (frame->stage != STAGE_EXECUTE || (frame->extension_start != NULL
+                                          && frame->extension_start->type == EXTENSION_METADATA))
+        return wrapped[slot](frame);  /* XLA's questions (version, stages) go to the kernel itself */
+    pthread_mutex_lock(&serial_lock);
+    if (serial_running++ == 0) {
+        threads_before = get_threads();
+        if (threads_before > 1) set_threads(1);
+    }
+    pthread_mutex_unlock(&serial_lock);
+    void *result = wrapped[slot](frame);
+    pthread_mutex_lock(&serial_lock);
+    if (--serial_running == 0 && threads_before > 1) set_threads(threads_before);
+    pthread_mutex_unlock(&serial_lock);
+    return result;
+}
+
+/* 16 rows of 8 trampolines: serial_<row>_<column> calls slot 8 row + column */
+#define SLOT(r, c) static void *serial_##r##_##c(CallFrame *f) { return serial_call(8 * r + c, f); }
+#define ROW(r) SLOT(r, 0) SLOT(r, 1) SLOT(r, 2) SLOT(r, 3) SLOT(r, 4) SLOT(r, 5) SLOT(r, 6) SLOT(r, 7)
+ROW(0) ROW(1) ROW(2) ROW(3) ROW(4) ROW(5) ROW(6) ROW(7) ROW(8) ROW(9) ROW(10) ROW(11) ROW(12) ROW(13) ROW(14) ROW(15)
+#define ENTRIES(r) serial_##r##_0, serial_##r##_1, serial_##r##_2, serial_##r##_3, serial_##r##_4, serial_##r##_5, \
+                   serial_##r##_6, serial_##r##_7
+static Handler trampolines[SERIAL_SLOTS] = {ENTRIES(0), ENTRIES(1), ENTRIES(2), ENTRIES(3), ENTRIES(4), ENTRIES(5),
+                                            ENTRIES(6), ENTRIES(7), ENTRIES(8), ENTRIES(9), ENTRIES(10), ENTRIES(11),
+                                            ENTRIES(12), ENTRIES(13), ENTRIES(14), ENTRIES(15)};
+
+/* serial(capsules, set_num_threads, get_num_threads): a capsule per given handler capsule, whose
+ * handler calls it with the library of those two functions' addresses on one thread. */
+static PyObject *serial(PyObject *self, PyObject *args) {
+    PyObject *capsules;
+    unsigned long long set_address, get_address;
+    if (!PyArg_ParseTuple(args, "O!KK", &PyList_Type, &capsules, &set_address, &get_address)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(capsules);
+    if (!set_address || !get_address) {
+        PyErr_SetString(PyExc_ValueError, "a thread function's address is 0");
+        return NULL;
+    }
+    if (serial_count + n > SERIAL_SLOTS) {
+        PyErr_Format(PyExc_ValueError, "%zd more handlers than the %d slots left", n, SERIAL_SLOTS - serial_count);
+        return NULL;
+    }
+    set_threads = (void (*)(int))(uintptr_t)set_address;
+    get_threads = (int (*)(void))(uintptr_t)get_address;
+    PyObject *out = PyList_New(n);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Handler handler = PyCapsule_GetPointer(PyList_GET_ITEM(capsules, i), "xla._CUSTOM_CALL_TARGET");
+        if (handler == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        wrapped[serial_count] = handler;
+        PyList_SET_ITEM(out, i, PyCapsule_New((void *)trampolines[serial_count++], "xla._CUSTOM_CALL_TARGET", NULL));
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"serial", serial, METH_VARARGS, "serial([capsule], set_num_threads, get_num_threads) -> [capsule]: each "
+                                     "handler called with that BLAS on one thread"},
     {"handlers", handlers, METH_VARARGS, "handlers((rows, columns, gemm, symmetric), (dgemv, sgemv, dgemm, sgemm, "
                                          "dsymv, ssymv), ilp64) -> their four capsules"},
     {NULL, NULL, 0, NULL},

@@ -430,9 +430,10 @@ static int copied_apart(const Py_buffer *view, int contiguous) {
 /* A call's arguments walked as C++ flattens them (lists and tuples, depth first, MAX_DEPTH deep):
  * whether C++ may take them as they are (`native`: no numpy array whose bytes are not in the
  * machine's order, which C++ would read as if they were (its signatures and puts ignore byte
- * order: probed, x * 2 + 1 of a '>f8' array came back as of its bytes swapped), nor a subclass of ndarray inside a
- * list or tuple, which C++ would take for an array where the Python path runs it as plain
- * autograd does: np.matrix's `*` a matrix product), whether PJRT would copy one apart
+ * order: probed, x * 2 + 1 of a '>f8' array came back as of its bytes swapped), nor a subclass of ndarray, which
+ * C++ would take for an ndarray where the Python path traces it as its class, its attributes in the signature
+ * (tracing.Kind: PennyLane's requires_grad), or runs it as plain autograd does (np.matrix's `*` a matrix
+ * product), whether PJRT would copy one apart
  * (`apart`), and while every leaf is a C-contiguous numpy array or a Python number
  * (`stageable`), the arrays' buffers and the structure around them (`tree`: 'a' an array, 'i',
  * 'f' or 'c' an int, float or complex, 'l' or 't' and a length byte a list or tuple), which a
@@ -478,7 +479,7 @@ static void walk(Walk *w, PyObject *obj, int depth) {
         return;
     }
     int exact = (PyObject *)Py_TYPE(obj) == ndarray_type;
-    if (depth > 0 && !exact) {
+    if (!exact) {
         w->native = 0;
         return;
     }

@@ -14,6 +14,7 @@ finish. Calls that carry autograd boxes go through one autograd primitive (autod
 """
 import contextlib
 import functools
+import inspect
 import sys
 import threading
 import time
@@ -124,6 +125,16 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         # jaxlib's C++ dispatch (dispatch.py), for the calls of signatures that qualify
         self._fast = dispatch.function_for(self) if not keep_on_device and dispatch.available() else None
         self._fast_calls = [0, 0]  # calls C++ handed back for good, and fast paths given it
+
+    @property
+    def __signature__(self):
+        """The wrapped function's signature, as inspect.signature(fun) gives it: inspect reads this
+        first, also where it does not follow __wrapped__ (inspect.getfullargspec, which pymanopt
+        reads a cost function's parameters with), and a jitted function's own __call__ is C's."""
+        try:
+            return inspect.signature(self._fun)
+        except (TypeError, ValueError):
+            return None
 
     def __get__(self, obj, objtype=None):
         if obj is None:
@@ -502,10 +513,14 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         dynamic = [i for i in range(len(leaves)) if i not in static]
         in_avals = [aval_of(leaves[i]) for i in dynamic]
 
+        subclassed = any(len(s) > 2 for s in sig if type(s) is tuple)
+
         def flat_fun(*tracers):
             full = list(leaves)
             for i, t in zip(dynamic, tracers):
                 full[i] = t
+            if subclassed:  # every array argument answers its class as it (tracing.Kind)
+                tracing.stand_in_as(tracers, [leaves[i] for i in dynamic])
             return self._apply(spec, full)
 
         t0 = time.perf_counter()

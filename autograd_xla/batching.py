@@ -35,7 +35,7 @@ import warnings
 
 import numpy as np
 
-from . import hlo
+from . import blas, hlo
 from .context import REDUCTIONS, LoweringContext, collective_reduction, gathered_layout
 from .errors import FallbackWarning
 
@@ -71,7 +71,7 @@ ELEMENTWISE = frozenset({f"stablehlo.{n}" for n in hlo.UNARY_OPS | hlo.BINARY_OP
 LEADING_BATCH = frozenset({"stablehlo.fft", "stablehlo.cholesky", "stablehlo.triangular_solve", "chlo.top_k",
                            "stablehlo.optimization_barrier"})
 #: Custom calls that loop over leading axes: jaxlib's LAPACK kernels and XLA's own.
-LEADING_BATCH_TARGETS = ("lapack_", "Qr", "ProductOfElementaryHouseholderReflectors")
+LEADING_BATCH_TARGETS = ("lapack_", blas.SERIAL + "lapack_", "Qr", "ProductOfElementaryHouseholderReflectors")
 
 _warned_ops = set()
 

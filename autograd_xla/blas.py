@@ -322,6 +322,68 @@ def register():
         xc.register_custom_call_target(target, capsule, platform="cpu", api_version=1)
 
 
+# ----- LAPACK on one BLAS thread -----------------------------------------------------------------
+#: The prefix of a LAPACK kernel's target (jaxlib's lapack_*_ffi) called with the BLAS it runs
+#: in (scipy's OpenBLAS, which jaxlib's LAPACK binds) on one thread: XLA:CPU's threads run the
+#: program's other work on the same cores, and OpenBLAS's, which spin after their work for as
+#: long again, stall the two in turn. Measured (ms a call, mean over 300 calls, 2 cores, the
+#: load average 0.4-2; numpy / jit_ps with OpenBLAS's two threads / jit_ps with one):
+#: np.sum(np.linalg.solve(S, y)), S 4x6x6, y 1x6x5000: 1.4-2.3 / 2.8-45 (medians 0.75-0.8) /
+#: 1.3-1.7; n x n with n right-hand sides, n = 160: 0.89 / 98 / 0.92; n = 250: 1.7 / 4.6 / 2.7;
+#: n = 500: 9.5-21 / 11-32 / 15-17. So the kernels of calls smaller than SERIAL_BELOW run on
+#: one thread (`lapack_target`), larger ones on the library's threads.
+SERIAL = "autograd_xla_serial_"
+#: Multiply-adds a LAPACK kernel does on one matrix (lapack_work) from which it keeps the BLAS's
+#: threads (n = 250's solve: 3 x 250^3 = 4.7e7; n = 500's 3.8e8); None: always one thread.
+SERIAL_BELOW = 1 << 27
+#: The thread functions of the BLAS jaxlib's LAPACK runs in, looked up in scipy's LAPACK (whose
+#: symbols jaxlib binds): (set, get) names, scipy's own OpenBLAS build first.
+_THREAD_FUNCTIONS = (("scipy_openblas_set_num_threads", "scipy_openblas_get_num_threads"),
+                     ("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
+                     ("openblas_set_num_threads", "openblas_get_num_threads"))
+#: Whether SERIAL's targets are registered (the C handlers built, an OpenBLAS found)
+serial_registered = False
+_serial_handlers = {}  # SERIAL's target -> its capsule, kept alive as long as XLA may call it
+
+
+def _lapack_threads():
+    """(set_num_threads, get_num_threads) addresses of the OpenBLAS scipy's LAPACK runs in, or
+    None (another BLAS: MKL's, Accelerate's)."""
+    try:
+        from scipy.linalg import cython_lapack
+        lib = ctypes.CDLL(cython_lapack.__file__)
+    except (ImportError, OSError):
+        return None
+    for names in _THREAD_FUNCTIONS:
+        try:
+            return tuple(ctypes.cast(getattr(lib, name), _P).value for name in names)
+        except AttributeError:
+            continue
+    return None
+
+
+def register_serial(registrations):
+    """Register SERIAL + name for each of jaxlib's CPU LAPACK kernels (name, capsule,
+    api_version): where the C handlers are built and an OpenBLAS is found; else none, and
+    lapack_target keeps the kernels' own names."""
+    global serial_registered
+    threads = _lapack_threads() if native is not None and os.environ.get(NATIVE_ENV, "1") != "0" else None
+    if serial_registered or threads is None:
+        return
+    wrappers = native.serial([capsule for _, capsule, _ in registrations], *threads)
+    for (name, _, api_version), wrapper in zip(registrations, wrappers):
+        _serial_handlers[SERIAL + name] = wrapper
+        xc.register_custom_call_target(SERIAL + name, wrapper, platform="cpu", api_version=api_version)
+    serial_registered = True
+
+
+def lapack_target(name, work):
+    """The target a program calls jaxlib's LAPACK kernel `name` by, for a call doing `work`
+    multiply-adds on each matrix: SERIAL's below SERIAL_BELOW, where registered."""
+    small = SERIAL_BELOW is None or work < SERIAL_BELOW
+    return SERIAL + name if small and serial_registered else name
+
+
 def applies(matrix_shape, vector_shape, dim, dtype):
     """Whether a dot of a matrix contracting its `dim` with a vector, both of `dtype`, goes to
     BLAS: float32 or float64, the matrix at least MIN_ELEMENTS."""

@@ -11,6 +11,7 @@ import warnings
 
 from jaxlib import xla_client as xc
 
+from . import blas
 from .errors import PlatformUnavailableError
 
 JAXLIB_API_VERSION = 467  # xla_client._version of the jaxlib we are pinned to
@@ -45,13 +46,15 @@ def result_handler(aval, sharding):
 
 def _register_lapack():
     """jaxlib's LAPACK kernels (lapack_*_ffi custom calls) for CPU linear algebra.
-    `_lapack.initialize()` binds scipy's LAPACK symbols; calling a kernel without it crashes."""
+    `_lapack.initialize()` binds scipy's LAPACK symbols; calling a kernel without it crashes.
+    Each is registered a second time under blas.SERIAL's name, run on one BLAS thread."""
     from jaxlib import lapack
 
     lapack._lapack.initialize()
     for platform, targets in lapack.registrations().items():
         for name, capsule, api_version in targets:
             xc.register_custom_call_target(name, capsule, platform=platform, api_version=api_version)
+    blas.register_serial(lapack.registrations().get("cpu", []))  # the kernels on one BLAS thread
 
 
 def _unavailable_error(platform, reason, installed=False):

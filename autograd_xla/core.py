@@ -231,7 +231,7 @@ def map_structure(obj, leaf_type, f):
     if t is DynamicSlice:
         start = map_structure(obj.start, leaf_type, f)
         return obj if start is obj.start else DynamicSlice(start, obj.size)
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+    if issubclass(t, tuple) and hasattr(obj, "_fields"):  # (type(): a Tracer answers isinstance as an array)
         return t(*[map_structure(x, leaf_type, f) for x in obj])
     return obj
 

@@ -196,13 +196,13 @@ MAX_DEPTH = 32
 
 def _foreign(args, depth=0):
     """Whether a numpy array among `args`, or in their tuples and lists (C++ flattens those
-    and puts their arrays), has its bytes in the other order, or is a subclass in one, or
-    they nest deeper than MAX_DEPTH (as _callpath's walk)."""
+    and puts their arrays), has its bytes in the other order, or is a subclass (traced as its
+    class, tracing.Kind), or they nest deeper than MAX_DEPTH (as _callpath's walk)."""
     for a in args:
         if type(a) is tuple or type(a) is list:
             if depth == MAX_DEPTH or _foreign(a, depth + 1):
                 return True
-        elif isinstance(a, np.ndarray) and (not a.dtype.isnative or depth and type(a) is not np.ndarray):
+        elif isinstance(a, np.ndarray) and (not a.dtype.isnative or type(a) is not np.ndarray):
             return True
     return False
 

@@ -143,6 +143,13 @@ class ImpureFunctionError(UnsupportedPrimitiveError):
     function as plain autograd (fallback="python") or raises this (fallback="error")."""
 
 
+class SubclassError(JitError):
+    """A traced stand-in of an ndarray subclass was asked what it cannot answer as the array it
+    stands for would (its class or an attribute after an operation whose result's class could
+    not be found, numerics the subclass changes): the call runs plainly instead. Not an
+    AttributeError or TypeError, so that getattr's default or an `except` cannot hide it."""
+
+
 class TracerLeakError(JitError):
     """A traced value escaped the function being compiled."""
 

@@ -68,12 +68,54 @@ def leaf_signature(x):
         if isinstance(x, _REJECTED_SUBCLASSES):
             raise PlainArgument(_describe_rejected(x))
         dtype = x.dtype if x.dtype in _SUPPORTED else _native(x.dtype)
-        return (x.shape, dtype) if dtype is not None else Static(x)
+        if dtype is None:
+            return Static(x)
+        return (x.shape, dtype, subclass_key(x)) if isinstance(x, np.ndarray) else (x.shape, dtype)
     if t in VSpace.mappings and t is not bool:
         raise PlainArgument(f"it is a {t.__name__}, a type autograd differentiates through its own vector space, "
                             "which jit_ps cannot flatten into arrays; pass its arrays (in tuples, lists or dicts) "
                             "instead")
     return Static(x)
+
+
+#: Methods through which Python's operators and conversions reach an array: a Tracer answers them
+#: itself (binding numpy's ufuncs), so a subclass that defines its own would not be followed.
+_OPERATOR_METHODS = frozenset(
+    [f"__{p}{name}__" for name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or",
+                                   "xor", "lshift", "rshift", "divmod") for p in ("", "r", "i")]
+    + [f"__{name}__" for name in ("eq", "ne", "lt", "le", "gt", "ge", "neg", "pos", "abs", "invert", "len", "iter",
+                                  "bool", "float", "int", "complex", "index", "contains")])
+
+
+@functools.lru_cache(maxsize=256)
+def _subclass_refusal(cls):
+    """Why an ndarray subclass cannot be traced as its type (tracing.Kind), or None."""
+    own = set()
+    for klass in cls.__mro__:
+        if klass is np.ndarray:
+            break
+        own.update(vars(klass))
+        if vars(klass).get("__slots__"):
+            return (f"it is a {cls.__qualname__}, an ndarray subclass keeping attributes in __slots__, which a traced "
+                    "stand-in cannot read; pass np.asarray(x)")
+    overridden = sorted(own & _OPERATOR_METHODS)
+    if overridden:
+        return (f"it is a {cls.__qualname__}, an ndarray subclass with operators of its own ({', '.join(overridden)}), "
+                "which compiled code would not follow; pass np.asarray(x)")
+    return None
+
+
+def subclass_key(x):
+    """What the cache key holds of an ndarray subclass argument beyond shape and dtype: its class
+    and its instance attributes (by value, as a Static's; PennyLane's `requires_grad` decides what
+    qml.grad differentiates). Raises PlainArgument for a subclass whose semantics a compiled
+    program would drop."""
+    cls = type(x)
+    why = _subclass_refusal(cls)
+    if why is not None:
+        raise PlainArgument(why)
+    attrs = getattr(x, "__dict__", None)
+    return cls, tuple(sorted((k, _static_key(v)) for k, v in attrs.items())) if attrs else ()
 
 
 class Static:
@@ -215,7 +257,7 @@ def aval_of(x):
     t = type(x)
     if t in PY_SCALARS:
         return Aval((), PY_SCALARS[t], weak_type=True)
-    shape, dtype = leaf_signature(x)
+    shape, dtype = leaf_signature(x)[:2]
     return Aval(shape, dtype)
 
 
@@ -364,7 +406,8 @@ def describe_change(old, new, names=None, static_names=None):
         if a != b:
             who = f"argument {names[k]}" if names and k < len(names) else "an argument"
             if isinstance(a, tuple) and isinstance(b, tuple):
-                what = "dtype" if a[0] == b[0] else "shape" if a[1] == b[1] else "shape and dtype"
+                what = ("class or attributes" if a[:2] == b[:2] else "dtype" if a[0] == b[0] else
+                        "shape" if a[1] == b[1] else "shape and dtype")
                 return f"the {what} of {who} ({sig_str(a)} -> {sig_str(b)})"
             if type(a) is Static and type(b) is Static:
                 return f"the value of {who} ({sig_str(a)} -> {sig_str(b)})"
@@ -404,7 +447,8 @@ def short(v):
 
 def sig_str(s):
     if isinstance(s, tuple):
-        return f"{s[1]}{list(s[0])}"
+        cls = f" {s[2][0].__qualname__}{dict(s[2][1])}" if len(s) > 2 else ""
+        return f"{s[1]}{list(s[0])}{cls}"
     if type(s) is Static:
         return f"static {short(s.value)}"
     return f"Python {s.__name__}"

@@ -27,10 +27,13 @@ import dis
 import gc
 import itertools
 import operator
+import os
 import sys
 import threading
 import types
+import warnings
 
+import autograd
 import autograd.numpy as anp
 import numpy as np
 from autograd.builtins import (container_take, container_untake, make_sequence, sequence_extend_left,
@@ -38,14 +41,14 @@ from autograd.builtins import (container_take, container_untake, make_sequence, 
 from autograd.core import VJPNode
 from autograd.extend import VSpace
 from autograd.numpy.numpy_boxes import ArrayBox
-from autograd.tracer import Box, box_types, trace_primitives_map
+from autograd.tracer import Box, box_types, getval, trace_primitives_map
 
 from . import hlo, registry, tree
 from .context import LoweringContext, ModuleState
 from .core import (Aval, DynamicSlice, Eqn, Graph, UfuncMethod, Var, dynamic_getitem, dynamic_update, index_axes,
                    map_structure, map_vars, prim_name, setitem)
-from .errors import (ConcreteValueRequired, ConcretizationError, ForwardVJP, TracerLeakError, UnsupportedDtypeError,
-                     UnsupportedPrimitiveError,
+from .errors import (ConcreteValueRequired, ConcretizationError, ForwardVJP, SubclassError, TracerLeakError,
+                     UnsupportedDtypeError, UnsupportedPrimitiveError,
                      annotate, library_file, primitive_stack, user_frame)
 
 
@@ -84,6 +87,8 @@ class Trace:
         self.example = None  # Var -> its value in the call being traced (outermost trace only): value_of
         self.speculated = 0  # branches decided from `example` (speculated_bool)
         self.parameters = frozenset()  # input Vars never to be made static (api's parameters)
+        self.kinds = False  # whether a Tracer of this trace has a Kind (stands for an ndarray subclass...)
+        self.views = set()  # Vars two Tracers of different Kinds share (Tracer.view): not updated in place
         self._counter = parent._counter if parent is not None else itertools.count()
 
     def new_var(self, aval):
@@ -110,7 +115,9 @@ class Trace:
         if hit is None:
             hit = self.captured[outer._var] = (self.new_var(outer.aval), outer)  # a Python scalar stays weak
             self.origins[hit[0]] = outer
-        return Tracer(hit[0], self)
+        if tracer._kind is not None:
+            self.kinds = True
+        return Tracer(hit[0], self, tracer._kind)
 
     def is_active(self):
         return self in state.traces
@@ -221,7 +228,7 @@ def bind(prim, args, kwargs, entry=None, source=None):
         if entry is not None and entry.trace is not None:
             return entry.trace(*args, **kwargs)
         raise unsupported(prim)
-    given = args
+    given = args, kwargs
     args, kwargs = _replace_tracers((args, kwargs), trace)
     try:
         if entry.shape is None:
@@ -232,7 +239,7 @@ def bind(prim, args, kwargs, entry=None, source=None):
     except Exception as e:
         # the rule made an array of a list holding traced values (np.dot([a, b], x)): numpy's
         # asarray of it, traced, is what it meant
-        converted = _lists_as_arrays(given) if type(e) is UnsupportedDtypeError and e.dtype == object else None
+        converted = _lists_as_arrays(given[0]) if type(e) is UnsupportedDtypeError and e.dtype == object else None
         if converted is not None:
             try:
                 return bind(prim, converted, kwargs and _replace_vars(kwargs, trace), entry)
@@ -251,6 +258,9 @@ def bind(prim, args, kwargs, entry=None, source=None):
             outvars.append(var)
     if any(v is not None for v in outvars):
         trace.eqns.append(Eqn(prim, args, kwargs, outvars, out_tree, source or user_frame(2)))
+    if trace.kinds and _has_kind(given):
+        for out, kind in zip(outs, kinds_of(prim, given, len(outs))):
+            _SET_KIND(out, kind)
     return tree.unflatten(out_tree, outs)
 
 
@@ -448,6 +458,9 @@ def _operator(ufunc, swap=False):
     def method(self, other):
         if type(other) in box_types:
             return NotImplemented
+        if isinstance(other, np.generic) and other.dtype.kind in "iufc" and self.dtype.kind in "fc" \
+                and derivative_code(sys._getframe(1)):
+            other = other.item()  # a number autograd's derivative code made (np.mean's count) is weak
         a, b = (other, self) if swap else (self, other)
         out = bind(ufunc, (a, b), {})
         if _is_weak(a) and _is_weak(b):
@@ -568,6 +581,9 @@ def _inplace(ufunc):
 
 def _assign(target, result, what):
     """In-place update of `target` with numpy's rules: same shape, same_kind casting."""
+    if target._var in target._trace.views:
+        raise SubclassError(f"an in-place update of an array viewed as another class (x.view(cls)), which the "
+                            f"other view would not see here, at\n{user_frame(3)}")
     if result.shape != target.shape:
         raise ValueError(f"non-broadcastable output operand with shape {target.shape} doesn't match the "
                          f"broadcast shape {result.shape}")
@@ -705,15 +721,246 @@ ASSIGNMENT_NOT_DIFFERENTIABLE = (
     "np.array([...]) of a list of them, np.concatenate, or np.where(mask, values, y).")
 
 
+# ----- ndarray subclasses ------------------------------------------------------------------
+# A call with an argument of an ndarray subclass (PennyLane's tensor, with its `requires_grad`)
+# is traced with Tracers that stand for each argument as its class: a Tracer's Kind, the class
+# and the instance attributes (`__dict__`) of the value it stands for, answers `isinstance`
+# (through `Tracer.__class__`, which isinstance and numpy's ordering of __array_ufunc__
+# overrides both read) and attribute reads and writes. The Kind of a result is numpy's own
+# answer: `bind` runs the primitive on small concrete stand-ins of the operands, each of its
+# operand's Kind, twice with different data (`kinds_of`); where the two runs disagree, or the
+# subclass changes the numbers the plain ndarray computation gives, or the primitive cannot
+# run so, the result is of an UNKNOWN Kind, and asking its class or an attribute of it raises
+# SubclassError: the call runs plainly. A Tracer without a Kind (`_kind` None: every Tracer of
+# a call without subclass arguments) answers as it always has: a Tracer, not an ndarray.
+
+class Kind:
+    """The class of the value a Tracer stands for (an ndarray subclass, np.ndarray itself, a
+    numpy scalar type, a Python number type; None: unknown) and its instance attributes."""
+
+    __slots__ = ("cls", "attrs")
+
+    def __init__(self, cls, attrs=None):
+        self.cls, self.attrs = cls, attrs or {}
+
+    def __repr__(self):
+        return f"Kind({getattr(self.cls, '__qualname__', None)}, {sorted(self.attrs)})"
+
+
+UNKNOWN = Kind(None)
+_PY_NUMBERS = (bool, int, float, complex)
+#: Elements of the probes kinds_of runs a primitive on (probe data), at most; larger operands are
+#: not probed (their results are of an UNKNOWN Kind).
+PROBE_MAX_SIZE = 1 << 16
+
+
+def kind_of_value(x):
+    """The Kind of a concrete value (an argument), or None for one no Tracer can stand for."""
+    t = type(x)
+    if t is np.ndarray or t in _PY_NUMBERS or isinstance(x, np.generic):
+        return Kind(t)
+    if isinstance(x, np.ndarray):
+        return Kind(t, dict(getattr(x, "__dict__", {})))
+    return None
+
+
+def stand_in_as(tracers, values):
+    """Make each of `tracers` (arguments of the trace being made) stand for its `values`' class."""
+    for t, v in zip(tracers, values):
+        _SET_KIND(t, kind_of_value(v))
+        t._trace.kinds = True
+
+
+def _has_kind(obj):
+    t = type(obj)
+    if t is Tracer:
+        return obj._kind is not None
+    if t is tuple or t is list:
+        return any(_has_kind(x) for x in obj)
+    if t is dict:
+        return any(_has_kind(x) for x in obj.values())
+    if t is slice:
+        return _has_kind((obj.start, obj.stop, obj.step))
+    return False
+
+
+def _probe_data(aval, rng):
+    """Data of `aval` for a probe: positive floats (in the domain of log and sqrt), small
+    non-negative integers (valid indices), random booleans."""
+    kind = aval.dtype.kind
+    if kind == "b":
+        return np.asarray(rng.random(aval.shape) < 0.5)
+    if kind in "iu":
+        return np.asarray(rng.integers(0, 2, aval.shape), aval.dtype)
+    data = rng.uniform(0.5, 1.5, aval.shape)
+    if kind == "c":
+        data = data + 1j * rng.uniform(0.5, 1.5, aval.shape)
+    return np.asarray(data, aval.dtype)
+
+
+def _probe(tracer, rng, plain):
+    """A concrete value of the Kind `tracer` stands for (`plain`: as a plain ndarray)."""
+    data = _probe_data(tracer.aval, rng)
+    kind = tracer._kind
+    cls = kind.cls if kind is not None else (None if tracer.aval.weak_type else np.ndarray)
+    if cls is None:
+        if not tracer.aval.weak_type:
+            raise SubclassError("an operand of unknown class")
+        cls = {"b": bool, "i": int, "u": int, "f": float, "c": complex}[tracer.dtype.kind]
+    if cls is np.ndarray or plain and issubclass(cls, np.ndarray):
+        return data
+    if issubclass(cls, np.ndarray):
+        value = data.view(cls)
+        if kind.attrs:
+            value.__dict__.update(kind.attrs)
+        return value
+    return cls(data[()])
+
+
+def _same_attrs(a, b):
+    if a.keys() != b.keys():
+        return False
+    for k, x in a.items():
+        y = b[k]
+        if x is y:
+            continue
+        if type(x) is not type(y):
+            return False
+        try:
+            same = np.array_equal(x, y) if isinstance(x, np.ndarray) else bool(x == y)
+        except Exception:
+            return False
+        if not same:
+            return False
+    return True
+
+
+def kinds_of(prim, given, n):
+    """The Kinds of the `n` results of `prim` bound on `given` ((args, kwargs) holding Tracers,
+    some of a Kind): what numpy returns when it runs `prim` on probes of the operands' Kinds.
+    Raises SubclassError where a subclass changes the numbers (its __array_ufunc__ scaling
+    them): compiled code, which computes as on plain ndarrays, would then differ."""
+    if not callable(prim) or getattr(prim, "__module__", "") == "numpy.random" or any(
+            x.size > PROBE_MAX_SIZE for x in tree.flatten(given)[0] if type(x) is Tracer):
+        return [UNKNOWN] * n
+    runs, subclassed = [], False
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for seed, plain in ((0, False), (1, False), (0, True)):
+                if plain and not subclassed:
+                    break
+                rng = np.random.default_rng(seed)
+                args, kwargs = map_structure(given, Tracer, lambda t: _probe(t, rng, plain))
+                if not plain:
+                    subclassed |= any(type(x) is not np.ndarray and isinstance(x, np.ndarray)
+                                      for x in tree.flatten((args, kwargs))[0])
+                leaves = tree.flatten(prim(*args, **kwargs))[0]
+                if len(leaves) != n:
+                    return [UNKNOWN] * n
+                runs.append(leaves)
+    except Exception:  # the primitive refused the probes (an operand of UNKNOWN Kind too)
+        return [UNKNOWN] * n
+    if len(runs) == 3:
+        for x, y in zip(runs[0], runs[2]):
+            try:
+                same = np.array_equal(np.asarray(x), np.asarray(y), equal_nan=True)
+            except Exception:
+                same = False
+            if not same:
+                raise SubclassError(
+                    f"'{prim_name(prim)}' on {', '.join(sorted({k.cls.__qualname__ for k in _kinds(given)}))} "
+                    "computes other numbers than on plain ndarrays (the subclass changes numpy's arithmetic), "
+                    f"which compiled code would not follow, at\n{user_frame(3)}")
+    out = []
+    for x, y in zip(runs[0], runs[1]):
+        t = type(x)
+        attrs = getattr(x, "__dict__", {})
+        if t is not type(y) or not (isinstance(x, (np.ndarray, np.generic)) or t in _PY_NUMBERS) \
+                or not _same_attrs(attrs, getattr(y, "__dict__", {})):
+            out.append(UNKNOWN)
+        else:
+            out.append(Kind(t, dict(attrs)))
+    return out
+
+
+def _kinds(given):
+    return [x._kind for x in tree.flatten(given)[0] if type(x) is Tracer and x._kind is not None
+            and x._kind.cls is not None]
+
+
+def unknown_kind(tracer, what):
+    return SubclassError(
+        f"{what} of a traced value computed from an argument of an ndarray subclass: numpy's result "
+        f"class for the operation that made it could not be found, at\n{user_frame(3)}")
+
+
+def _class_attribute(cls, name):
+    """`name` as the subclass `cls` itself defines it (below np.ndarray and np.generic in its MRO)."""
+    for klass in cls.__mro__:
+        if klass is np.ndarray or klass is np.generic or klass is object:
+            return _ABSENT
+        if name in vars(klass):
+            return vars(klass)[name]
+    return _ABSENT
+
+
 class Tracer:
     """An abstract array inside a trace. Behaves like an ndarray for everything that does not
-    need the data; asking for data raises a ConcretizationError that says what to do."""
+    need the data; asking for data raises a ConcretizationError that says what to do. A
+    Tracer with a Kind answers its class and attributes as the value it stands for does
+    (section "ndarray subclasses" above)."""
 
-    __slots__ = ("_var", "_trace")
+    __slots__ = ("_var", "_trace", "_kind")
     __array_priority__ = 50.0
 
-    def __init__(self, var, trace):
-        self._var, self._trace = var, trace
+    def __init__(self, var, trace, kind=None):
+        _SET_VAR(self, var)
+        _SET_TRACE(self, trace)
+        _SET_KIND(self, kind)
+
+    @property
+    def __class__(self):
+        kind = self._kind
+        if kind is None:
+            return Tracer
+        if kind.cls is None:
+            raise unknown_kind(self, "the class")
+        return kind.cls
+
+    def __getattr__(self, name):  # only what the class and the slots lack
+        kind = _GET_KIND(self)
+        if kind is None or name[:2] == "__" == name[-2:]:
+            raise AttributeError(f"'Tracer' object has no attribute {name!r}")
+        if kind.cls is None:
+            raise unknown_kind(self, f"the attribute {name!r}")
+        if name in kind.attrs:
+            return kind.attrs[name]
+        found = _class_attribute(kind.cls, name)
+        if found is not _ABSENT:
+            return found.__get__(self, kind.cls) if hasattr(found, "__get__") else found
+        if hasattr(kind.cls, name):  # an ndarray attribute a Tracer lacks: .flags, .strides, .base
+            raise concretization_error(self, f"x.{name}")
+        raise AttributeError(f"{kind.cls.__name__!r} object has no attribute {name!r}")
+
+    def __setattr__(self, name, value):
+        if name in Tracer.__slots__:
+            object.__setattr__(self, name, value)
+            return
+        kind = self._kind
+        if kind is not None and kind.cls is None:
+            raise unknown_kind(self, f"setting the attribute {name!r}")
+        if kind is None or not getattr(kind.cls, "__dictoffset__", 0) or hasattr(
+                _class_attribute(kind.cls, name), "__set__"):  # a property: its setter would run on data
+            what = "Tracer" if kind is None else kind.cls.__name__
+            raise AttributeError(f"'{what}' object has no attribute {name!r} that can be set")
+        self._kind = Kind(kind.cls, dict(kind.attrs, **{name: value}))
+
+    def __delattr__(self, name):
+        kind = self._kind
+        if kind is None or kind.cls is None or name not in kind.attrs:
+            raise AttributeError(name)
+        self._kind = Kind(kind.cls, {k: v for k, v in kind.attrs.items() if k != name})
 
     aval = property(lambda self: self._var.aval)
     graph_var = property(lambda self: self._var)  # the Var it stands for (not `var`: that is np.var)
@@ -804,7 +1051,19 @@ class Tracer:
     __index__ = _concrete("using x as an index, size or range bound")
     item = _concrete("x.item()")
     nonzero = _concrete("np.nonzero(x) (the number of results depends on the data)", decides_shape=True)
-    tolist = _concrete("x.tolist()")
+    # their values are data, like a mask's: a float argument not being differentiated is made static
+    tolist = _concrete("x.tolist()", decides_shape=True)
+
+    def numpy(self):
+        """PennyLane's tensor.numpy() (its class's own method, for a Tracer standing for one);
+        torch-like x.numpy() otherwise, which needs the data."""
+        kind = self._kind
+        method = _ABSENT if kind is None or kind.cls is None else _class_attribute(kind.cls, "numpy")
+        if method is not _ABSENT:
+            return method.__get__(self, kind.cls)()
+        if kind is not None and kind.cls is not None and not hasattr(kind.cls, "numpy"):
+            raise AttributeError(f"{kind.cls.__name__!r} object has no attribute 'numpy'")
+        raise concretization_error(self, "x.numpy()", decides_shape=True)
 
     def __len__(self):
         if not self.shape:
@@ -850,12 +1109,22 @@ class Tracer:
         return np.transpose(self, axes or None)
 
     def view(self, dtype=None, type=None):
-        if dtype is None or isinstance(dtype, builtins_type) and issubclass(dtype, np.ndarray):
+        if isinstance(dtype, builtins_type) and issubclass(dtype, np.ndarray):
+            dtype, type = None, dtype
+        if dtype is not None:
+            raise UnsupportedPrimitiveError("reinterpreting a traced array's bytes (view with a dtype) is not supported")
+        if type is None and self._kind is None:
             return self
-        raise UnsupportedPrimitiveError("reinterpreting a traced array's bytes (view with a dtype) is not supported")
+        # another object sharing the data: numpy's view runs the subclass's __array_finalize__ (kinds_of)
+        kind = kinds_of(lambda x: x.view() if type is None else x.view(type), ((self,), {}), 1)[0]
+        self._trace.kinds = True
+        self._trace.views.add(self._var)
+        return Tracer(self._var, self._trace, kind)
 
     def copy(self, order="C"):
-        return self
+        if self._kind is None:
+            return Tracer(self._var, self._trace)
+        return bind(np.copy, (self,), {"subok": True})
 
     def flatten(self, order="C"):
         return np.ravel(self, order=order)
@@ -880,6 +1149,8 @@ class Tracer:
 
 
 builtins_type = type
+_SET_VAR, _SET_TRACE, _SET_KIND = (vars(Tracer)[name].__set__ for name in Tracer.__slots__)
+_GET_KIND = vars(Tracer)["_kind"].__get__
 
 _NUMPY_METHODS = ["all", "any", "argmax", "argmin", "argsort", "clip", "conj", "conjugate", "cumprod", "cumsum",
                   "diagonal", "dot", "max", "mean", "min", "prod", "ptp", "ravel", "repeat", "round",
@@ -1063,12 +1334,79 @@ def _box_tracer(value, trace, node):
         caller = sys._getframe(2)  # autograd's f_wrapped, which called new_box, which called us
         if caller.f_locals.get("f_wrapped") not in _CONTAINER_PRIMITIVES:
             raise TypeError(f"Can't differentiate w.r.t. type {int if value.aval.weak_type else value.dtype.type}")
+    kind = value._kind
+    if kind is not None:  # the subclass's own boxing decides first (PennyLane's refuses requires_grad=False)
+        if kind.cls is None:
+            raise unknown_kind(value, "differentiating")
+        own = Box.type_mappings.get(kind.cls)
+        if own is None:  # autograd's own words (tracer.new_box)
+            raise TypeError(f"Can't differentiate w.r.t. type {kind.cls}")
+        if own is not ArrayBox:
+            own(value, trace, node)
     value._trace.boxed.add(value._var)
     if type(node) is VJPNode:
         source = user_frame(2)
         if source is not None:
             node.vjp = ForwardVJP(node.vjp, source)
     return ArrayBox(value, trace, node)
+
+
+# ----- derivatives in their primal's precision -------------------------------------------------
+# autograd's derivative code makes arrays and numbers of numpy's default dtype (the VJP of
+# np.where adds np.zeros(g.shape), np.mean's divides by a numpy int64, np.trace's einsums an
+# np.eye), which promote a float32 cotangent to float64: plain autograd then runs a float32
+# model's backward pass in float64, its matrix products included, and returns float64
+# gradients. While tracing, a derivative is computed in its primal's precision instead: what
+# that code makes is weakly typed (creation and numbers, autograd_patches.py and `_operator`),
+# and what a VJP or JVP returns wider than its primal (a contraction with such an array) is
+# cast back (`in_dtype`, applied by autograd_patches.py's VJPNode and JVPNode). Values agree
+# with plain autograd's to the primal dtype's precision; a float64 primal's derivative is
+# plain autograd's.
+def _dtype(x):
+    return getattr(getval(x), "dtype", None)
+
+
+def in_dtype(g, dtype):
+    """Cotangent or tangent `g` in `dtype`, its primal's, where g is a wider float (complex) of
+    a narrower float (complex) primal; otherwise g itself (integers, real and complex mixed,
+    autograd's sparse objects)."""
+    have = _dtype(g)
+    if not _narrower(dtype) or have is None or have.kind != dtype.kind or have.itemsize <= dtype.itemsize:
+        return g
+    return g.astype(dtype)
+
+
+def _narrower(dtype):
+    """Whether some float (complex) dtype is wider than `dtype`: float16/32, complex64."""
+    return dtype is not None and dtype.itemsize < {"f": 8, "c": 16}.get(dtype.kind, 0)
+
+
+def in_primal_dtypes(vjp, primals):
+    """A VJP whose cotangents are in_dtype of their `primals`' dtypes (vjp itself where none
+    is narrower than float64 or complex128)."""
+    dtypes = [_dtype(x) for x in primals]
+    if not any(map(_narrower, dtypes)):
+        return vjp
+
+    def narrowed(g):
+        return tuple(in_dtype(x, d) for x, d in zip(vjp(g), dtypes))
+    return narrowed
+
+
+_DERIVATIVE_FILES = tuple(os.path.join(os.path.dirname(autograd.__file__), *p) for p in
+                          (("numpy", "numpy_vjps.py"), ("numpy", "numpy_jvps.py"), ("numpy", "linalg.py"),
+                           ("numpy", "fft.py"), ("scipy", "")))
+_is_derivative = {}
+
+
+def derivative_code(frame):
+    """Whether `frame` runs autograd's own derivative code: its VJPs and JVPs (numpy_vjps,
+    numpy_jvps, numpy.linalg's, numpy.fft's, autograd.scipy's)."""
+    filename = frame.f_code.co_filename
+    hit = _is_derivative.get(filename)
+    if hit is None:
+        hit = _is_derivative[filename] = os.path.abspath(filename).startswith(_DERIVATIVE_FILES)
+    return hit
 
 
 _CONTAINER_PRIMITIVES = (container_take, container_untake, make_sequence, sequence_extend_left,
@@ -1167,10 +1505,36 @@ def _stored(owner, name):
     return stored.get(name, getattr(owner, name, _ABSENT))
 
 
+_autoray_seen = None
+
+
+def _register_with_autoray():
+    """autoray (PennyLane's and quimb's dispatch) names an array's backend after the module of
+    its class, and would look for `cos` in `autograd_xla`: once autoray is imported (never
+    by us), a Tracer is registered as the autograd array it stands for. Its class-to-backend
+    lookups are cached (functools.lru_cache), so the caches are cleared too. A Tracer of a
+    Kind answers its class (numpy's, for an ndarray subclass) as the value would."""
+    global _autoray_seen
+    autoray = sys.modules.get("autoray")
+    if autoray is None or autoray is _autoray_seen:
+        return
+    _autoray_seen = autoray
+    register = getattr(autoray, "register_backend", None)
+    if register is None:
+        return
+    register(Tracer, "autograd")
+    inner = sys.modules.get("autoray.autoray", autoray)
+    for name in ("_infer_class_backend_cached", "_infer_class_backend_multi_cached"):
+        cache_clear = getattr(getattr(inner, name, None), "cache_clear", None)
+        if cache_clear is not None:
+            cache_clear()
+
+
 @contextlib.contextmanager
 def intercepting():
     global _install_depth
     registry.run_waiting()  # module patches of modules imported since (compositions/special.py's)
+    _register_with_autoray()
     with _install_lock:
         if _scanned_size != len(trace_primitives_map):  # primitives made since the last scan
             _scan_primitives()

@@ -497,3 +497,43 @@ def test_a_second_process_loads_the_cached_program_and_multiplies(tmp_path):
         runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
     assert all(r["blas"] and r["error"] < 1e-12 for r in runs)
     assert (runs[0]["compiles"], runs[0]["hits"]) == (1, 0) and (runs[1]["compiles"], runs[1]["hits"]) == (0, 1)
+
+
+def _lapack_threads():
+    import ctypes
+    set_address, get_address = blas._lapack_threads()
+    return ctypes.CFUNCTYPE(None, ctypes.c_int)(set_address), ctypes.CFUNCTYPE(ctypes.c_int)(get_address)
+
+
+@pytest.mark.skipif(blas.native is None or os.environ.get(blas.NATIVE_ENV) == "0" or blas._lapack_threads() is None,
+                    reason="no C handlers or no OpenBLAS")
+def test_small_lapack_calls_run_on_one_blas_thread_and_large_ones_on_its_threads(monkeypatch):
+    """A LAPACK kernel of fewer multiply-adds than SERIAL_BELOW is called through blas.SERIAL's
+    wrapper, which leaves the library with the threads it had (two here, whatever it was
+    given); a larger one by its own name; vmap batches either; the results are numpy's."""
+    backend.get_backend("cpu")
+    assert blas.serial_registered
+    set_threads, get_threads = _lapack_threads()
+    S, y = rs.randn(4, 6, 6) + 6 * onp.eye(6), rs.randn(1, 6, 50)
+    f = lambda S: np.linalg.solve(S, y)
+    before = get_threads()
+    set_threads(2)
+    try:
+        small = jit_ps(f)
+        text = small.stablehlo(S)
+        assert blas.SERIAL + "lapack_dgetrf_ffi" in text and blas.SERIAL + "lapack_dtrsm_ffi" in text
+        assert_close(small(S), f(S))
+        assert get_threads() == 2
+        results = []
+        run_threads(lambda: results.append(small(S)), [()] * 4)  # wrapped calls on several threads at once
+        for r in results:
+            assert_close(r, f(S))
+        assert get_threads() == 2
+        assert_close(vmap(jit_ps(lambda s: np.linalg.solve(s, y[0])))(S), np.linalg.solve(S, y[0]))
+        monkeypatch.setattr(blas, "SERIAL_BELOW", 6 * 6 * 6)  # getrf's 6^3 keeps the threads, trsm's 6^2 50 too
+        large = jit_ps(f)
+        text = large.stablehlo(S)
+        assert blas.SERIAL not in text and "lapack_dgetrf_ffi" in text
+        assert_close(large(S), f(S))
+    finally:
+        set_threads(before)

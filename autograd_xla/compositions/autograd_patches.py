@@ -4,9 +4,9 @@ equivalents while a trace is active.
 Each patch is registered with `registry.register_module_patch` once, when this module is
 imported, and `tracing.intercepting` installs them all while a trace runs (restoring the
 originals as stored when it ends). Several replacements wrap the attribute they replace
-(`np.int64.__new__`, `anp.ndim` / `anp.shape`, `ArrayVSpace.zeros`, autograd's
-`unpermuter` and `select`), read when they are built: import time is outside any trace,
-while nothing is swapped, so they wrap the originals. (Built during a trace, they would
+(`np.int64.__new__`, `anp.ndim` / `anp.shape`, `ArrayVSpace.zeros`, `VJPNode.__init__` and
+`JVPNode.__init__`, autograd's `unpermuter` and `select`), read when they are built: import
+time is outside any trace, while nothing is swapped, so they wrap the originals. (Built during a trace, they would
 wrap the patches themselves.)
 """
 import sys
@@ -14,6 +14,7 @@ import sys
 import autograd.numpy as anp
 import numpy as np
 from autograd import differential_operators
+from autograd.core import JVPNode, VJPNode
 from autograd.extend import vspace
 from autograd.numpy import numpy_vjps, numpy_wrapper
 from autograd.numpy.numpy_boxes import ArrayBox
@@ -137,6 +138,49 @@ def _array_vspace_zeros(concrete_zeros):
     return zeros
 
 
+def _weak_creation(raw, dtype_position):
+    """np.zeros, np.ones, np.eye or np.identity (`raw`) as autograd's wrapper calls it while
+    tracing: called by autograd's derivative code (tracing.derivative_code) with numpy's
+    default dtype, a weakly typed traced array, which takes the dtype of what it meets (a
+    float32 cotangent stays float32: tracing.in_dtype); otherwise numpy's."""
+    def creation(*args, **kwargs):
+        dtype = kwargs.get("dtype", args[dtype_position] if len(args) > dtype_position else None)
+        # frame 1 is autograd's wrapper (anp.zeros), 2 its caller
+        if dtype is not None or not tracing.state.traces or not tracing.derivative_code(sys._getframe(2)):
+            return raw(*args, **kwargs)
+        if raw in (np.zeros, np.ones):
+            shape = kwargs.get("shape", args[0] if args else None)
+            out = tracing.full(shape, 1.0 if raw is np.ones else 0.0, np.float64)
+        else:  # np.identity(n) is np.eye(n)
+            out = tracing.bind(np.eye, args[:1] if raw is np.identity else args, kwargs)
+        out.mark_weak()
+        return out
+    return creation
+
+
+for _raw, _position in ((np.zeros, 1), (np.ones, 1), (np.eye, 3), (np.identity, 1)):
+    registry.register_interceptor(_raw, _weak_creation(_raw, _position))
+
+
+def _vjp_node_init(original):
+    """VJPNode.__init__ while tracing: the node's VJP gives cotangents in their primals' dtypes
+    (tracing.in_primal_dtypes)."""
+    def __init__(self, value, fun, args, kwargs, parent_argnums, parents):
+        original(self, value, fun, args, kwargs, parent_argnums, parents)
+        if tracing.state.traces:
+            self.vjp = tracing.in_primal_dtypes(self.vjp, [args[i] for i in parent_argnums])
+    return __init__
+
+
+def _jvp_node_init(original):
+    """JVPNode.__init__ while tracing: the tangent in its primal's dtype (tracing.in_dtype)."""
+    def __init__(self, value, fun, args, kwargs, parent_argnums, parents):
+        original(self, value, fun, args, kwargs, parent_argnums, parents)
+        if tracing.state.traces:
+            self.g = tracing.in_dtype(self.g, getattr(getval(value), "dtype", None))
+    return __init__
+
+
 def _box_conversion(kind):
     """ArrayBox.__float__ (or __int__, __complex__) while tracing. autograd's ArrayBox has none,
     so Python raises TypeError; numpy's item assignment converts the value it stores with them,
@@ -169,6 +213,8 @@ for _owner, _name, _replacement in (
            (numpy_wrapper, "select", traced_select),
            (anp, "select", traced_select),
            (ArrayVSpace, "zeros", _array_vspace_zeros(ArrayVSpace.zeros)),
+           (VJPNode, "__init__", _vjp_node_init(VJPNode.__init__)),
+           (JVPNode, "__init__", _jvp_node_init(JVPNode.__init__)),
            (differential_operators, "vspace", _seed_vspace)]
         + [(ArrayBox, f"__{kind}__", _box_conversion(kind)) for kind in ("float", "int", "complex")]):
     registry.register_module_patch(_owner, _name, _replacement)

@@ -11,7 +11,7 @@ says which routine and which portable algorithm serve each function.
 """
 import numpy as np
 
-from .. import hlo
+from .. import blas, hlo
 from .linalg_common import (I32, LAPACK_PREFIX, all_true, complex_dtype, diag, geqrf_results, nan_unless,
                             q_reflectors, real_dtype, tri_mask)
 from .linalg_portable import (hermitian_part, jacobi_eigh, jacobi_svd, portable_eig, portable_lu, portable_schur,
@@ -42,8 +42,9 @@ def lapack(ctx, routine, operands, results, **attrs):
     operands' largest rank) are column-major, as LAPACK wants; leading dimensions are a
     batch the kernel loops over. Attributes are one-character LAPACK flags."""
     _require_cpu(ctx, f"LAPACK {routine}")
-    target = f"lapack_{LAPACK_PREFIX[hlo.canonical_dtype(operands[0].dtype)]}{routine}_ffi"
     nd = max(v.ndim for v in operands)
+    target = blas.lapack_target(f"lapack_{LAPACK_PREFIX[hlo.canonical_dtype(operands[0].dtype)]}{routine}_ffi",
+                                lapack_work([v.shape for v in operands if v.ndim == nd]))
 
     def layout(ndim):
         return _column_major(ndim) if ndim == nd else tuple(range(ndim - 1, -1, -1))
@@ -52,6 +53,15 @@ def lapack(ctx, routine, operands, results, **attrs):
     return ctx.custom_call(target, list(operands), [(tuple(s), np.dtype(d)) for s, d in results],
                            backend_config=config,
                            layouts=([layout(v.ndim) for v in operands], [layout(len(s)) for s, _ in results]))
+
+
+def lapack_work(shapes):
+    """The multiply-adds of a LAPACK routine on one matrix of a batch (the kernels loop over
+    the batch, BLAS's threads share one matrix's work), from its operands' matrix shapes: a
+    factorization's m x n matrix about m n min(m, n), a solve's n x n matrix and n x k right
+    sides n^2 k."""
+    (m, n), k = shapes[0][-2:], min(shapes[0][-2:]) if len(shapes) == 1 else shapes[1][-1]
+    return m * n * k
 
 
 def _info_ok(ctx, info):

@@ -162,6 +162,11 @@ def _copy(ctx, a, order="K", subok=False, *, dtype=None, like=None):
     return ctx.asvalue(a, dtype)
 
 
+@lowers(np.asarray)  # autograd.numpy's asarray (a bare np.asarray of a traced value asks for its data)
+def _asarray(ctx, a, dtype=None, order=None, *, device=None, copy=None, like=None):
+    return ctx.asvalue(a, dtype)
+
+
 # ----- joining and splitting -----------------------------------------------------------------
 def concatenate(ctx, arrays, axis=0, dtype=None):
     if not arrays:

@@ -1,0 +1,103 @@
+"""Derivatives in their primal's precision (tracing.in_dtype, compositions/autograd_patches.py's
+weak creation): every autograd VJP and JVP that makes arrays or numbers of numpy's default
+dtype (np.where's zeros, np.mean's count, np.trace's eye, np.einsum's ones, linspace's
+linspace, the linear algebra derivatives' eye and ones, rfft's factors, multigammaln's
+arange) gives a float32 primal a float32 derivative under jit_ps, equal to plain autograd's
+(which is float64 for several of them) to float32's precision; a float64 primal's is plain
+autograd's, dtype and all. The float32 SeLU and MLP gradients compile to programs with no
+float64 operation."""
+import os
+import re
+import sys
+
+import numpy as onp
+import pytest
+
+import autograd.numpy as np
+import autograd.scipy.special as special
+from autograd import grad, make_jvp
+from autograd_xla import jit_ps
+from autograd_xla.tree import flatten
+from helpers import assert_close
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+import workloads  # noqa: E402
+
+rs = onp.random.RandomState(0)
+V = rs.randn(6)
+A = rs.randn(4, 4)
+SPD = A @ A.T + 4 * onp.eye(4)
+SYM = A + A.T
+
+#: (name, function of x, x): each reaches a derivative that makes a default-dtype array or number
+CASES = [
+    ("where_vjp_both", lambda x: np.sum(np.where(x > 0, x, 2 * x) ** 2), V),
+    ("selu", lambda x: np.sum(1.05 * np.where(x > 0, x, 1.67 * (np.exp(x) - 1.0))), V),
+    ("mean", lambda x: np.mean(x ** 2), V),
+    ("mean_axis", lambda x: np.sum(np.mean(x ** 2, axis=0)), A),
+    ("trace", lambda x: np.trace(x @ x), A),
+    ("einsum_summed_out", lambda x: np.sum(np.einsum("ij->i", x) ** 2), A),
+    ("linspace", lambda x: np.sum(np.linspace(x[0], x[1], 5) ** 2), V),
+    ("diff_empty", lambda x: np.sum(np.diff(x, n=6)) + np.sum(x ** 2), V),
+    ("pinv", lambda x: np.sum(np.linalg.pinv(x)), A),
+    ("cholesky", lambda x: np.sum(np.linalg.cholesky(x @ x.T + 4 * np.eye(4, dtype=x.dtype))), A),
+    ("eigh", lambda x: np.sum(np.linalg.eigh(x + x.T)[0] ** 2) + np.sum(np.abs(np.linalg.eigh(x + x.T)[1])), A),
+    ("svd", lambda x: np.sum(np.linalg.svd(x, full_matrices=False)[1]), A),
+    ("rfft", lambda x: np.sum(np.abs(np.fft.rfft(x)) ** 2), V),
+    ("multigammaln", lambda x: np.sum(special.multigammaln(np.exp(x) + 3.0, 2)), V),
+]
+
+
+@pytest.mark.parametrize("name,f,x", CASES, ids=[c[0] for c in CASES])
+def test_a_float32_gradient_is_float32_and_plain_autograds(name, f, x):
+    x32 = x.astype(onp.float32)
+    got, want = jit_ps(grad(f))(x32), grad(f)(x32)
+    assert got.dtype == onp.float32, name
+    assert_close(got, want, rtol=2e-4, check_dtype=False, path=name, inputs=(onp.dtype(onp.float32),))
+
+
+@pytest.mark.parametrize("name,f,x", CASES, ids=[c[0] for c in CASES])
+def test_a_float64_gradient_is_plain_autograds(name, f, x):
+    assert_close(jit_ps(grad(f))(x), grad(f)(x), path=name)
+
+
+#: (name, function of x, x): autograd's JVPs that make default-dtype arrays
+JVP_CASES = [
+    ("where_jvp", lambda x: np.where(x > 0, x, 2 * x) * np.where(x > 0.5, 0.5, x), V),
+    ("linspace_jvp", lambda x: np.linspace(x[0], x[1], 5), V),
+    ("mean_jvp", lambda x: np.mean(x * x, axis=0), A),
+]
+
+
+@pytest.mark.parametrize("name,f,x", JVP_CASES, ids=[c[0] for c in JVP_CASES])
+@pytest.mark.parametrize("dtype", [onp.float32, onp.float64], ids=lambda d: d.__name__)
+def test_a_tangent_has_its_primals_dtype(name, f, x, dtype):
+    x = x.astype(dtype)
+    t = onp.ones_like(x)
+    got, want = jit_ps(lambda x: make_jvp(f)(x)(t))(x), make_jvp(f)(x)(t)
+    assert got[1].dtype == dtype, name
+    assert_close(got, want, rtol=2e-4 if dtype == onp.float32 else None, check_dtype=dtype == onp.float64, path=name,
+                 inputs=(onp.dtype(dtype),))
+
+
+def _ops_of_type(text, hlo_type):
+    """The instructions of optimised HLO `text` that compute a value of `hlo_type` (f64...)."""
+    return [line.strip() for line in text.splitlines() if re.search(rf"= {hlo_type}\[", line)]
+
+
+@pytest.mark.parametrize("workload", ["selu_grad", "mlp_step"])
+def test_float32_selu_and_mlp_gradients_compile_without_float64(workload):
+    w = workloads.BY_NAME[workload]
+    for dtype, kept in ((onp.float32, "f32"), (onp.float64, "f64")):
+        args = w.make_inputs(dtype, onp.random.default_rng(0))
+        f = w.build_autograd()
+        jf = jit_ps(f)
+        text = jf.optimized_hlo(*args)
+        assert _ops_of_type(text, kept), f"{workload}: no {kept} operation read from {text[:200]}"
+        if dtype == onp.float32:
+            assert not _ops_of_type(text, "f64"), f"{workload}: " + "\n".join(_ops_of_type(text, "f64")[:5])
+        got, want = flatten(jf(*args))[0], flatten(f(*args))[0]
+        for g, e in zip(got, want):
+            assert g.dtype == dtype
+        assert_close(got, want, rtol=1e-4 if dtype == onp.float32 else None, check_dtype=False, path=workload,
+                     inputs=(onp.dtype(dtype),))
