@@ -129,6 +129,11 @@ class Served:
             timing.warm_up(c.fn, c.args, lead, min_calls=1)
         return timing.time_calls(c.fn, c.args, number) / number
 
+    def calls(self, key, number):
+        """The seconds of each of `number` calls, for means and stalls call by call."""
+        c = self.cases[key]
+        return [timing.time_once(c.fn, c.args)[0] for _ in range(number)]
+
     def call(self, function, args):
         """module:function(*args) in the worker, e.g. a diagnosis that needs its library."""
         module, name = function.split(":")
