@@ -42,7 +42,10 @@ KINDS = ("autograd", "jit_ps", "jax")
 TITLES = {"autograd": "autograd", "jit_ps": "jit_ps", "jax": "jax.jit"}
 #: A kind's library must never be in another kind's process.
 FORBIDDEN = {"autograd": ("jax",), "jit_ps": ("jax",), "jax": ("autograd_xla",)}
-TOLERANCE = {"float64": 1e-10, "float32": 1e-4}  # relative; XLA and OpenBLAS sum in different orders
+#: The largest difference from plain autograd's result allowed, relative to its magnitude, by the
+#: inputs' dtype: XLA and OpenBLAS sum in different orders, and a float32 computation's
+#: derivative is float32 under jit_ps and jax where plain autograd's may be float64.
+TOLERANCE = {"float64": 1e-10, "float32": 1e-4}
 
 
 class Case:
@@ -326,9 +329,9 @@ def leaves_of(obj):
 
 def compare(ref, out, dtype, notes=None, who=""):
     """Largest error relative to the reference leaf's magnitude. Shapes must match. Dtypes
-    must match unless `notes` is given (jax has its own promotion rules: where autograd turns
-    float32 into float64, e.g. the gradient of np.mean, jax stays in float32); a differing
-    dtype is then recorded in `notes` instead of failing."""
+    must match unless `notes` is given (where plain autograd's derivative of a float32
+    computation is float64, e.g. the gradient of np.mean, jit_ps's and jax's are float32); a
+    differing dtype is then recorded in `notes` instead of failing."""
     a, b = leaves_of(ref), leaves_of(out)
     if len(a) != len(b):
         raise AssertionError(f"{who}: {len(b)} result leaves, expected {len(a)}")
@@ -351,11 +354,6 @@ def _max_difference(x, y, block=1 << 20):
     for i in range(0, x.size, block):
         worst = max(worst, float(onp.max(onp.abs(x[i:i + block].astype(onp.float64) - y[i:i + block]))))
     return worst
-
-
-def tolerance(ref, dtype):
-    """The comparison's bound: float32's wherever a result leaf is float32 (some workloads fix it)."""
-    return max(TOLERANCE.get(onp.asarray(x).dtype.name, TOLERANCE[onp.dtype(dtype).name]) for x in leaves_of(ref))
 
 
 def cell(summary, stat="median"):

@@ -160,12 +160,11 @@ def run_row(wl, dtype, args, index):
         # plain autograd's last: OpenBLAS's threads spin on for 0.1-0.2 s after its products
         _, ref, _ = ws["autograd"].request("first", "autograd")
         for kind in compiled:
-            row["errors"][kind] = procs.compare(ref, outs.pop(kind), dtype,
-                                                None if kind == "jit_ps" else row["dtype_notes"], procs.TITLES[kind])
+            row["errors"][kind] = procs.compare(ref, outs.pop(kind), dtype, row["dtype_notes"], procs.TITLES[kind])
         if args.jax:
             row["errors"]["jax_dev"] = procs.compare(ref, ws["jax"].request("output", "jax_dev"), dtype, [],
                                                      "jax.jit on device")
-        tol = procs.tolerance(ref, dtype)
+        tol = procs.TOLERANCE[dtype]
         del ref
         bad = {k: v for k, v in row["errors"].items() if not v <= tol}
         if bad:

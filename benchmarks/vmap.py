@@ -286,8 +286,9 @@ def section(params, keys, titles, args, ref_of):
                 ref = out
             else:
                 expect = ref_of(c, ref)
-                c.error = procs.compare(expect, out, params.get("dtype", "float64"), who=c.title)
-                tol = procs.tolerance(expect, params.get("dtype", "float64"))
+                dtype = params.get("dtype", "float64")
+                c.error = procs.compare(expect, out, dtype, res.setdefault("dtype_notes", []), c.title)
+                tol = procs.TOLERANCE[dtype]
                 if not c.error <= tol:
                     raise AssertionError(f"{c.title}: result differs from plain autograd by {c.error:.2e} (relative)")
         del ref, out
@@ -438,7 +439,8 @@ def report_perexample(res, args, lines, dtype):
     lines += ["", "- The loops return a list of one `[(dW, db), ...]` per example; vmap and jax return them stacked "
                   "(`[(dW[256,...], db[256,...]), ...]`); the timed calls include no restacking.",
               "- Largest difference from plain autograd, relative: " +
-              ", ".join(f"{c.title} {c.error:.1e}" for c in cs if c.key != "autograd") + ".",
+              ", ".join(f"{c.title} {c.error:.1e}" for c in cs if c.key != "autograd") + "." +
+              "".join(f" Note: {n}." for n in sorted(set(res.get("dtype_notes", [])))),
               f"- Probe: `vmap(grad(loss))` with the log-sum-exp written as `autograd.scipy.special.logsumexp` "
               f"(4 examples): {res['probe']}."]
 
