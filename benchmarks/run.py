@@ -6,8 +6,8 @@ That is the full run: every default workload of workloads.py in float32 and in f
 (`--dtype both`), about 12 minutes on 2 cores. Options: --quick (about a quarter of the time),
 --dtype float32|float64|both, --only NAME[,NAME], --repeat N, --target-ms MS, --lead-ms MS,
 --first-calls N, --seed N, --align numpy|16|64, --backend cpu, --no-jax, --json PATH,
---hlo-dir DIR (both sides' optimised HLO, for reading side by side), --diagnose (where jit_ps's
-time goes against jax's: call path, program, runtime).
+--hlo-dir DIR (both sides' optimised HLO, jit_ps's of the program it settled on, for reading side
+by side), --diagnose (where jit_ps's time goes against jax's: program and call path, runtime).
 
 For each workload and dtype, three worker processes (procs.py) start together: plain autograd,
 jit_ps (autograd_xla; never imports jax) and jax (never imports autograd_xla; jax.jit of the
@@ -45,8 +45,7 @@ from workloads import BY_NAME, WORKLOADS  # noqa: E402
 FACTORY = "run:cases"
 DTYPES = ("float32", "float64")
 COLUMNS = {"autograd": "autograd", "jit_ps": "jit_ps", "jax": "jax.jit, numpy in/out",
-           "jax_dev": "jax.jit, on its device", "jit_ps_exec": "jit_ps's program alone (diag)",
-           "jaxhlo_on_jit_ps": "jax's program on jit_ps's runtime (diag)"}
+           "jax_dev": "jax.jit, on its device", "jaxhlo_on_jit_ps": "jax's program on jit_ps's runtime (diag)"}
 
 
 # ----- in the workers ---------------------------------------------------------------------------
@@ -63,7 +62,7 @@ def cases(kind, workload, dtype, seed=0, backend="cpu", align="numpy"):
     if kind == "jit_ps":
         from autograd_xla import jit_ps
         jf = jit_ps(wl.build_autograd(), backend=backend, fallback="error")
-        return {"jit_ps": Case(jf, inputs, settle=True, hlo=lambda: jf.optimized_hlo(*inputs),
+        return {"jit_ps": Case(jf, inputs, settle=True, hlo=lambda: settled_program(jf, inputs)[1],
                                stablehlo=lambda: jf.stablehlo(*inputs))}
     import jax
     jitted = jax.jit(wl.build_jax(jax, jax.numpy))
@@ -75,28 +74,32 @@ def cases(kind, workload, dtype, seed=0, backend="cpu", align="numpy"):
             "jax_dev": Case(lambda *a: jax.block_until_ready(jitted(*a)), on_device)}
 
 
+def settled_program(jf, inputs):
+    """(executable, optimised HLO text) of the program jit_ps's signature runs now, the one
+    timed (its ladder's, tiering.Ladder: jf.optimized_hlo compiles the default one anew).
+    Uses jit_ps internals."""
+    jf(*inputs)
+    (entry,) = list(jf._cache.values())
+    exe = entry.executable
+    return exe, exe.exe.hlo_modules()[0].to_string()
+
+
 def diagnostic_cases(kind, workload, dtype, jax_text, seed=0, backend="cpu", align="numpy"):
-    """--diagnose, in the jit_ps worker: the program its signature settles on, called on the
-    leaves directly (no call path), and jax's StableHLO compiled by the same client and run by
-    the same Executable class (it is only text: jax is not imported). Uses jit_ps internals."""
+    """--diagnose, in the jit_ps worker: jax's StableHLO compiled by jit_ps's client and run by
+    its Executable class on numpy arguments (the text only: jax is not imported). Uses jit_ps
+    internals."""
     from jaxlib import xla_client as xc
 
     from autograd_xla import backend as backend_mod
     case = cases(kind, workload, dtype, seed, backend, align)["jit_ps"]
-    jf, inputs = case.fn, case.args
-    jf(*inputs)
-    timing.settle(jf, inputs)
-    (entry,) = list(jf._cache.values())
-    exe = entry.executable
-    _, leaves = jf._split(inputs, {})
+    out_avals = case.fn.lower(*case.args)._lowered.out_avals  # traced and lowered, not compiled
+    _, leaves = case.fn._split(case.args, {})
     be = backend_mod.get_backend(backend)
     compiled = be.client.compile_and_load(jax_text, xc.DeviceList((be.default_device,)), xc.CompileOptions())
     theirs = backend_mod.Executable(be, backend_mod.Program(compiled), [(onp.shape(x), onp.asarray(x).dtype)
                                                                           for x in leaves],
-                                    [(tuple(a.shape), a.dtype) for a in exe.out_avals], [], jax_text)
-    settled = exe.exe.hlo_modules()[0].to_string()
-    return {"jit_ps_exec": Case(exe, (leaves,), hlo=lambda: settled),
-            "jaxhlo_on_jit_ps": Case(theirs, (leaves,))}
+                                    out_avals, [], jax_text)
+    return {"jaxhlo_on_jit_ps": Case(theirs, (leaves,))}
 
 
 # ----- in the parent ----------------------------------------------------------------------------
@@ -123,9 +126,8 @@ def parse_args(argv=None):
     p.add_argument("--no-jax", action="store_true", help="leave jax out even if it is installed")
     p.add_argument("--hlo-dir", metavar="DIR", help="write each side's StableHLO and XLA-optimised HLO here")
     p.add_argument("--diagnose", action="store_true",
-                   help="where jit_ps's time goes against jax's: two more contenders in the jit_ps worker, its "
-                        "settled program called directly and jax's program run by its runtime, and the optimised "
-                        "HLOs' op counts side by side")
+                   help="where jit_ps's time goes against jax's: one more contender in the jit_ps worker, jax's "
+                        "program run by jit_ps's runtime, and the optimised HLOs' op counts side by side")
     p.add_argument("--json", metavar="PATH", help="save raw samples and metadata as JSON")
     args = p.parse_args(argv)
     names = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else \
@@ -175,9 +177,8 @@ def run_row(wl, dtype, args, index):
             contenders.update(jax=(ws["jax"], "jax"), jax_dev=(ws["jax"], "jax_dev"))
             if args.diagnose:
                 ws["jit_ps"].build("run:diagnostic_cases", jax_text=ws["jax"].extra("jax", "stablehlo"), **params)
-                for key in ("jit_ps_exec", "jaxhlo_on_jit_ps"):
-                    contenders[key] = (ws["jit_ps"], key)
-                row["hlo_diff"] = hlo_diff(ws["jit_ps"].extra("jit_ps_exec", "hlo"), ws["jax"].extra("jax", "hlo"))
+                contenders["jaxhlo_on_jit_ps"] = (ws["jit_ps"], "jaxhlo_on_jit_ps")
+                row["hlo_diff"] = hlo_diff(ws["jit_ps"].extra("jit_ps", "hlo"), ws["jax"].extra("jax", "hlo"))
         samples, numbers = procs.interleaved(contenders, args.repeat, args.target_ms / 1e3, lead=args.lead_ms / 1e3)
         row.update(samples=samples, calls_per_sample=numbers,
                    summary={k: timing.summarize(v) for k, v in samples.items()})
@@ -239,7 +240,7 @@ def report(rows, failures, env, args):
         out += [[name, dtype, f"failed: {msg}"] + [""] * (len(head) - 3) for (name, dtype), msg in failures.items()]
         lines += table(head, out)
 
-    if any("jit_ps_exec" in r["summary"] for r in rows):
+    if any("jaxhlo_on_jit_ps" in r["summary"] for r in rows):
         lines += diagnostics(rows)
     n = args.first_calls
     lines += ["", f"## First call: trace + compile + one run of a freshly built function, in {n} fresh "
@@ -285,26 +286,25 @@ def report(rows, failures, env, args):
 
 
 def diagnostics(rows):
-    """jit_ps - jax.jit on its device, split in three from medians: call path (jit_ps - its
-    settled program called on the leaves), program (that - jax's program on the same
-    runtime), runtime (jax's program on jit_ps's runtime, numpy in and out - jax.jit with its
-    inputs on its device). Sums of medians, so only roughly additive."""
+    """jit_ps - jax.jit on its device, split in two from medians: program and call path (jit_ps
+    - jax's program run by jit_ps's runtime on the same numpy arguments) and runtime (that -
+    jax.jit with its inputs and results on its device). Differences of medians, so only
+    roughly additive."""
     def signed(seconds):
         return ("−" if seconds < 0 else "+") + format_seconds(abs(seconds))
     lines = ["", "## Diagnosis: where jit_ps's time goes against jax.jit on its device (medians; negative: jit_ps's "
                  "side faster)", "",
-             "call path = jit_ps − its settled program called on the leaves; program = that − jax's StableHLO compiled "
-             "and run by jit_ps's runtime; runtime = that − jax.jit on its device (numpy in and out against "
-             "device-resident inputs and results).", ""]
+             "program and call path = jit_ps − jax's StableHLO compiled and run by jit_ps's runtime (its Executable, "
+             "numpy in and out); runtime = that − jax.jit on its device.", ""]
     out = []
     for r in rows:
         m = {k: v["median"] for k, v in r["summary"].items()}
-        if "jit_ps_exec" in m:
-            out.append([r["name"], r["dtype"], signed(m["jit_ps"] - m["jit_ps_exec"]),
-                        signed(m["jit_ps_exec"] - m["jaxhlo_on_jit_ps"]), signed(m["jaxhlo_on_jit_ps"] - m["jax_dev"]),
-                        signed(m["jit_ps"] - m["jax_dev"]), r.get("hlo_diff", "—")])
-    return lines + table(["workload", "dtype", "call path", "program", "runtime", "total",
-                          "optimised-HLO op counts, jit_ps vs jax"], out)
+        if "jaxhlo_on_jit_ps" in m:
+            out.append([r["name"], r["dtype"], signed(m["jit_ps"] - m["jaxhlo_on_jit_ps"]),
+                        signed(m["jaxhlo_on_jit_ps"] - m["jax_dev"]), signed(m["jit_ps"] - m["jax_dev"]),
+                        r.get("hlo_diff", "—")])
+    return lines + table(["workload", "dtype", "program and call path", "runtime", "total",
+                          "optimised-HLO op counts, jit_ps (settled program) vs jax"], out)
 
 
 def main(argv=None):
