@@ -3,7 +3,8 @@
     /work/venv/bin/python benchmarks/run.py > benchmarks/results/run.md
 
 That is the full run: every default workload of workloads.py in float32 and in float64
-(`--dtype both`), about 12 minutes on 2 cores. Options: --quick (about a quarter of the time),
+(`--dtype both`): 16 rows, each with 3 fresh worker processes and 4 more for first calls; it
+took 33 minutes on 2 cores shared with other people's work (load average 7-12). Options: --quick (about a quarter of the time),
 --dtype float32|float64|both, --only NAME[,NAME], --repeat N, --target-ms MS, --lead-ms MS,
 --first-calls N, --seed N, --align numpy|16|64, --backend cpu, --no-jax, --json PATH,
 --hlo-dir DIR (both sides' optimised HLO, jit_ps's of the program it settled on, for reading side
@@ -62,7 +63,7 @@ def cases(kind, workload, dtype, seed=0, backend="cpu", align="numpy"):
     if kind == "jit_ps":
         from autograd_xla import jit_ps
         jf = jit_ps(wl.build_autograd(), backend=backend, fallback="error")
-        return {"jit_ps": Case(jf, inputs, settle=True, hlo=lambda: settled_program(jf, inputs)[1],
+        return {"jit_ps": Case(jf, inputs, settle=True, hlo=lambda: settled_hlo(jf, inputs),
                                stablehlo=lambda: jf.stablehlo(*inputs))}
     import jax
     jitted = jax.jit(wl.build_jax(jax, jax.numpy))
@@ -74,14 +75,13 @@ def cases(kind, workload, dtype, seed=0, backend="cpu", align="numpy"):
             "jax_dev": Case(lambda *a: jax.block_until_ready(jitted(*a)), on_device)}
 
 
-def settled_program(jf, inputs):
-    """(executable, optimised HLO text) of the program jit_ps's signature runs now, the one
-    timed (its ladder's, tiering.Ladder: jf.optimized_hlo compiles the default one anew).
-    Uses jit_ps internals."""
+def settled_hlo(jf, inputs):
+    """The optimised HLO of the program jit_ps's signature runs now, the one timed (its
+    ladder's, tiering.Ladder: jf.optimized_hlo compiles the default one anew). Uses jit_ps
+    internals."""
     jf(*inputs)
     (entry,) = list(jf._cache.values())
-    exe = entry.executable
-    return exe, exe.exe.hlo_modules()[0].to_string()
+    return entry.executable.exe.hlo_modules()[0].to_string()
 
 
 def diagnostic_cases(kind, workload, dtype, jax_text, seed=0, backend="cpu", align="numpy"):
