@@ -668,10 +668,17 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         entry.options = backend.fast_compile_options(quick=quick and entry.lowered.work <= backend_mod.QUICK_WORK)
         executable, seconds, compiled = self._compile_program(entry, entry.lowered, entry.options, fresh_first=True)
         quickly = backend.optimized(entry.options) is not None
-        steps = [variant for variant, wanted in ((backend_mod.QUICK_STEP, quickly), (None, entry.options is not None),
+        # Where the products run (lowering's variants) before how XLA emits the loops (its
+        # default options): a trial keeps the faster program by a few calls' fastest, and a
+        # product's time drowns the loops' difference. The float32 SeLU layer's first program
+        # multiplied by OpenBLAS in 52-64 ms a call (2 busy cores), its default options' the
+        # same, so they were kept or not by chance (2 of 4 fresh functions kept them), then
+        # XLA's product took 5-10 ms; with those options its loops take 4.4 ms against 5.4.
+        steps = [variant for variant, wanted in ((backend_mod.QUICK_STEP, quickly),
                                                  (lowering.VIEWS, entry.lowered.dot_views),
                                                  (lowering.XLA_DOTS, entry.lowered.blas),
                                                  (lowering.APART, entry.lowered.merged),
+                                                 (None, entry.options is not None),
                                                  (backend_mod.XLA_SCHEDULER, backend.with_xla_scheduler(None) is not None))
                  if wanted]
         if steps and tiering.UPGRADE_RENT is not None:

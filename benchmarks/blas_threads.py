@@ -1,6 +1,6 @@
 """LAPACK inside compiled programs against numpy's, as users run them: plain autograd and jit_ps
-each in a worker process of its own, samples interleaved between the workers (one batch of
-calls per turn), optionally with other processes keeping every core busy (`--load`).
+each in a worker process of its own (procs.py), samples interleaved between the workers (one
+batch of calls per turn, each call timed), optionally with other processes keeping every core busy (`--load`).
 
 Workloads (issue 43's): `solve`, np.sum(np.linalg.solve(S, y)) with S 4x6x6 and y 1x6x5000
 (getrf and two trsm on 5000 right-hand sides); `gp`, the gradient of a Gaussian process's
@@ -14,13 +14,12 @@ prints, per workload and contender, the mean, median and largest time of a call 
 load average before and after (noisy on a shared machine: rerun and say so).
 """
 import argparse
-import json
 import os
-import subprocess
 import sys
-import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, imported by the workers
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import procs  # noqa: E402
 
 
 def build(workload):
@@ -48,25 +47,13 @@ def build(workload):
     raise ValueError(f"unknown workload {workload!r}")
 
 
-def worker(workload, contender):
-    """Serve `go N` lines: N timed calls, answered with their times (seconds) as JSON."""
-    import numpy as onp
+def cases(kind, workload):
+    """The factory the workers call (procs.py): the workload as plain autograd code, or jit_ps of it."""
     f, args = build(workload)
-    if contender == "jit_ps":
+    if kind == "jit_ps":
         from autograd_xla import jit_ps
         f = jit_ps(f, fallback="error")  # compiled, or no figure
-    value = f(*args)
-    print(json.dumps({"value": onp.asarray(value).tolist()}), flush=True)
-    for _ in range(20):
-        f(*args)
-    for line in sys.stdin:
-        n = int(line.split()[1])
-        times = []
-        for _ in range(n):
-            t = time.perf_counter()
-            f(*args)
-            times.append(time.perf_counter() - t)
-        print(json.dumps(times), flush=True)
+    return {kind: procs.Case(f, args)}
 
 
 def _spin():
@@ -80,35 +67,29 @@ def load_average():
 
 def measure(workload, calls, turns):
     import numpy as onp
-    workers = {c: subprocess.Popen([sys.executable, __file__, "--worker", workload, c], stdin=subprocess.PIPE,
-                                   stdout=subprocess.PIPE, text=True, cwd=ROOT,
-                                   env=dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])))
-               for c in ("autograd", "jit_ps")}
-    values = {c: json.loads(w.stdout.readline())["value"] for c, w in workers.items()}
-    onp.testing.assert_allclose(values["jit_ps"], values["autograd"], rtol=1e-10, err_msg=workload)
-    times = {c: [] for c in workers}
-    per_turn = max(1, calls // turns)
-    for _ in range(turns):
-        for c, w in workers.items():
-            w.stdin.write(f"go {per_turn}\n")
-            w.stdin.flush()
-            times[c] += json.loads(w.stdout.readline())
-    for w in workers.values():
-        w.stdin.close()
-        w.wait()
+    kinds = ("autograd", "jit_ps")
+    with procs.Workers(kinds) as ws:
+        values = {}
+        for kind, w in ws.items():
+            w.build("blas_threads:cases", workload=workload)
+            values[kind] = w.request("output", kind)
+            w.request("calls", kind, 20)  # warm
+        onp.testing.assert_allclose(values["jit_ps"], values["autograd"], rtol=1e-10, err_msg=workload)
+        times = {c: [] for c in kinds}
+        per_turn = max(1, calls // turns)
+        for _ in range(turns):
+            for kind, w in ws.items():
+                times[kind] += w.request("calls", kind, per_turn)
     return {c: onp.array(t) * 1e3 for c, t in times.items()}
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--turns", type=int, default=6)
     parser.add_argument("--load", action="store_true", help="keep every core busy with other processes")
     parser.add_argument("--workloads", nargs="+", default=["solve", "gp"])
     args = parser.parse_args()
-    if args.worker:
-        return worker(*args.worker)
     import multiprocessing
     loaders = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(os.cpu_count() if args.load else 0)]
     for p in loaders:

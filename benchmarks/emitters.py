@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from autograd import grad, hessian_tensor_product  # noqa: E402
 
 from autograd_xla import backend, jit_ps, tiering  # noqa: E402
-import run  # noqa: E402
+import procs  # noqa: E402
 import table1  # noqa: E402
 import timing  # noqa: E402
 import workloads  # noqa: E402
@@ -73,7 +73,7 @@ def compiled_pair(fun, args, repeat):
 
 def same_bits(a, b):
     return all(onp.array_equal(onp.asarray(x), onp.asarray(y), equal_nan=True)
-               for x, y in zip(run.leaves_of(a), run.leaves_of(b)))
+               for x, y in zip(procs.leaves_of(a), procs.leaves_of(b)))
 
 
 def main(argv=None):

@@ -5,9 +5,9 @@
                               [--no-jax] [--no-diagnose] [--profile]
 
 Prints markdown. The device count of a process is fixed when its XLA clients are made, so
-each device count runs in a child process of this script (same script, `--child`), which
-times all of its contenders interleaved (timing.py) and hands its numbers back as JSON;
-the parent prints one report.
+each device count has its own worker processes, one per library (procs.py: plain autograd;
+autograd_xla, which never imports jax; jax, which never imports autograd_xla), made with that
+many CPU devices; the parent asks them for samples in turn (interleaved) and prints one report.
 
 1. one SGD step of a tanh MLP 784-200-100-10 (softmax cross-entropy, float64) at a fixed
    batch per device (weak scaling), gradients averaged with `pmean` over the devices:
@@ -23,17 +23,20 @@ per-call breakdown of autograd_xla's pmap call (put, execute, gather) and, with 
 when autograd_xla is more than 1.25x slower than jax.pmap, a cProfile of the call path.
 See docs/benchmarks.rst.
 """
-import argparse
 import cProfile
 import json
 import os
 import pstats
-import subprocess
 import sys
-import tempfile
 import time
 
+import numpy as onp
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import procs  # noqa: E402
+import timing  # noqa: E402
+from procs import Case, cell, table  # noqa: E402
 
 SECTIONS = ("mlp", "imr")
 MLP_SIZES = (784, 200, 100, 10)
@@ -81,7 +84,6 @@ def mlp_inputs(rng, devices, batch):
     params = []
     for m, n in zip(MLP_SIZES[:-1], MLP_SIZES[1:]):
         params += [rng.standard_normal((m, n)) / m ** 0.5, 0.1 * rng.standard_normal(n)]
-    import numpy as onp
     x = rng.standard_normal((devices, batch, MLP_SIZES[0]))
     y = onp.eye(MLP_SIZES[-1])[rng.integers(0, MLP_SIZES[-1], (devices, batch))]
     return params, x, y
@@ -94,59 +96,44 @@ def logreg_inputs(rng, devices):
     return X, y, 0.01 * rng.standard_normal(d)
 
 
-# ----- child: one device count --------------------------------------------------------------------
+# ----- in the workers (procs.py) ------------------------------------------------------------------
 
-def child(args):
-    """Runs in a process whose CPU clients have args.child_devices devices; prints JSON."""
-    import numpy as onp
+def device_env(nd):
+    """The worker environment of a process with `nd` CPU devices (autograd_xla's and jax's)."""
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split()
+             if not f.startswith("--xla_force_host_platform_device_count")]
+    return {"AUTOGRAD_XLA_CPU_DEVICES": str(nd),
+            "XLA_FLAGS": " ".join(flags + [f"--xla_force_host_platform_device_count={nd}"])}
 
-    import timing
-    jax = jnp = None
-    if not args.no_jax:
-        try:
-            import jax
-            import jax.numpy as jnp
-            jax.config.update("jax_enable_x64", True)
-            jax.config.update("jax_platforms", "cpu")
-        except ImportError:
-            jax = None
-    import autograd_xla
-    nd = args.child_devices
-    got = len(autograd_xla.devices())
-    if got != nd:
-        raise RuntimeError(f"autograd_xla has {got} CPU devices, expected {nd}")
-    if jax is not None and len(jax.devices()) != nd:
-        raise RuntimeError(f"jax has {len(jax.devices())} CPU devices, expected {nd}")
-    out = {"devices": nd, "jax": jax.__version__ if jax else None,
-           "jax_devices": [str(d) for d in jax.devices()] if jax else None,
-           "ax_devices": [str(d) for d in autograd_xla.devices()]}
-    if args.child == "mlp":
-        out["mlp"] = child_mlp(args, nd, onp, timing, jax, jnp)
+
+def check_devices(kind, nd):
+    if kind == "jit_ps":
+        import autograd_xla
+        got = [str(d) for d in autograd_xla.devices()]
+    elif kind == "jax":
+        import jax
+        got = [str(d) for d in jax.devices()]
     else:
-        out["imr"] = child_imr(args, nd, onp, timing, jax, jnp)
-    print("@@JSON@@" + json.dumps(out))
+        return None
+    if len(got) != nd:
+        raise RuntimeError(f"the {kind} worker has {len(got)} CPU devices, expected {nd}")
+    return got
 
 
-def compare(ref, got, who):
-    """Largest difference relative to each reference leaf's magnitude."""
-    import numpy as onp
-    ref, got = list(ref), list(got)
-    if len(ref) != len(got):
-        raise AssertionError(f"{who}: {len(got)} results, expected {len(ref)}")
-    worst = 0.0
-    for r, g in zip(ref, got):
-        r, g = onp.asarray(r), onp.asarray(g)
-        if r.shape != g.shape or r.dtype != g.dtype:
-            raise AssertionError(f"{who}: result {g.dtype}{list(g.shape)}, expected {r.dtype}{list(r.shape)}")
-        worst = max(worst, float(onp.max(onp.abs(r - g))) / max(float(onp.max(onp.abs(r))), 1e-300))
-    if not worst <= TOLERANCE:
-        raise AssertionError(f"{who}: result differs from plain autograd by {worst:.2e} (relative)")
-    return worst
+def cases(kind, section, devices, seed, batch=None, iters=None, profile_calls=200, repeat=7, target_ms=40.0):
+    """The factory the workers call: a section's contenders of `kind` on `devices` devices."""
+    devs = check_devices(kind, devices)
+    if section == "mlp":
+        out = mlp_cases(kind, devices, seed, batch, profile_calls, repeat, target_ms)
+    else:
+        out = imr_cases(kind, devices, seed, iters)
+    for c in out.values():
+        c.extras["devices"] = lambda: devs
+    return out
 
 
 def replicas_equal(stacked, who):
-    """A device-axis result's copies must agree (they are the same replicated parameters)."""
-    import numpy as onp
+    """A device-axis result's copies must agree (they are the same replicated parameters): one copy."""
     for a in stacked:
         a = onp.asarray(a)
         if not all(onp.array_equal(a[0], a[i]) for i in range(1, a.shape[0])):
@@ -154,125 +141,89 @@ def replicas_equal(stacked, who):
     return [onp.asarray(a)[0] for a in stacked]
 
 
-def first_call(fn, a):
-    t0 = time.perf_counter()
-    r = fn(*a)
-    return time.perf_counter() - t0, r
-
-
-def child_mlp(args, nd, onp, timing, jax, jnp):
-    import autograd.numpy as np
-    from autograd import grad
-    from autograd.scipy.special import logsumexp
-
-    from autograd_xla import pmap, pmean
-
-    params, x, y = mlp_inputs(onp.random.default_rng(args.seed), nd, args.batch)
-    loss = make_mlp(np, logsumexp)
-    xf, yf = x.reshape(-1, MLP_SIZES[0]), y.reshape(-1, MLP_SIZES[-1])
-
-    def plain_step(params, x, y):
-        return [p - LR * g for p, g in zip(params, grad(loss)(params, x, y))]
-    ref = plain_step(params, xf, yf)
-
-    def step(params, x, y):  # the brief's function, one device's shard of x and y
-        return [p - LR * g for p, g in zip(params, pmean(grad(loss)(params, x, y), "i"))]
-
-    res = {"errors": {}, "first": {}, "notes": []}
-    contenders = {}
+def mlp_cases(kind, nd, seed, batch, profile_calls, repeat, target_ms):
+    params, x, y = mlp_inputs(onp.random.default_rng(seed), nd, batch)
     stacked = [onp.ascontiguousarray(onp.broadcast_to(p, (nd,) + p.shape)) for p in params]
+    if kind == "autograd":
+        import autograd.numpy as np
+        from autograd import grad
+        from autograd.scipy.special import logsumexp
+        loss = make_mlp(np, logsumexp)
+        xf, yf = x.reshape(-1, MLP_SIZES[0]), y.reshape(-1, MLP_SIZES[-1])
 
-    # numpy params in, numpy params out (one copy: out_axes=None; the device axis: out_axes=0)
-    ax = pmap(step, "i", in_axes=(None, 0, 0), out_axes=None)
-    res["first"]["ax"], r = first_call(ax, (params, x, y))
-    res["errors"]["ax"] = compare(ref, r, TITLES["ax"])
-    contenders["ax"] = (ax, (params, x, y))
-    ax0 = pmap(step, "i", in_axes=(None, 0, 0))
-    res["first"]["ax_out0"], r = first_call(ax0, (params, x, y))
-    res["errors"]["ax_out0"] = compare(ref, replicas_equal(r, TITLES["ax_out0"]), TITLES["ax_out0"])
-    contenders["ax_out0"] = (ax0, (params, x, y))
+        def plain_step(params, x, y):
+            return [p - LR * g for p, g in zip(params, grad(loss)(params, x, y))]
+        return {"autograd": Case(plain_step, (params, xf, yf))}
 
-    # parameters kept on the devices: replicated with a device axis, in_axes=0, out_axes=0
-    axk = pmap(step, "i", in_axes=(0, 0, 0), keep_on_device=True)
-    try:
-        res["first"]["ax_keep"], r = first_call(axk, (stacked, x, y))
-        res["errors"]["ax_keep"] = compare(ref, replicas_equal(r, TITLES["ax_keep"]), TITLES["ax_keep"])
-        if not all(type(o).__name__ == "ShardedArray" for o in r):
-            raise AssertionError(f"keep_on_device=True returned {sorted({type(o).__name__ for o in r})}")
-        state = {"p": r}
+    if kind == "jit_ps":
+        import autograd.numpy as np
+        from autograd import grad
+        from autograd.scipy.special import logsumexp
 
-        def ax_keep_steps():
-            p = state["p"]
-            for _ in range(KEEP_STEPS):
-                p = axk(p, x, y)
-            p[0].block_until_ready()
-            state["p"] = p
-        contenders["ax_keep"] = (ax_keep_steps, ())
-    except Exception as e:  # reported, not fatal
-        res["notes"].append(f"{TITLES['ax_keep']} failed: {type(e).__name__}: {e}")
+        from autograd_xla import pmap, pmean
+        loss = make_mlp(np, logsumexp)
 
-    if jax is not None:
+        def step(params, x, y):  # one device's shard of x and y
+            return [p - LR * g for p, g in zip(params, pmean(grad(loss)(params, x, y), "i"))]
+        one = pmap(step, "i", in_axes=(None, 0, 0), out_axes=None)   # numpy params in, one copy out
+        out0 = pmap(step, "i", in_axes=(None, 0, 0))                  # the device axis out
+        keep = pmap(step, "i", in_axes=(0, 0, 0), keep_on_device=True)  # parameters stay on the devices
+
+        def keep_first():
+            r = keep(stacked, x, y)
+            if not all(type(o).__name__ == "ShardedArray" for o in r):
+                raise AssertionError(f"keep_on_device=True returned {sorted({type(o).__name__ for o in r})}")
+            state["p"] = r
+            return replicas_equal(r, TITLES["ax_keep"])
+        state = {}
+        keys = ("ax", "ax_out0", "ax_keep")
+        fns = (one, out0, keep)
+    else:
+        import jax
+        jnp = jax.numpy
         jloss = make_mlp(jnp, jax.nn.logsumexp)
 
         def jstep(params, x, y):
             return [p - LR * g for p, g in zip(params, jax.lax.pmean(jax.grad(jloss)(params, x, y), "i"))]
         asarray, tree_map = onp.asarray, jax.tree_util.tree_map
-        jp = jax.pmap(jstep, "i", in_axes=(None, 0, 0), out_axes=None)
-
-        def jax_call(params, x, y):
-            return tree_map(asarray, jp(params, x, y))
-        res["first"]["jax"], r = first_call(jax_call, (params, x, y))
-        res["errors"]["jax"] = compare(ref, r, TITLES["jax"])
-        contenders["jax"] = (jax_call, (params, x, y))
-        jp0 = jax.pmap(jstep, "i", in_axes=(None, 0, 0))
-
-        def jax_call0(params, x, y):
-            return tree_map(asarray, jp0(params, x, y))
-        res["first"]["jax_out0"], r = first_call(jax_call0, (params, x, y))
-        res["errors"]["jax_out0"] = compare(ref, replicas_equal(r, TITLES["jax_out0"]), TITLES["jax_out0"])
-        contenders["jax_out0"] = (jax_call0, (params, x, y))
-
+        jp, jp0 = jax.pmap(jstep, "i", in_axes=(None, 0, 0), out_axes=None), jax.pmap(jstep, "i", in_axes=(None, 0, 0))
         jpk = jax.pmap(jstep, "i", in_axes=(0, 0, 0))
-        t0 = time.perf_counter()
-        r = jax.block_until_ready(jpk(stacked, x, y))
-        res["first"]["jax_keep"] = time.perf_counter() - t0
-        res["errors"]["jax_keep"] = compare(ref, replicas_equal(r, TITLES["jax_keep"]), TITLES["jax_keep"])
-        jstate = {"p": r}
+        one = lambda *a: tree_map(asarray, jp(*a))  # noqa: E731
+        out0 = lambda *a: tree_map(asarray, jp0(*a))  # noqa: E731
+        keep = jpk
 
-        def jax_keep_steps():
-            p = jstate["p"]
-            for _ in range(KEEP_STEPS):
-                p = jpk(p, x, y)
-            jax.block_until_ready(p)
-            jstate["p"] = p
-        contenders["jax_keep"] = (jax_keep_steps, ())
+        def keep_first():
+            state["p"] = r = jax.block_until_ready(jpk(stacked, x, y))
+            return replicas_equal(r, TITLES["jax_keep"])
+        state = {}
+        keys = ("jax", "jax_out0", "jax_keep")
 
-    if not args.no_plain:
-        contenders["autograd"] = (plain_step, (params, xf, yf))
-
-    samples, numbers = timing.interleaved(contenders, args.repeat, args.target_ms / 1e3)
-    per_step = {k: [s / KEEP_STEPS for s in v] if k.endswith("_keep") else v for k, v in samples.items()}
-    res["summary"] = {k: timing.summarize(v) for k, v in per_step.items()}
-    res["numbers"] = numbers
-    res["order"] = list(contenders)
-
-    if not args.no_diagnose:
-        res["breakdown"] = breakdown(args, ax, (params, x, y), jax, jax and jp, onp, timing)
-        ratio = res["summary"]["ax"][args.stat] / res["summary"]["jax"][args.stat] if jax else None
-        if args.profile or (ratio is not None and ratio > BOUND):
-            res["profile"] = profile(ax, (params, x, y), args.profile_calls)
-    return res
+    def keep_steps():  # KEEP_STEPS steps on device-resident parameters, then one wait
+        p = state["p"]
+        for _ in range(KEEP_STEPS):
+            p = keep(p, x, y)
+        (p[0].block_until_ready() if kind == "jit_ps" else jax.block_until_ready(p))
+        state["p"] = p
+    inputs = (params, x, y)
+    if kind == "jit_ps":
+        diag = {"breakdown": lambda: ax_breakdown(one, inputs, repeat, target_ms),
+                "profile": lambda: profile(one, inputs, profile_calls)}
+    else:
+        diag = {"breakdown": lambda: jax_breakdown(jax, jp, inputs, repeat, target_ms)}
+    return {keys[0]: Case(one, inputs, **diag),
+            keys[1]: Case(out0, inputs, first=lambda *a: replicas_equal(out0(*a), TITLES[keys[1]])),
+            keys[2]: Case(keep_steps, (), first=keep_first)}
 
 
 # ----- diagnosis ----------------------------------------------------------------------------------
 
-def breakdown(args, ax, inputs, jax, jp, onp, timing):
+def ax_breakdown(ax, inputs, repeat, target_ms):
     """autograd_xla's pmap call split into its stages, each timed on its own, interleaved: the
     host-to-device puts (ReplicatedExecutable.put_replicated / put_sharded), the execution
     (execute_sharded + consume_with_handlers + waiting for every device), the gather of the
     results to numpy (replicated.gather), the rest being Python (flatten, signature, cache,
-    unflatten). And jax.pmap's: with inputs already on the devices and no conversion of the
-    results, against the whole numpy-in, numpy-out call. Uses autograd_xla internals."""
+    unflatten). Uses autograd_xla internals."""
+
     from autograd_xla import replicated
     params, x, y = inputs
     (entry,) = ax._cache.values()
@@ -310,18 +261,23 @@ def breakdown(args, ax, inputs, jax, jp, onp, timing):
               "in_sharded": int(sum(v.nbytes for v, m in zip(leaves, mapped) if m)),
               "out": int(sum(onp.prod(a.shape) * a.dtype.itemsize for a in exe.out_avals)),
               "n_in": len(leaves), "n_consts": len(exe.consts), "n_out": len(exe.out_avals)}
-    if jax is not None:
-        ident = jax.pmap(lambda a: a)  # its results: arrays sharded over the devices, as jp takes x, y
-        dx, dy = jax.block_until_ready(ident(x)), jax.block_until_ready(ident(y))
-        tree_map = jax.tree_util.tree_map
-        stages["jax.pmap: whole call (numpy in, numpy out)"] = (
-            lambda: tree_map(onp.asarray, jp(params, x, y)), ())
-        stages["jax.pmap: numpy in, wait, no conversion"] = (lambda: jax.block_until_ready(jp(params, x, y)), ())
-        # in_axes=None params are taken from the host (one copy); x, y on the devices already
-        stages["jax.pmap: x, y on device, params numpy, wait"] = (lambda: jax.block_until_ready(jp(params, dx, dy)), ())
-    samples, _ = timing.interleaved(stages, args.repeat, args.target_ms / 1e3)
-    return {"stages": {k: timing.summarize(v) for k, v in samples.items()}, "order": list(stages),
-            "bytes": nbytes}
+    samples, _ = timing.interleaved(stages, repeat, target_ms / 1e3)
+    return {"stages": {k: timing.summarize(v) for k, v in samples.items()}, "order": list(stages), "bytes": nbytes}
+
+
+def jax_breakdown(jax, jp, inputs, repeat, target_ms):
+    """jax.pmap's call: numpy in and out; without converting its results; with x, y already
+    on the devices."""
+    params, x, y = inputs
+    ident = jax.pmap(lambda a: a)  # its results: arrays sharded over the devices, as jp takes x, y
+    dx, dy = jax.block_until_ready(ident(x)), jax.block_until_ready(ident(y))
+    tree_map = jax.tree_util.tree_map
+    stages = {"jax.pmap: whole call (numpy in, numpy out)": (lambda: tree_map(onp.asarray, jp(params, x, y)), ()),
+              "jax.pmap: numpy in, wait, no conversion": (lambda: jax.block_until_ready(jp(params, x, y)), ()),
+              # in_axes=None params are taken from the host (one copy); x, y on the devices already
+              "jax.pmap: x, y on device, params numpy, wait": (lambda: jax.block_until_ready(jp(params, dx, dy)), ())}
+    samples, _ = timing.interleaved(stages, repeat, target_ms / 1e3)
+    return {"stages": {k: timing.summarize(v) for k, v in samples.items()}, "order": list(stages)}
 
 
 def profile(ax, inputs, calls):
@@ -345,60 +301,27 @@ def profile(ax, inputs, calls):
     return {"calls": calls, "total": total, "by_tottime": by_tot, "by_cumtime": by_cum}
 
 
-# ----- child: iterated_map_reduce -----------------------------------------------------------------
+# ----- iterated_map_reduce ------------------------------------------------------------------------
 
-def child_imr(args, nd, onp, timing, jax, jnp):
-    import autograd.numpy as np
-
-    from autograd_xla import fori_loop, iterated_map_reduce, pmap, psum
-
-    X, y, w0 = logreg_inputs(onp.random.default_rng(args.seed), nd)
-    K, N = args.iters, X.shape[0] * X.shape[1]
-
-    def grad_shard(w, shard):  # the logistic loss's gradient (summed) on one shard
-        Xs, ys = shard
-        return Xs.T @ (1.0 / (1.0 + np.exp(-(Xs @ w))) - ys)
+def imr_cases(kind, nd, seed, K):
+    X, y, w0 = logreg_inputs(onp.random.default_rng(seed), nd)
+    N = X.shape[0] * X.shape[1]
+    inputs = (w0, X, y)
 
     def update(w, g):
         return w - IMR_LR * g / N
+    if kind == "autograd":
+        import autograd.numpy as np
 
-    Xf, yf = X.reshape(N, -1), y.reshape(N)
-    ref = w0
-    for _ in range(K):  # plain autograd code on the whole data set: the reference
-        ref = update(ref, grad_shard(ref, (Xf, yf)))
-
-    res = {"errors": {}, "first": {}, "notes": [], "K": K, "N": N, "d": X.shape[2]}
-    contenders = {}
-
-    def imr(w0, X, y):
-        return iterated_map_reduce(grad_shard, update, w0, (X, y), K)
-    res["first"]["imr"], r = first_call(imr, (w0, X, y))
-    res["errors"]["imr"] = compare([ref], [r], TITLES["imr"])
-    t0 = time.perf_counter()
-    imr(w0, X, y)
-    res["second_call_imr"] = time.perf_counter() - t0
-    contenders["imr"] = (imr, (w0, X, y))
-
-    def per_device(w, Xs, ys):
-        return fori_loop(0, K, lambda i, w: update(w, psum(grad_shard(w, (Xs, ys)), "i")), w)
-    fori = pmap(per_device, "i", in_axes=(None, 0, 0), out_axes=None)
-    res["first"]["ax_fori"], r = first_call(fori, (w0, X, y))
-    res["errors"]["ax_fori"] = compare([ref], [r], TITLES["ax_fori"])
-    contenders["ax_fori"] = (fori, (w0, X, y))
-
-    one = pmap(lambda w, Xs, ys: update(w, psum(grad_shard(w, (Xs, ys)), "i")), "i", in_axes=(None, 0, 0),
-               out_axes=None)
-
-    def ax_loop(w, X, y):
-        for _ in range(K):
-            w = one(w, X, y)
-        return w
-    res["first"]["ax_loop"], r = first_call(ax_loop, (w0, X, y))
-    res["errors"]["ax_loop"] = compare([ref], [r], TITLES["ax_loop"])
-    contenders["ax_loop"] = (ax_loop, (w0, X, y))
-
-    if jax is not None:
-        lax = jax.lax
+        def reference(w, X, y):  # plain autograd code on the whole data set: the reference
+            Xf, yf = X.reshape(N, -1), y.reshape(N)
+            for _ in range(K):
+                w = update(w, Xf.T @ (1.0 / (1.0 + np.exp(-(Xf @ w))) - yf))
+            return w
+        return {"reference": Case(reference, inputs)}
+    if kind == "jax":
+        import jax
+        jnp, lax = jax.numpy, jax.lax
 
         def jgrad_shard(w, Xs, ys):
             return Xs.T @ (1.0 / (1.0 + jnp.exp(-(Xs @ w))) - ys)
@@ -413,26 +336,38 @@ def child_imr(args, nd, onp, timing, jax, jnp):
                 if k % JAX_IN_FLIGHT == JAX_IN_FLIGHT - 1:
                     w.block_until_ready()  # jax's CPU client deadlocks with ~100 all-reduces queued
             return onp.asarray(w)
-        res["first"]["jax_loop"], r = first_call(jax_loop, (w0, X, y))
-        res["errors"]["jax_loop"] = compare([ref], [r], TITLES["jax_loop"])
-        contenders["jax_loop"] = (jax_loop, (w0, X, y))
-
         jf = jax.pmap(lambda w, Xs, ys: lax.fori_loop(0, K, lambda i, w: jone(w, Xs, ys), w), "i",
                       in_axes=(None, 0, 0), out_axes=None)
+        return {"jax_loop": Case(jax_loop, inputs), "jax_fori": Case(lambda *a: onp.asarray(jf(*a)), inputs)}
 
-        def jax_fori(w, X, y):
-            return onp.asarray(jf(w, X, y))
-        res["first"]["jax_fori"], r = first_call(jax_fori, (w0, X, y))
-        res["errors"]["jax_fori"] = compare([ref], [r], TITLES["jax_fori"])
-        contenders["jax_fori"] = (jax_fori, (w0, X, y))
+    import autograd.numpy as np
 
-    samples, numbers = timing.interleaved(contenders, args.imr_repeat, args.target_ms / 1e3)
-    res["summary"] = {k: timing.summarize(v) for k, v in samples.items()}
-    res["numbers"] = numbers
-    res["order"] = list(contenders)
-    if not args.no_diagnose:
-        res["imr_profile"] = imr_split(imr, (w0, X, y))
-    return res
+    from autograd_xla import fori_loop, iterated_map_reduce, pmap, psum
+
+    def grad_shard(w, shard):  # the logistic loss's gradient (summed) on one shard
+        Xs, ys = shard
+        return Xs.T @ (1.0 / (1.0 + np.exp(-(Xs @ w))) - ys)
+
+    def imr(w0, X, y):
+        return iterated_map_reduce(grad_shard, update, w0, (X, y), K)
+
+    def per_device(w, Xs, ys):
+        return fori_loop(0, K, lambda i, w: update(w, psum(grad_shard(w, (Xs, ys)), "i")), w)
+    fori = pmap(per_device, "i", in_axes=(None, 0, 0), out_axes=None)
+    one = pmap(lambda w, Xs, ys: update(w, psum(grad_shard(w, (Xs, ys)), "i")), "i", in_axes=(None, 0, 0),
+               out_axes=None)
+
+    def ax_loop(w, X, y):
+        for _ in range(K):
+            w = one(w, X, y)
+        return w
+
+    def second_call():
+        t0 = time.perf_counter()
+        imr(*inputs)
+        return time.perf_counter() - t0
+    return {"imr": Case(imr, inputs, second_call=second_call, split=lambda: imr_split(imr, inputs)),
+            "ax_fori": Case(fori, inputs), "ax_loop": Case(ax_loop, inputs)}
 
 
 def imr_split(imr, inputs):
@@ -465,49 +400,75 @@ def imr_split(imr, inputs):
 
 # ----- parent -------------------------------------------------------------------------------------
 
+FACTORY = "pmap:cases"
+
+
 def spawn(args, section, nd):
-    env = dict(os.environ)
-    env["AUTOGRAD_XLA_CPU_DEVICES"] = str(nd)
-    flags = [f for f in env.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform_device_count")]
-    env["XLA_FLAGS"] = " ".join(flags + [f"--xla_force_host_platform_device_count={nd}"])
-    cmd = [sys.executable, "-X", "faulthandler", os.path.abspath(__file__), "--child", section, "--child-devices", str(nd),
-           "--repeat", str(args.repeat), "--imr-repeat", str(args.imr_repeat), "--target-ms", str(args.target_ms),
-           "--batch", str(args.batch), "--iters", str(args.iters), "--seed", str(args.seed), "--stat", args.stat,
-           "--profile-calls", str(args.profile_calls)]
-    cmd += [f for f, on in (("--no-jax", args.no_jax), ("--no-diagnose", args.no_diagnose),
-                            ("--profile", args.profile), ("--no-plain", args.no_plain)) if on]
+    """One section on `nd` devices: a worker per library with that many CPU devices; first calls,
+    results against plain autograd's, interleaved samples, the diagnosis. The report's dict, or
+    {"devices": nd, "error": ...}."""
+    kinds = ["autograd", "jit_ps"] + ([] if args.no_jax or not procs.jax_available() else ["jax"])
+    params = {"section": section, "devices": nd, "seed": args.seed, "batch": args.batch, "iters": args.iters,
+              "profile_calls": args.profile_calls, "repeat": args.repeat, "target_ms": args.target_ms}
     print(f"<!-- {section}, {nd} device(s) -->", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    payload = [ln for ln in p.stdout.splitlines() if ln.startswith("@@JSON@@")]
-    if p.returncode != 0 or not payload:
-        log = os.path.join(tempfile.gettempdir(), f"pmap_bench_{section}_{nd}dev_{os.getpid()}.log")
-        with open(log, "w") as f:
-            f.write(" ".join(cmd) + "\n--- stdout ---\n" + p.stdout + "\n--- stderr ---\n" + p.stderr)
-        lines = [ln for ln in p.stderr.splitlines() if ln.strip() and not ln.lstrip().startswith("@ ")]
-        return {"devices": nd, "error": f"child exited {p.returncode} (full output: {log}): "
-                                        + " / ".join(lines[-12:])}
-    out = json.loads(payload[-1][len("@@JSON@@"):])
-    out["wall"] = wall
+    try:
+        with procs.Workers(kinds, env=dict.fromkeys(kinds, device_env(nd))) as ws:
+            keys = {k: w.build(FACTORY, **params) for k, w in ws.items()}
+            res = {"errors": {}, "first": {}, "notes": []}
+            ref_key = keys["autograd"][0]
+            ref = ws["autograd"].request("output", ref_key)
+            contenders = {}
+            for kind in kinds[1:]:
+                for key in keys[kind]:
+                    try:
+                        res["first"][key], out, _ = ws[kind].request("first", key)
+                        res["errors"][key] = compare(ref if section == "mlp" else [ref],
+                                                     out if section == "mlp" else [out], TITLES[key])
+                        contenders[key] = (ws[kind], key)
+                    except procs.WorkerError as e:
+                        if key != "ax_keep":
+                            raise
+                        res["notes"].append(f"{TITLES[key]} failed: {str(e).splitlines()[-1]}")
+            if section == "mlp" and not args.no_plain:
+                contenders["autograd"] = (ws["autograd"], "autograd")
+            order = [k for k in TITLES if k in contenders]
+            repeat = args.repeat if section == "mlp" else args.imr_repeat
+            samples, numbers = procs.interleaved({k: contenders[k] for k in order}, repeat, args.target_ms / 1e3)
+            per_step = {k: [s / KEEP_STEPS for s in v] if k.endswith("_keep") else v for k, v in samples.items()}
+            res.update(summary={k: timing.summarize(v) for k, v in per_step.items()}, numbers=numbers, order=order)
+            out = {"devices": nd, "jax": procs.environment()["versions"]["jax"] if "jax" in ws else None,
+                   "ax_devices": ws["jit_ps"].extra(keys["jit_ps"][0], "devices"), section: res}
+            if section == "mlp" and not args.no_diagnose:
+                res["breakdown"] = ws["jit_ps"].extra("ax", "breakdown")
+                if res["breakdown"] and "jax" in ws:
+                    theirs = ws["jax"].extra("jax", "breakdown")
+                    res["breakdown"]["stages"].update(theirs["stages"])
+                    res["breakdown"]["order"] += theirs["order"]
+                ratio = res["summary"]["ax"][args.stat] / res["summary"]["jax"][args.stat] if "jax" in ws else None
+                if args.profile or (ratio is not None and ratio > BOUND):
+                    res["profile"] = ws["jit_ps"].extra("ax", "profile")
+            if section == "imr":
+                res.update(K=args.iters, N=IMR_SHAPE[0] * nd, d=IMR_SHAPE[1],
+                           second_call_imr=ws["jit_ps"].extra("imr", "second_call"))
+                if not args.no_diagnose:
+                    res["imr_profile"] = ws["jit_ps"].extra("imr", "split")
+    except Exception as e:  # one device count's failure must not hide the others
+        return {"devices": nd, "error": f"{type(e).__name__}: {' / '.join(str(e).splitlines()[-12:])}"}
+    out["wall"] = time.perf_counter() - t0
     return out
 
 
 def fmt_s(s):
-    import timing
-    return "—" if s is None else timing.format_seconds(s)
+    return timing.format_seconds(s)
 
 
-def cell(summary, stat):
-    if summary is None:
-        return "—"
-    spread = (summary["q3"] - summary["q1"]) / summary["median"] * 100 if summary["median"] else 0.0
-    return f"{fmt_s(summary[stat])} ±{spread:.0f}%"
-
-
-def table(head, rows):
-    out = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
-    return out + ["| " + " | ".join(row) + " |" for row in rows]
+def compare(ref, got, who):
+    """Largest difference relative to each reference leaf's magnitude; fails beyond TOLERANCE."""
+    worst = procs.compare(ref, got, "float64", who=who)
+    if not worst <= TOLERANCE:
+        raise AssertionError(f"{who}: result differs from plain autograd by {worst:.2e} (relative)")
+    return worst
 
 
 def ratio(a, b):
@@ -522,7 +483,7 @@ def report_mlp(children, args, lines):
               "`pmap(lambda params, x, y: [p - lr * g for p, g in zip(params, pmean(grad(loss)(params, x, y), \"i\"))],"
               " \"i\", in_axes=(None, 0, 0), out_axes=None)`, params a list of 6 arrays "
               f"({param_kb:.0f} kB of float64), x, y of shape (devices, batch, ...). Weak scaling: the whole batch grows with the devices.", "",
-              f"Per step, {st} (± = IQR / median), one child process per device count, its contenders interleaved "
+              f"Per step, {st} (± = IQR / median), one worker process per library and device count, the contenders interleaved "
               f"({args.repeat} samples of ≥{args.target_ms:g} ms; calls per sample in brackets). "
               f"Device-resident rows: {KEEP_STEPS} steps per timed call, then one wait; shown per step.", ""]
     ok = [c for c in children if "error" not in c]
@@ -553,7 +514,7 @@ def report_mlp(children, args, lines):
         rows.append(row)
     lines += table(head, rows)
     lines += ["", "Ratios: each autograd_xla row against the jax.pmap row of the same kind (numpy out as one copy; "
-                  "out_axes=0; device-resident), same child process.", ""]
+                  "out_axes=0; device-resident), same device count.", ""]
 
     # weak-scaling overhead against 1 device
     base = next((c for c in ok if c["devices"] == 1), None)
@@ -601,7 +562,7 @@ def report_breakdown(children, args, lines):
         return
     st = args.stat
     lines += ["", "## Diagnosis: where a pmap step's time goes", "",
-              "Each stage timed on its own (interleaved, same child process), per call: `autograd_xla.pmap`'s whole "
+              "Each stage timed on its own (interleaved, in its library's worker process), per call: `autograd_xla.pmap`'s whole "
               "call; its `ReplicatedExecutable` called on the leaves (what is left of the whole call is Python: "
               "flatten, signature, cache lookup, unflatten); inside that, the host-to-device puts (params "
               "replicated to every device, x and y sharded), `execute_sharded` + waiting for every device, and "
@@ -695,25 +656,7 @@ def acceptance(children, args, lines):
     return all(v is not None and v <= BOUND for _, v in checks)
 
 
-def environment(args):
-    import platform
-
-    import numpy as onp
-    import jaxlib
-
-    import autograd_xla
-    import run
-    env = {"python": sys.version.split()[0], "platform": platform.platform(), "cpu": run._cpu_model(),
-           "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-           "loadavg_start": list(os.getloadavg()), "numpy": onp.__version__, "jaxlib": jaxlib.__version__,
-           "autograd_xla": autograd_xla.__version__, "autograd_xla_git": run._git_rev(),
-           "thread_env": {k: os.environ[k] for k in sorted(os.environ)
-                          if any(s in k for s in ("THREADS", "OPENBLAS", "OMP_", "XLA", "JAX_"))}}
-    return env
-
-
 def parse_args(argv=None):
-    import timing
     p = timing.section_parser(__doc__, SECTIONS, "fewer, shorter samples")
     p.add_argument("--devices", default="1,2,4", help="device counts of the MLP section (default 1,2,4)")
     p.add_argument("--imr-devices", type=int, default=4, help="devices of the iterated_map_reduce section (default 4)")
@@ -730,8 +673,6 @@ def parse_args(argv=None):
     p.add_argument("--profile", action="store_true", help="cProfile the pmap call path even when it passes")
     p.add_argument("--profile-calls", type=int, default=200)
     p.add_argument("--json", metavar="PATH", help="also save the children's raw results")
-    p.add_argument("--child", choices=SECTIONS, help=argparse.SUPPRESS)
-    p.add_argument("--child-devices", type=int, help=argparse.SUPPRESS)
     args = timing.sections_and_sampling(p, p.parse_args(argv), SECTIONS)
     args.device_counts = [int(d) for d in args.devices.split(",") if d.strip()]
     if args.imr_repeat is None:
@@ -741,10 +682,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.child:
-        child(args)
-        return 0
-    env = environment(args)
+    env = procs.environment()
     t0 = time.perf_counter()
     mlp = [spawn(args, "mlp", nd) for nd in args.device_counts] if "mlp" in args.sections else []
     imr = spawn(args, "imr", args.imr_devices) if "imr" in args.sections else None
@@ -754,8 +692,9 @@ def main(argv=None):
         env["jax"] = first["jax"] or "absent"
     lines = ["# pmap: data-parallel SGD (weak scaling) and iterated_map_reduce, autograd_xla vs jax", "",
              "## Environment", ""] + [f"- {k}: {v}" for k, v in env.items()]
-    lines += ["- devices: one child process per device count, `AUTOGRAD_XLA_CPU_DEVICES=N` and "
-              "`XLA_FLAGS=--xla_force_host_platform_device_count=N` (jax, `jax_enable_x64`); "
+    lines += ["- devices: per device count, one worker process per library (procs.py), "
+              "`AUTOGRAD_XLA_CPU_DEVICES=N` and `XLA_FLAGS=--xla_force_host_platform_device_count=N` "
+              "(jax, `jax_enable_x64`); "
               f"{env['cpus_usable']} usable CPU cores, so more than {env['cpus_usable']} devices share cores and "
               "no speed-up is possible beyond that."]
     if mlp:
@@ -765,9 +704,8 @@ def main(argv=None):
     if imr:
         report_imr(imr, args, lines)
     ok = acceptance(mlp, args, lines) if mlp else True
-    import run
-    lines += ["", f"load average at start {run._fmt_load(env['loadavg_start'])}, at end "
-                  f"{run._fmt_load(os.getloadavg())} ({env['cpus_usable']} usable CPUs; more than that means the "
+    lines += ["", f"load average at start {procs.fmt_load(env['loadavg_start'])}, at end "
+                  f"{procs.fmt_load(os.getloadavg())} ({env['cpus_usable']} usable CPUs; more than that means the "
                   "numbers are disturbed)"]
     if args.json:
         with open(args.json, "w") as f:

@@ -17,17 +17,18 @@ Problems:
              stablehlo.while under jit_ps (jax: lax.scan)
   logreg     L2-regularised logistic regression, N = 5000, D = 100
 
+Each column runs in a worker process of its own (procs.py: plain autograd; jit_ps, which
+never imports jax; jax, which never imports autograd_xla), samples interleaved between them.
 Reported: whole-optimisation time (median of --runs runs, with the programs jit_ps has by
 then), per-call medians of value, gradient and Hessian-vector product (interleaved samples;
 jit_ps's of the programs it settles on, autograd_xla.tiering.Ladder), first-call time (trace +
-compile of all three functions), and the optimiser's results, which must agree across
-columns. Run: python benchmarks/table1.py [--quick] [--only hmm] [--no-jax]
+compile + run of all three functions, in the worker's fresh process), and the optimiser's
+results, which must agree across columns. Run: python benchmarks/table1.py [--quick] [--only hmm] [--no-jax]
 """
 import argparse
 import os
 import statistics
 import sys
-import time
 
 import numpy as onp
 import scipy.optimize
@@ -38,8 +39,8 @@ import autograd.numpy as np  # noqa: E402
 from autograd import grad, hessian_tensor_product  # noqa: E402
 from autograd.scipy.special import logsumexp  # noqa: E402
 
-from autograd_xla import jit_ps, scan  # noqa: E402
-from timing import format_seconds, interleaved, settle, summarize  # noqa: E402
+from procs import TITLES, Case, Workers, compare, fmt_load, interleaved, jax_available  # noqa: E402
+from timing import format_seconds, summarize  # noqa: E402
 
 
 # ----- the three problems, as autograd code -----------------------------------------------------
@@ -69,6 +70,7 @@ def make_hmm(rs, T=100, K=20):
         return log_A, log_pi, means
 
     def f(theta):
+        from autograd_xla import scan  # here: the jax worker builds this problem too, never autograd_xla
         log_A, log_pi, means = unpack(theta)
         log_emit = -0.5 * (obs[:, None] - means[None, :]) ** 2 - 0.5 * onp.log(2 * onp.pi)
 
@@ -123,6 +125,7 @@ def autograd_triple(f):
 
 
 def jit_triple(f):
+    from autograd_xla import jit_ps
     value, jac, hessp = autograd_triple(f)
     return jit_ps(value, fallback="error"), jit_ps(jac, fallback="error"), jit_ps(hessp, fallback="error")
 
@@ -150,67 +153,63 @@ def minimize(triple, x0, maxiter):
                                    options={"maxiter": maxiter, "xtol": XTOL})
 
 
-def import_jax(disabled):
-    if disabled:
-        return None
-    try:
-        import jax
-    except ImportError:
-        return None
-    jax.config.update("jax_enable_x64", True)
-    jax.config.update("jax_platforms", "cpu")
-    return jax
-
-
-# ----- measuring -------------------------------------------------------------------------------
-def run_problem(name, jax, args):
-    rs = onp.random.RandomState(0)
-    f, f_jax, x0, maxiter = PROBLEMS[name](rs)
+# ----- in the workers (procs.py) -----------------------------------------------------------------
+def cases(kind, problem):
+    """The factory the workers call: the problem's optimisation and its three functions, of `kind`."""
+    f, f_jax, x0, maxiter = PROBLEMS[problem](onp.random.RandomState(0))
     p = onp.random.RandomState(1).randn(x0.size)
-    triples = {"autograd": autograd_triple(f)}
+    x = x0 + 0.01 * onp.random.RandomState(2).randn(x0.size)  # per-call times: near the start, fixed
+    if kind == "jax":
+        import jax
+        triple = jax_triple(jax, f_jax)
+    else:
+        triple = jit_triple(f) if kind == "jit_ps" else autograd_triple(f)
+    value, jac, hessp = triple
+    last = {}
 
-    first = {}
-    t0 = time.perf_counter()
-    triples["jit_ps"] = jit_triple(f)
-    for fn, call_args in zip(triples["jit_ps"], [(x0,), (x0,), (x0, p)]):
-        fn(*call_args)
-    first["jit_ps"] = time.perf_counter() - t0
-    if jax is not None:
-        t0 = time.perf_counter()
-        triples["jax.jit"] = jax_triple(jax, f_jax)
-        for fn, call_args in zip(triples["jax.jit"], [(x0,), (x0,), (x0, p)]):
-            fn(*call_args)
-        first["jax.jit"] = time.perf_counter() - t0
+    def optimise():
+        r = minimize(triple, x0, maxiter)
+        last.update(fun=r.fun, x=r.x, nit=r.nit, nfev=r.nfev, njev=r.njev, nhev=r.nhev)
+    jit = kind == "jit_ps"
+    return {"first": Case(lambda: (value(x0), jac(x0), hessp(x0, p))),
+            "opt": Case(optimise, last=lambda: last),
+            "value": Case(value, (x,), settle=jit), "grad": Case(jac, (x,), settle=jit),
+            "hvp": Case(hessp, (x, p), settle=jit)}
 
-    # the optimiser, several whole runs per contender, interleaved
-    results, opt_times = {}, {k: [] for k in triples}
-    for r in range(args.runs):
-        order = list(triples)
-        for k in order[r % len(order):] + order[:r % len(order)]:
-            t0 = time.perf_counter()
-            results[k] = minimize(triples[k], x0, maxiter)
-            opt_times[k].append(time.perf_counter() - t0)
 
-    # per-call times at the optimum's neighbourhood (x0 perturbed, fixed), of the programs
-    # jit_ps settles on (timing.settle; the optimisation above ran what it had by then)
-    x = x0 + 0.01 * onp.random.RandomState(2).randn(x0.size)
-    per_call, settled = {}, {}
-    for i, what in enumerate(("value", "grad", "hvp")):
-        settled[what] = settle(triples["jit_ps"][i], (x, p) if what == "hvp" else (x,))
-        contenders = {k: (t[i], (x, p) if what == "hvp" else (x,)) for k, t in triples.items()}
-        samples, _ = interleaved(contenders, args.repeat, args.target, lead=0.15)  # as run.py: after autograd's BLAS, XLA runs slower for ~100 ms
-        per_call[what] = {k: summarize(v)["median"] for k, v in samples.items()}
-    return {"results": results, "opt": {k: statistics.median(v) for k, v in opt_times.items()},
-            "per_call": per_call, "first": first, "check": check_results(results), "settled": settled}
+# ----- in the parent ------------------------------------------------------------------------------
+def run_problem(name, kinds, args):
+    out = {"first": {}, "opt": {}, "per_call": {}, "settled": {}, "errors": {}}
+    with Workers(kinds) as ws:
+        for w in ws.values():
+            w.build("table1:cases", problem=name)
+        firsts = {}
+        for k in kinds:  # trace + compile + run of all three functions, in a fresh process
+            out["first"][k], firsts[k], _ = ws[k].request("first", "first")
+        for k in kinds[1:]:
+            out["errors"][k] = compare(firsts["autograd"], firsts[k], "float64", who=k)
+        # the optimiser, several whole runs per contender, interleaved
+        samples, _ = interleaved({k: (ws[k], "opt") for k in kinds}, args.runs, 0.0, number=1)
+        out["opt"] = {k: statistics.median(v) for k, v in samples.items()}
+        out["results"] = {k: ws[k].extra("opt", "last") for k in kinds}
+        # per-call times of the programs jit_ps settles on (timing.settle; the optimisation
+        # above ran what it had by then)
+        for what in ("value", "grad", "hvp"):
+            out["settled"][what] = ws["jit_ps"].request("settle", what)
+            samples, _ = interleaved({k: (ws[k], what) for k in kinds}, args.repeat, args.target, lead=0.15)
+            out["per_call"][what] = {k: summarize(v)["median"] for k, v in samples.items()}
+    out["check"] = check_results(out["results"])
+    return out
 
 
 def check_results(results):
     ref = results["autograd"]
     notes = []
     for k, r in results.items():
-        rel = abs(r.fun - ref.fun) / max(abs(ref.fun), 1e-300)
-        dx = onp.max(onp.abs(r.x - ref.x)) / max(onp.max(onp.abs(ref.x)), 1e-300)
-        notes.append(f"{k}: f* = {r.fun:.12g}, iterations {r.nit}, evaluations f/g/Hv {r.nfev}/{r.njev}/{r.nhev}, "
+        rel = abs(r["fun"] - ref["fun"]) / max(abs(ref["fun"]), 1e-300)
+        dx = onp.max(onp.abs(r["x"] - ref["x"])) / max(onp.max(onp.abs(ref["x"])), 1e-300)
+        notes.append(f"{TITLES[k]}: f* = {r['fun']:.12g}, iterations {r['nit']}, evaluations f/g/Hv "
+                     f"{r['nfev']}/{r['njev']}/{r['nhev']}, "
                      f"|f* - autograd f*| / |f*| = {rel:.1e}, max|x* - autograd x*| / max|x*| = {dx:.1e}")
     return notes
 
@@ -219,30 +218,32 @@ def fmt_ratio(a, b):
     return f"{a / b:.2f}×" if a and b else "–"
 
 
-def report(all_results, jax):
-    names = ["autograd", "jit_ps"] + (["jax.jit"] if jax is not None else [])
+def report(all_results, kinds):
+    names = [TITLES[k] for k in kinds]
     lines = ["| problem | measure | " + " | ".join(names) + " | autograd / jit_ps | jit_ps / jax.jit |",
              "|---|---|" + "---:|" * (len(names) + 2)]
     for prob, res in all_results.items():
         rows = [("whole optimisation", res["opt"])] + [(f"per call: {w}", res["per_call"][w])
                                                        for w in ("value", "grad", "hvp")]
+        rows.append(("first calls (trace + compile + run, 3 functions, fresh process)", res["first"]))
         for label, times in rows:
-            cells = [format_seconds(times[k]) for k in names]
-            jaxr = fmt_ratio(times["jit_ps"], times.get("jax.jit")) if jax is not None else "–"
+            cells = [format_seconds(times[k]) for k in kinds]
             lines.append(f"| {prob} | {label} | " + " | ".join(cells) +
-                         f" | {fmt_ratio(times['autograd'], times['jit_ps'])} | {jaxr} |")
-        first = res["first"]
-        lines.append(f"| {prob} | first calls (trace + compile, 3 functions) | – | {format_seconds(first['jit_ps'])} | "
-                     + (f"{format_seconds(first['jax.jit'])} |" if jax is not None else "")
-                     + " – | " + (fmt_ratio(first["jit_ps"], first.get("jax.jit")) if jax is not None else "–") + " |")
+                         f" | {fmt_ratio(times['autograd'], times['jit_ps'])} | {fmt_ratio(times['jit_ps'], times.get('jax'))} |")
     print("\n".join(lines))
     print()
     for prob, res in all_results.items():
         print(f"{prob}:")
         for note in res["check"]:
             print(f"  - {note}")
+        print("  - values, gradients and Hessian-vector products at x0, largest difference from plain autograd's "
+              "relative to their magnitude: " + ", ".join(f"{TITLES[k]} {v:.1e}" for k, v in res["errors"].items()))
         print("  - jit_ps settled (value / grad / hvp) after " + " / ".join(
             f"{calls} more calls, {seconds:.2f} s" for calls, seconds in res["settled"].values()))
+
+
+def fmt_ratio(a, b):
+    return f"{a / b:.2f}×" if a and b else "–"
 
 
 def main(argv=None):
@@ -256,12 +257,13 @@ def main(argv=None):
     args.runs = args.runs or (2 if args.quick else 5)
     args.repeat = args.repeat or (7 if args.quick else 21)
     args.target = 0.02 if args.quick else 0.05
-    jax = import_jax(args.no_jax)
+    kinds = ["autograd", "jit_ps"] + ([] if args.no_jax or not jax_available() else ["jax"])
     names = args.only.split(",") if args.only else list(PROBLEMS)
-    print(f"Table 1: Newton-CG with autograd derivatives; float64; jax {'absent' if jax is None else jax.__version__}; "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs\n")
-    all_results = {name: run_problem(name, jax, args) for name in names}
-    report(all_results, jax)
+    print(f"Table 1: Newton-CG with autograd derivatives; float64; {', '.join(TITLES[k] for k in kinds)}, each in a "
+          f"process of its own (procs.py); load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs\n")
+    all_results = {name: run_problem(name, kinds, args) for name in names}
+    report(all_results, kinds)
+    print(f"\nload average at end {fmt_load(os.getloadavg())}")
 
 
 if __name__ == "__main__":

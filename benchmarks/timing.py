@@ -13,8 +13,6 @@ import gc
 import statistics
 import time
 
-from autograd_xla import tiering
-
 _clock = time.perf_counter
 
 
@@ -60,6 +58,7 @@ def settle(jf, args, limit=60.0):
     and C++'s program of a signature with large arguments, which the first call after the
     ladder starts compiling), so that a steady state measured next is that program's: until
     two calls in a row find it settled. Returns (calls, seconds) it took."""
+    from autograd_xla import tiering  # here: a jax worker (procs.py) imports this module, never autograd_xla
     t0, calls, quiet = _clock(), 0, 0
     while quiet < 2 and _clock() - t0 < limit:
         jf(*args)
@@ -117,16 +116,21 @@ def interleaved(contenders, repeat, target, warmup=0.05, lead=0.0):
 
 
 def summarize(values):
-    """median, first and third quartile, min, n."""
+    """median, mean, first and third quartile, min, max, n. The mean counts what the median
+    hides: a contender that stalls now and then (a thread pool's contention) has a median
+    like the others' and a larger mean."""
     v = sorted(values)
     if len(v) >= 2:
         q1, _, q3 = statistics.quantiles(v, n=4, method="inclusive")
     else:
         q1 = q3 = v[0]
-    return {"median": statistics.median(v), "q1": q1, "q3": q3, "min": v[0], "n": len(v)}
+    return {"median": statistics.median(v), "mean": statistics.fmean(v), "q1": q1, "q3": q3, "min": v[0],
+            "max": v[-1], "n": len(v)}
 
 
 def format_seconds(s):
+    if s is None:
+        return "—"
     if s >= 1.0:
         return f"{s:.2f} s"
     if s >= 1e-3:

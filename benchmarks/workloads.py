@@ -294,11 +294,18 @@ class Workload:
     the call's fixed cost)."""
 
     def __init__(self, name, times, build_autograd, build_jax, make_inputs, overhead_bound=1.25, default=True,
-                 speedup_target=1.0):
+                 speedup_target=1.0, dtypes=None):
         self.name, self.times = name, times
+        self.dtypes = dtypes  # the only dtypes its inputs come in (None: any)
         self.build_autograd, self.build_jax, self.make_inputs = build_autograd, build_jax, make_inputs
         self.overhead_bound, self.speedup_target = overhead_bound, speedup_target
         self.default = default  # part of a run without --only
+
+    def row_dtypes(self, wanted):
+        """The dtypes to run it in, of those `wanted`: its own if it has fixed ones."""
+        if self.dtypes is None:
+            return list(wanted)
+        return [d for d in wanted if d in self.dtypes] or list(self.dtypes[:1])
 
 
 WORKLOADS = [
@@ -325,10 +332,10 @@ WORKLOADS = [
     Workload("poly_big",
              "x + x*x + x*x*x on a 5000x5000 float32 array (float32 whatever --dtype says): memory speed, one fused "
              "loop against numpy's five passes",
-             _build_poly, _jax_poly, _big_inputs((5000, 5000), onp.float32), speedup_target=1.5),
+             _build_poly, _jax_poly, _big_inputs((5000, 5000), onp.float32), speedup_target=1.5, dtypes=("float32",)),
     Workload("cube_big",
              "x * x * x on a 10000x10000 float32 array (400 MB; float32 whatever --dtype says)",
-             _build_cube, _jax_cube, _big_inputs((10000, 10000), onp.float32), speedup_target=1.5),
+             _build_cube, _jax_cube, _big_inputs((10000, 10000), onp.float32), speedup_target=1.5, dtypes=("float32",)),
     Workload("add_one_1e6",
              "x + 1.0 on 1e6 elements of --dtype",
              _build_add_one, _jax_add_one, _big_inputs((1000000,))),

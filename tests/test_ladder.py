@@ -460,3 +460,17 @@ def test_a_ladder_whose_program_cpp_cannot_run_keeps_its_calls_in_python(monkeyp
         assert_close(f(x), onp.cos(x) + 1.0)
     (entry,) = f._cache.values()
     assert entry.ladder is not None and entry.ladder.handed is None and f._waiting
+
+
+def test_where_the_products_run_is_tried_before_xla_s_default_options():
+    """A ladder tries lowering's variants (here lowering.XLA_DOTS: a BLAS matrix-vector product
+    left to XLA) before XLA's default options (step None): a trial keeps the program whose
+    fastest call is faster, and a product's time drowns the difference the options make to
+    the loops around it (api.JittedFunction._compile_lowered)."""
+    A, x = rs.randn(600, 600), rs.randn(600)
+    f = jit_ps(lambda A, x: np.tanh(A @ x) * 2.0)
+    assert_close(f(A, x), np.tanh(A @ x) * 2.0)
+    (entry,) = f._cache.values()
+    assert entry.lowered.blas and entry.options is not None
+    steps = entry.ladder.steps
+    assert steps.index(lowering.XLA_DOTS) < steps.index(None) < steps.index(backend.XLA_SCHEDULER)

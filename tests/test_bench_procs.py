@@ -1,0 +1,42 @@
+"""benchmarks/procs.py, the worker protocol every benchmark uses: a tiny run of run.py's `tiny`
+workload with plain autograd and jit_ps each in a worker process of its own (no jax needed),
+and the guard that keeps jax out of those workers."""
+import os
+import sys
+
+import numpy as onp
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+
+import procs  # noqa: E402
+
+
+def test_workers_time_the_same_inputs_and_agree():
+    with procs.Workers(["autograd", "jit_ps"]) as ws:
+        for w in ws.values():
+            assert w.build("run:cases", workload="tiny", dtype="float32") == [w.kind]
+        seconds, ref, split = ws["autograd"].request("first", "autograd")
+        assert split is None and seconds > 0
+        onp.testing.assert_array_equal(ref, onp.array([0.5, -1.0, 2.0], onp.float32) + 1.0)  # seeded, same in each
+        _, out, split = ws["jit_ps"].request("first", "jit_ps")
+        assert set(split) == {"trace", "lower", "compile"}
+        assert out.dtype == onp.float32 and procs.compare(ref, out, "float32") == 0.0
+        assert ws["jit_ps"].request("settle", "jit_ps")[0] >= 1
+        samples, numbers = procs.interleaved({k: (w, k) for k, w in ws.items()}, 2, 1e-3)
+        assert all(len(v) == 2 and min(v) > 0 for v in samples.values()) and set(numbers) == set(ws)
+        assert ws["jit_ps"].extra("jit_ps", "hlo").startswith("HloModule")
+
+
+def test_a_worker_that_imports_a_forbidden_library_fails_the_request():
+    """jax in an autograd or jit_ps worker (here a stand-in module of that name) is an error
+    naming it (on every request from then on), as is an error raised in the worker; the
+    worker still answers after either."""
+    with procs.Worker("autograd") as w:
+        with pytest.raises(procs.WorkerError, match="ZeroDivisionError"):
+            w.call("operator:truediv", 1, 0)
+        assert w.call("operator:add", 1, 2) == 3
+        with pytest.raises(procs.WorkerError, match="jax imported in the autograd worker"):
+            w.call("builtins:exec", "import sys, types; sys.modules['jax'] = types.ModuleType('jax')")
+        with pytest.raises(procs.WorkerError, match="jax imported in the autograd worker"):
+            w.call("operator:add", 1, 2)
