@@ -1,6 +1,6 @@
 """Benchmark: plain autograd vs jit_ps vs jax.jit on the core workloads, each in a process of its own.
 
-    /work/venv/bin/python benchmarks/run.py > benchmarks/results/run.md
+    python benchmarks/run.py > benchmarks/results/run.md
 
 That is the full run: every default workload of workloads.py in float32 and in float64
 (`--dtype both`): 16 rows, each with 3 fresh worker processes and 4 more for first calls.
