@@ -16,6 +16,7 @@ import warnings
 
 import numpy as np
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 RTOL, ATOL = 1e-8, 1e-10  # float64 throughout; compiled results agree with plain to ~1e-12
 
 
@@ -182,3 +183,76 @@ def causes(verdicts):
             key = f"{v['status']}: {v['cause']}"
             found[key] = found.get(key, 0) + 1
     return dict(sorted(found.items(), key=lambda kv: -kv[1]))
+
+
+def run_pytest(pytest_args, cwd, patch, mode, pythonpath=(), timeout=3000):
+    """A library's tests in a fresh pytest process with suite_plugin routing them as
+    `patch` ('module:function') does for `mode`: ({nodeid: result}, seconds, pytest's last line)."""
+    import tempfile
+    fd, results = tempfile.mkstemp(suffix=".json", prefix="suite_")
+    os.close(fd)
+    os.remove(results)
+    env = dict(os.environ, LIBRARY_PATCH=patch, LIBRARY_MODE=mode, LIBRARY_RESULTS=results)
+    env["PYTHONPATH"] = os.pathsep.join([*pythonpath, HERE] + [p for p in [os.environ.get("PYTHONPATH")] if p])
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "suite_plugin",
+                          *pytest_args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    seconds = time.perf_counter() - t0
+    if not os.path.exists(results) or out.returncode not in (0, 1):
+        raise RuntimeError(f"pytest exited {out.returncode} ({mode}):\n" + out.stdout[-3000:] + out.stderr[-3000:])
+    with open(results) as f:
+        found = json.load(f)
+    os.remove(results)
+    return found, seconds, (out.stdout.strip().splitlines() or ["?"])[-1]
+
+
+def suite_table(runs):
+    """runs: {mode: {nodeid: result}}, 'plain' among them. Prints the pass/fail table against
+    plain and the failure and fallback causes."""
+    plain = runs.get("plain", {})
+    print("| mode | tests | pass | fail | fail where plain passes | pass where plain fails | compiled | fell back |"
+          " not traced |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for mode, results in runs.items():
+        outcome = {k: v.get("outcome") for k, v in results.items()}
+        passed = [k for k, o in outcome.items() if o == "passed"]
+        failed = [k for k, o in outcome.items() if o == "failed"]
+        lost = [k for k in failed if plain.get(k, {}).get("outcome") == "passed"]
+        gained = [k for k in passed if plain.get(k, {}).get("outcome") == "failed"]
+        fell = [k for k, v in results.items() if v.get("fallbacks")]
+        compiled = [k for k, v in results.items() if v.get("traces") and not v.get("fallbacks")]
+        untraced = [k for k, v in results.items() if not v.get("traces") and not v.get("fallbacks")]
+        jit = mode != "plain"
+        print(f"| {mode} | {len(outcome)} | {len(passed)} | {len(failed)} | {len(lost)} | {len(gained)} | "
+              f"{len(compiled) if jit else '–'} | {len(fell) if jit else '–'} | {len(untraced) if jit else '–'} |")
+    for mode, results in runs.items():
+        errors, fallbacks = {}, {}
+        for k, v in results.items():
+            if v.get("outcome") == "failed":
+                errors.setdefault((v.get("error") or "?").splitlines()[0][:150], []).append(k.split("::", 1)[-1])
+            for cause in set(v.get("fallbacks", ())):
+                fallbacks[cause] = fallbacks.get(cause, 0) + 1
+        for e, tests in sorted(errors.items(), key=lambda kv: -len(kv[1])):
+            print(f"  {mode}: {len(tests)} failed: {e}  (e.g. {tests[0]})")
+        for cause, n in sorted(fallbacks.items(), key=lambda kv: -kv[1]):
+            print(f"  {mode}: fell back in {n} tests: {cause}")
+
+
+def recording(jitted):
+    """jitted, called with warnings recorded even where the caller silences them (lifelines fits
+    under simplefilter('ignore')): FallbackWarnings' causes go to suite_plugin.CAUSES."""
+    import functools
+
+    from autograd_xla import FallbackWarning
+
+    @functools.wraps(jitted)
+    def call(*args, **kwargs):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = jitted(*args, **kwargs)
+        found = [fallback_cause(w.message) for w in caught if issubclass(w.category, FallbackWarning)]
+        if found:
+            import suite_plugin
+            suite_plugin.CAUSES.extend(found)
+        return result
+    return call
