@@ -34,9 +34,12 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(1, os.path.dirname(HERE))
 import common  # noqa: E402
+
+_path = list(sys.path)
+sys.path.insert(0, os.path.dirname(HERE))
 import lifelines_fits  # noqa: E402
+sys.path[:] = _path  # (lifelines_fits puts its worktree first: the autograd_xla under test is PYTHONPATH's)
 
 SDIST = "/work/libvenvs/src/lifelines-0.30.3"
 PARAMETRIC_TESTS = ("TestParametricUnivariateFitters or TestPiecewiseExponentialFitter or TestLogNormalFitter or "
