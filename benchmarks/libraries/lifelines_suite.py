@@ -52,8 +52,9 @@ FITTERS = lifelines_fits.UNIVARIATE + lifelines_fits.REGRESSION
 
 
 def install(mode, made, record=False, counts=None):
-    """Route lifelines' value_and_grad and hessian through jit_ps (mode 'jit' or 'tiered'); in
-    every mode count the derivative functions' calls in `counts` when given."""
+    """Route lifelines' value_and_grad and hessian through jit_ps (mode 'jit' or 'tiered';
+    'jit_vg': value_and_grad only, the Hessian, taken once a fit, left plain); in every mode
+    count the derivative functions' calls in `counts` when given."""
     import lifelines.fitters
     from autograd import hessian, value_and_grad
 
@@ -69,7 +70,7 @@ def install(mode, made, record=False, counts=None):
     def routed(transform, name):
         def make(f, *args, **kwargs):
             derivative = transform(f, *args, **kwargs)
-            if mode != "plain":
+            if mode != "plain" and not (mode == "jit_vg" and name == "hessian"):
                 from autograd_xla import jit_ps
                 derivative = jit_ps(derivative, tiered=(mode == "tiered"))
                 made.append(derivative)
@@ -143,40 +144,53 @@ def fit_worker(name, mode):
 
 def fits(names, modes, rounds):
     print(f"whole fits, each a fresh process, median of {rounds} interleaved rounds; {common.load()}\n")
+    header(modes)
+    rows = {}
+    for name in names:
+        rows[name] = common.interleaved(__file__, {m: [name, m] for m in modes}, rounds)
+        row(name, rows[name], modes)
+    return rows
+
+
+def header(modes):
     jit_modes = [m for m in modes if m != "plain"]
     print("| fitter | calls (v&g + hess) | plain first fit | " + " | ".join(
         f"{m} first fit (ratio)" for m in jit_modes) + " | plain second | " + " | ".join(
-        f"{m} second (ratio)" for m in jit_modes) + " | jit first fit: trace / lower / compile | agrees |")
+        f"{m} second (ratio)" for m in jit_modes) + " | jit first fit: trace / lower / compile (hessian's compile)"
+        " ; background upgrades | agrees: params / variance |")
     print("|---|---:|" + "---:|" * (2 + 2 * len(jit_modes)) + "---|---|")
-    rows = {}
-    for name in names:
-        samples = common.interleaved(__file__, {m: [name, m] for m in modes}, rounds)
-        rows[name] = samples
-        errors = [(m, s["error"]) for m in modes for s in samples[m] if "error" in s]
-        if errors:
-            print(f"| {name} | error in {errors[0][0]}: {errors[0][1][:120]} |", flush=True)
-            continue
-        plain = samples["plain"][0]
-        calls = plain["first_calls"]
-        med = {m: {k: common.median_of(samples[m], k) for k in ("first", "second")} for m in modes}
-        stat = {k: common.median_of([s["first_stats"] for s in samples.get("jit", [])], k)
-                for k in ("trace_seconds", "lower_seconds", "compile_seconds")}
-        agree = []
-        for m in jit_modes:
-            s = samples[m][0]
-            dp = lifelines_fits.relative(np.asarray(plain["params"]), np.asarray(s["params"]))
-            dv = lifelines_fits.relative(np.asarray(plain["variance"]), np.asarray(s["variance"]))
-            fb = s["first_stats"]["fallbacks"] + s["second_stats"]["fallbacks"]
-            agree.append(f"{m}: {dp:.0e}/{dv:.0e}" + (f", {fb} fallbacks" if fb else ""))
-        first = " | ".join(f"{common.fmt(med[m]['first'])} ({common.ratio(med['plain']['first'], med[m]['first'])})"
-                           for m in jit_modes)
-        second = " | ".join(f"{common.fmt(med[m]['second'])} ({common.ratio(med['plain']['second'], med[m]['second'])})"
-                            for m in jit_modes)
-        split = " / ".join(common.fmt(stat[k]) for k in ("trace_seconds", "lower_seconds", "compile_seconds")) \
-            if "jit" in modes else "–"
-        print(f"| {name} | {calls['value_and_grad']} + {calls['hessian']} | {common.fmt(med['plain']['first'])} | {first}"
-              f" | {common.fmt(med['plain']['second'])} | {second} | {split} | {'; '.join(agree)} |", flush=True)
-    return rows
+
+
+def row(name, samples, modes):
+    """One fitter's line of the table from its workers' samples."""
+    jit_modes = [m for m in modes if m != "plain"]
+    errors = [(m, s["error"]) for m in modes for s in samples[m] if "error" in s]
+    if errors:
+        print(f"| {name} | error in {errors[0][0]}: {errors[0][1][:120]} |", flush=True)
+        return
+    plain = samples["plain"][0]
+    calls = plain["first_calls"]
+    med = {m: {k: common.median_of(samples[m], k) for k in ("first", "second")} for m in modes}
+    split = "–"
+    if "jit" in samples:
+        stat = {k: common.median_of([s["first_stats"] for s in samples["jit"]], k)
+                for k in ("trace_seconds", "lower_seconds", "compile_seconds", "upgrade_seconds")}
+        hess = common.median_of([s.get("first_hessian_stats", {}) for s in samples["jit"]], "compile_seconds")
+        split = (" / ".join(common.fmt(stat[k]) for k in ("trace_seconds", "lower_seconds", "compile_seconds"))
+                 + f" ({common.fmt(hess)}) ; {common.fmt(stat['upgrade_seconds'])}")
+    agree = []
+    for m in jit_modes:
+        s = samples[m][0]
+        dp = lifelines_fits.relative(np.asarray(plain["params"]), np.asarray(s["params"]))
+        dv = lifelines_fits.relative(np.asarray(plain["variance"]), np.asarray(s["variance"]))
+        fb = s["first_stats"]["fallbacks"] + s["second_stats"]["fallbacks"]
+        agree.append(f"{m}: {dp:.0e} / {dv:.0e}" + (f", {fb} fallbacks" if fb else ""))
+    first = " | ".join(f"{common.fmt(med[m]['first'])} ({common.ratio(med['plain']['first'], med[m]['first'])})"
+                       for m in jit_modes)
+    second = " | ".join(f"{common.fmt(med[m]['second'])} ({common.ratio(med['plain']['second'], med[m]['second'])})"
+                        for m in jit_modes)
+    print(f"| {name} | {calls['value_and_grad']} + {calls['hessian']} | {common.fmt(med['plain']['first'])} | {first}"
+          f" | {common.fmt(med['plain']['second'])} | {second} | {split} | {'; '.join(agree)} |", flush=True)
 
 
 def main(argv=None):
@@ -189,12 +203,21 @@ def main(argv=None):
     parser.add_argument("--no-fits", action="store_true")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json")
+    parser.add_argument("--from-json", help="print the fits table of an earlier --json run, run nothing")
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         import warnings
         warnings.simplefilter("ignore")
         print(json.dumps(fit_worker(*args.worker)))
+        return
+    if args.from_json:
+        with open(args.from_json) as f:
+            rows = json.load(f)["fits"]
+        modes = list(next(iter(rows.values())))
+        header(modes)
+        for name, samples in rows.items():
+            row(name, samples, modes)
         return
     import lifelines
     modes = args.modes.split(",")
