@@ -120,11 +120,19 @@ def available():
     return _state["ok"]
 
 
+def _jax_states():
+    """Whether jax has set jaxlib's C++ configuration states: its config module does so on
+    import. A None under "jax" in sys.modules (the idiom that makes jax unimportable) or a
+    stand-in module of that name has set none: with them taken for jax every call raised
+    "ValueError: disable_jit_state is not set"."""
+    return sys.modules.get("jax._src.config") is not None
+
+
 def _setup():
     """Our C++ configuration states, unless jax (imported) has its own; False when this
     jaxlib lacks what the path needs (then everything runs through backend.Executable)."""
     try:
-        if "jax" not in sys.modules:
+        if not _jax_states():
             config, jit = _jax.config.Config, _jax.jax_jit
             x64 = config("jax_enable_x64", True, include_in_jit_key=True, include_in_trace_context=True)
             disable = config("jax_disable_jit", False, include_in_trace_context=True)
@@ -393,7 +401,7 @@ def _bytes(aval):
 
 def _x64_on():
     """Whether the x64 state in effect keeps float64 (always, with ours; jax's may be off)."""
-    if "configs" in _state and "jax" not in sys.modules:
+    if "configs" in _state and not _jax_states():
         return True
     cpu = backend_mod.get_backend("cpu")
     probe = xc.batched_device_put(backend_mod.Aval((), np.float64), cpu.sharding(), [np.zeros((), np.float64)],

@@ -1,0 +1,69 @@
+"""Patterns met in libraries built on autograd (benchmarks/libraries/: PennyLane, pymanopt,
+lifelines), each reduced to numpy and autograd alone: the jitted answer is plain autograd's."""
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.parametrize("absent", ["None", "types.ModuleType('jax')"])
+def test_a_jax_entry_that_is_not_jax(absent):
+    """A None under "jax" in sys.modules is how a test makes jax unimportable (and harnesses
+    stand a module in for jax, as pymanopt's examples need); neither has set jaxlib's C++
+    states, which jax's config sets when jax is imported: taken for jax, every call raised
+    "ValueError: disable_jit_state is not set"."""
+    code = f"""
+import sys, types
+sys.modules["jax"] = {absent}
+import autograd.numpy as np
+from autograd import grad
+from autograd_xla import jit_ps
+f = jit_ps(grad(lambda w: np.sum(np.tanh(w) ** 2)))
+x = np.linspace(-1.0, 1.0, 5)
+for _ in range(3):
+    out = f(x)
+assert np.allclose(out, 2 * np.tanh(x) / np.cosh(x) ** 2, rtol=1e-12, atol=0), out
+assert f(x).dtype == np.float64
+print("ok")
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().endswith("ok")
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "compiled gammainc (XLA's igamma, rules/special.py) differs from scipy's in the last digits (values agree to "
+    "~3e-15 here, 1.8e-12 at worst over a(0.1..20) x(0.01..40)); a derivative taken by central differences, as "
+    "autograd_gamma takes gammainc's in its first argument (step ~6e-6 a), divides that by the step once per "
+    "order: the Hessian agrees to 4e-8 only, and lifelines' GeneralizedGammaRegressionFitter's variance matrix "
+    "to 3e-3 (benchmarks/libraries/lifelines_suite.py)"))
+def test_a_hessian_by_central_differences_of_gammainc():
+    """autograd_gamma's pattern (lifelines' GeneralizedGamma fitters): scipy's gammainc as an
+    autograd primitive whose derivative in `a` is a 5-point central difference."""
+    import numpy as onp
+    import scipy.special as sc
+
+    import autograd.numpy as np
+    from autograd import hessian
+    from autograd.extend import defvjp, primitive
+    from autograd.numpy.numpy_vjps import unbroadcast_f
+    from autograd.scipy.special import gammaln
+    from autograd_xla import jit_ps
+
+    gammainc = primitive(sc.gammainc)
+    step = onp.finfo(float).eps ** (1 / 3)
+
+    def by_differences(ans, a, x):
+        d = np.maximum(a * step, 1e-7)
+        d = (a + d) - a
+        return unbroadcast_f(a, lambda g: g * (-gammainc(a + 2 * d, x) + 8 * gammainc(a + d, x)
+                                               - 8 * gammainc(a - d, x) + gammainc(a - 2 * d, x)) / (12 * d))
+    defvjp(gammainc, by_differences,
+           lambda ans, a, x: unbroadcast_f(x, lambda g: g * np.exp((a - 1) * np.log(x) - x - gammaln(a))))
+    x = onp.linspace(0.5, 30.0, 40)
+
+    def nll(p):
+        return -np.sum(np.log(gammainc(np.exp(p[0]), np.exp(p[1]) * x)))
+    p = onp.array([1.2, -0.3])
+    plain = hessian(nll)(p)
+    onp.testing.assert_allclose(jit_ps(hessian(nll), fallback="error")(p), plain, rtol=1e-10, atol=1e-10 * abs(plain).max())
