@@ -3,7 +3,7 @@ all-reduce of 1e6 float64 costs per call through pmap, and compiling a program i
 process against compiling it in process 0 and shipping the executable through the
 coordination service's key-value store. Prints a markdown table.
 
-    /work/venv/bin/python benchmarks/distributed.py [--reps N] [--rounds N]
+    python benchmarks/distributed.py [--reps N] [--rounds N]
 
 The parent starts the processes (a free port on 127.0.0.1), each with a hard timeout, and
 kills any that are left by their PID; every child also has an alarm of its own.

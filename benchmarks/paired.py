@@ -7,7 +7,7 @@ in turn, each library in a worker process of its own (procs.py; run.py's cases),
 the ratio of each pair: drift and other people's load then cancel within a pair. The
 workloads are run.py's (workloads.py).
 
-    /work/venv/bin/python benchmarks/paired.py [--only mlp_step,selu_fwd] [--dtype float32] [--pairs 40]
+    python benchmarks/paired.py [--only mlp_step,selu_fwd] [--dtype float32] [--pairs 40]
 
 Prints a markdown table: per workload the median over pairs of jit_ps / jax.jit, its
 quartiles, and each side's median time.
