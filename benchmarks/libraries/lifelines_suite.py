@@ -41,7 +41,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 import lifelines_fits  # noqa: E402
 sys.path[:] = _path  # (lifelines_fits puts its worktree first: the autograd_xla under test is PYTHONPATH's)
 
-SDIST = "/work/libvenvs/src/lifelines-0.30.3"
+SDIST = "lifelines-0.30.3"  # the unpacked sdist (pip download --no-binary :all: --no-deps lifelines==0.30.3)
 PARAMETRIC_TESTS = ("TestParametricUnivariateFitters or TestPiecewiseExponentialFitter or TestLogNormalFitter or "
                     "TestLogLogisticFitter or TestWeibullFitter or TestGeneralizedGammaFitter or "
                     "TestExponentialFitter or TestParametricRegressionFitter or TestCustomRegressionModel or "

@@ -34,7 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import common  # noqa: E402
 
-SDIST = "/work/libvenvs/src/pymanopt-2.2.1"
+SDIST = "pymanopt-2.2.1"  # the unpacked sdist (pip download --no-binary :all: --no-deps pymanopt==2.2.1)
 TEST_FILES = ["tests/backends/test_autograd.py", "tests/test_problem_backend_interface.py",
               "tests/optimizers/test_optimizers.py", "tests/optimizers/test_conjugate_gradient.py",
               "tests/manifolds/test_product.py", "tests/manifolds/test_fixed_rank.py",
