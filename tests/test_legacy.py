@@ -269,6 +269,8 @@ def test_fallback_differentiates_as_plain_autograd_both_ways():
 
 
 def test_a_program_too_large_runs_plainly():
+    """(Its loop's steps repeat, so rolling would make it small: roll_loops=False keeps it
+    unrolled, as a loop whose steps differ stays.)"""
     def unrolled(x):
         for _ in range(60):
             x = np.sin(x) + 0.5 * x
@@ -276,12 +278,12 @@ def test_a_program_too_large_runs_plainly():
     x = onp.linspace(0, 1, 4)
     from autograd_xla import ProgramTooLargeError
     with pytest.raises(ProgramTooLargeError, match="too large to compile"):
-        jit_ps(unrolled, max_program=(100, 1 << 30), fallback="error")(x)
-    small = jit_ps(unrolled, max_program=(100, 1 << 30))
+        jit_ps(unrolled, max_program=(100, 1 << 30), fallback="error", roll_loops=False)(x)
+    small = jit_ps(unrolled, max_program=(100, 1 << 30), roll_loops=False)
     with pytest.warns(FallbackWarning, match=r"(?s)bound 100\b.*from .*test_legacy.py.*scan or fori_loop") as w:
         assert_close(small(x), unrolled(x))
     assert len(w) == 1
-    tight_text = jit_ps(unrolled, max_program=(10 ** 6, 2000))
+    tight_text = jit_ps(unrolled, max_program=(10 ** 6, 2000), roll_loops=False)
     with pytest.warns(FallbackWarning, match="MiB of StableHLO"):
         tight_text(x)
     assert_close(compiled(jit_ps(unrolled), x), unrolled(x))  # the default bound compiles it
