@@ -97,10 +97,13 @@ static void threads_back(Threads *t) {
  * two threads waits for a scheduler tick (4-33 ms for a 40 µs product). A product that took
  * more than stall_seconds and stall_factor times the fastest rate (seconds per element) seen
  * for its kind marks the cores busy: the products of the next serial_seconds run on one
- * thread, then the library's threads are tried again. A kind's first product runs on one
+ * thread, then the library's threads are tried again; each stall in a row doubles that, up to
+ * serial_most seconds (a stall of up to 78 ms once a second cost a loaded logistic regression
+ * 0.81 ms a call on average against 0.39 on one thread). A kind's first product runs on one
  * thread, which does not stall, so that the fastest rate is never a stall's (on a busy
  * machine every product on two threads may stall: 8 ms a call for logistic regression's). */
-static double stall_seconds, stall_factor, serial_seconds;
+static double stall_seconds, stall_factor, serial_seconds, serial_most;
+static double serial_next;                /* the seconds the next stall puts the products on one thread */
 static double fastest[2] = {1e30, 1e30};  /* seconds per element: matrix-vector, matrix-matrix */
 static int probed[2];                     /* whether a kind's first product has run */
 static double serial_until;               /* CLOCK_MONOTONIC seconds */
@@ -131,9 +134,14 @@ static void product_end(double start, int serial, int matrices, double elements)
         double rate = took / elements;
         __atomic_store(&fastest[matrices], &rate, __ATOMIC_RELAXED);
     } else if (!serial && took > stall_seconds && took > stall_factor * best * elements) {
-        double until = end + serial_seconds;
+        double period, until, next;
+        __atomic_load(&serial_next, &period, __ATOMIC_RELAXED);
+        until = end + period, next = period * 2 < serial_most ? period * 2 : serial_most;
         __atomic_store(&serial_until, &until, __ATOMIC_RELAXED);
+        __atomic_store(&serial_next, &next, __ATOMIC_RELAXED);
+        return;
     }
+    if (!serial) __atomic_store(&serial_next, &serial_seconds, __ATOMIC_RELAXED);
 }
 
 /* y = A x (rows), y = x A (columns) or y = A x with A symmetric (only its upper triangle read),
@@ -327,12 +335,13 @@ static PyObject *serial(PyObject *self, PyObject *args) {
     return out;
 }
 
-/* stalls(set_num_threads, get_num_threads, stall_seconds, stall_factor, serial_seconds): numpy's
- * BLAS's thread functions and the stall rule's numbers; the products then run on one thread for
- * serial_seconds after a stall. What was learned before is forgotten. */
+/* stalls(set_num_threads, get_num_threads, stall_seconds, stall_factor, serial_seconds,
+ * serial_most): numpy's BLAS's thread functions and the stall rule's numbers. What was learned
+ * before is forgotten. */
 static PyObject *stalls(PyObject *self, PyObject *args) {
     unsigned long long set_address, get_address;
-    if (!PyArg_ParseTuple(args, "KKddd", &set_address, &get_address, &stall_seconds, &stall_factor, &serial_seconds))
+    if (!PyArg_ParseTuple(args, "KKdddd", &set_address, &get_address, &stall_seconds, &stall_factor, &serial_seconds,
+                          &serial_most))
         return NULL;
     if (!set_address || !get_address) {
         PyErr_SetString(PyExc_ValueError, "a thread function's address is 0");
@@ -340,7 +349,7 @@ static PyObject *stalls(PyObject *self, PyObject *args) {
     }
     numpy_threads.get = (int (*)(void))(uintptr_t)get_address;
     numpy_threads.set = (void (*)(int))(uintptr_t)set_address;
-    serial_until = 0.0;
+    serial_until = 0.0, serial_next = serial_seconds;
     fastest[0] = fastest[1] = 1e30;
     probed[0] = probed[1] = 0;
     Py_RETURN_NONE;
@@ -356,7 +365,8 @@ static PyObject *serial_for(PyObject *self, PyObject *unused) {
 
 static PyMethodDef methods[] = {
     {"stalls", stalls, METH_VARARGS, "stalls(set_num_threads, get_num_threads, stall_seconds, stall_factor, "
-                                     "serial_seconds): the products on one thread for a while after a stall"},
+                                     "serial_seconds, serial_most): the products on one thread for a while after a "
+                                     "stall"},
     {"serial_for", serial_for, METH_NOARGS, "serial_for() -> seconds the products still run on one thread"},
     {"serial", serial, METH_VARARGS, "serial([capsule], set_num_threads, get_num_threads) -> [capsule]: each "
                                      "handler called with that BLAS on one thread"},

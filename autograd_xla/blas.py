@@ -283,11 +283,13 @@ _CBLAS_FUNCTIONS = ("dgemv", "sgemv", "dgemm", "sgemm", "dsymv", "ssymv")
 #: threads win (the measurements at MIN_ELEMENTS). So the C handlers time each product, and
 #: one that took more than STALL_SECONDS and STALL_FACTOR times the fastest rate seen for its
 #: kind (seconds per element) runs the products of the next SERIAL_SECONDS on one thread
-#: (_blas.c's product_end); then two threads are tried again, so that a loaded machine pays
-#: one stall a SERIAL_SECONDS at most.
+#: (_blas.c's product_end); then two threads are tried again, and each stall in a row doubles
+#: the time, up to SERIAL_MOST_SECONDS: a stall of 8-78 ms once a second cost that gradient
+#: 0.54-0.81 ms a call on average against 0.38-0.39 on one thread.
 STALL_SECONDS = 1e-3
 STALL_FACTOR = 10.0
 SERIAL_SECONDS = 1.0
+SERIAL_MOST_SECONDS = 30.0
 
 
 def _threads(lib):
@@ -327,7 +329,7 @@ def _native_handlers():
         return None
     functions, wide, threads = found
     if threads is not None:
-        native.stalls(*threads, STALL_SECONDS, STALL_FACTOR, SERIAL_SECONDS)
+        native.stalls(*threads, STALL_SECONDS, STALL_FACTOR, SERIAL_SECONDS, SERIAL_MOST_SECONDS)
     targets = (ROWS, COLUMNS, GEMM, SYMMETRIC)
     return dict(zip(targets, native.handlers(targets, functions, wide)))
 

@@ -554,7 +554,7 @@ def test_after_a_stall_the_products_run_on_one_thread_for_a_while():
     argument = jit_ps(lambda A, x: A @ x)
     try:
         set_threads(2)
-        blas.native.stalls(*threads, 0.0, 0.0, 60.0)
+        blas.native.stalls(*threads, 0.0, 0.0, 60.0, 60.0)
         assert blas.native.serial_for() == 0.0
         for _ in range(100):  # the first product is on one thread; then one no faster than the fastest
             assert_close(argument(A, x), A @ x)
@@ -567,6 +567,6 @@ def test_after_a_stall_the_products_run_on_one_thread_for_a_while():
             assert_close(r, A @ x)
         assert get_threads() == 2
     finally:
-        blas.native.stalls(*threads, blas.STALL_SECONDS, blas.STALL_FACTOR, blas.SERIAL_SECONDS)
+        blas.native.stalls(*threads, blas.STALL_SECONDS, blas.STALL_FACTOR, blas.SERIAL_SECONDS, blas.SERIAL_MOST_SECONDS)
         set_threads(before)
     assert blas.native.serial_for() == 0.0
