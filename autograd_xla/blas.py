@@ -9,10 +9,10 @@ product into row blocks XLA runs side by side did not help (a batch of 2 or 4 bl
 103-126). So lowering (context.LoweringContext.dot_general) sends here the product of a
 matrix of at least MIN_ELEMENTS elements and a vector; the paper's Table 1 quadratic's
 value went from 0.41-0.63 of plain autograd's speed to 0.81. But OpenBLAS's threads wait
-for each other spinning, and when another process holds a core XLA's one thread wins
-(logistic regression's value and gradient, one core busy: 279-296 µs against 468-543), so
-a signature's ladder tries a program leaving its products to XLA (lowering.XLA_DOTS,
-tiering.Ladder) and keeps the faster.
+for each other spinning, and when another process holds a core a product on two threads
+waits for a scheduler tick, so after such a stall the products run on one thread for a while
+(STALL_SECONDS), and a signature's ladder tries a program leaving its products to XLA
+(lowering.XLA_DOTS, tiering.Ladder) and keeps the faster.
 
 The handlers are C (_blas.c, built by setup.py where a compiler is): XLA calls them with a
 pointer to its call frame (xla/ffi/api/c_api.h, the ABI of jaxlib 0.10.2's headers; only the
