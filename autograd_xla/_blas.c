@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 enum { S32 = 4, F32 = 11, F64 = 12 };                 /* XLA_FFI_DataType */
 enum { EXTENSION_METADATA = 1, STAGE_EXECUTE = 3, INVALID_ARGUMENT = 3 };
@@ -68,6 +69,81 @@ static int not_a_call(CallFrame *frame) {
 
 static size_t itemsize(int dtype) { return dtype == F64 ? 8 : 4; }
 
+/* ----- a BLAS library on one thread ---------------------------------------------------------
+ * One thread while any call so wants: the first such call running sets the library to one
+ * thread, the last gives it back the threads it had (a count under a mutex, so that calls on
+ * several threads at once restore what was there before the first). */
+typedef struct { void (*set)(int); int (*get)(void); pthread_mutex_t lock; int running, before; } Threads;
+static Threads numpy_threads = {NULL, NULL, PTHREAD_MUTEX_INITIALIZER, 0, 0};   /* numpy's BLAS: these products */
+static Threads lapack_threads = {NULL, NULL, PTHREAD_MUTEX_INITIALIZER, 0, 0};  /* scipy's: jaxlib's LAPACK */
+
+static void one_thread(Threads *t) {
+    pthread_mutex_lock(&t->lock);
+    if (t->running++ == 0) {
+        t->before = t->get();
+        if (t->before > 1) t->set(1);
+    }
+    pthread_mutex_unlock(&t->lock);
+}
+
+static void threads_back(Threads *t) {
+    pthread_mutex_lock(&t->lock);
+    if (--t->running == 0 && t->before > 1) t->set(t->before);
+    pthread_mutex_unlock(&t->lock);
+}
+
+/* ----- numpy's BLAS on one thread while the cores are busy (blas.py's STALL_SECONDS) ---------
+ * OpenBLAS's threads wait for each other; where another process holds a core, a product on
+ * two threads waits for a scheduler tick (4-33 ms for a 40 µs product). A product that took
+ * more than stall_seconds and stall_factor times the fastest rate (seconds per element) seen
+ * for its kind marks the cores busy: the products of the next serial_seconds run on one
+ * thread, then the library's threads are tried again; each stall in a row doubles that, up to
+ * serial_most seconds (a stall of up to 78 ms once a second cost a loaded logistic regression
+ * 0.81 ms a call on average against 0.39 on one thread). A kind's first product runs on one
+ * thread, which does not stall, so that the fastest rate is never a stall's (on a busy
+ * machine every product on two threads may stall: 8 ms a call for logistic regression's). */
+static double stall_seconds, stall_factor, serial_seconds, serial_most;
+static double serial_next;                /* the seconds the next stall puts the products on one thread */
+static double fastest[2] = {1e30, 1e30};  /* seconds per element: matrix-vector, matrix-matrix */
+static int probed[2];                     /* whether a kind's first product has run */
+static double serial_until;               /* CLOCK_MONOTONIC seconds */
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+/* Before a product of a kind (matrices: 0 matrix-vector, 1 matrix-matrix): its start, and
+ * whether it runs on one thread (*serial). */
+static double product_start(int matrices, int *serial) {
+    double start = now(), until;
+    __atomic_load(&serial_until, &until, __ATOMIC_RELAXED);
+    *serial = numpy_threads.set != NULL && (start < until || !__atomic_exchange_n(&probed[matrices], 1, __ATOMIC_RELAXED));
+    if (*serial) one_thread(&numpy_threads);
+    return start;
+}
+
+/* After a product of `elements` (matrix-vector: the matrix's; matrix-matrix: m k n). */
+static void product_end(double start, int serial, int matrices, double elements) {
+    if (numpy_threads.set == NULL) return;
+    double end = now(), took = end - start, best;
+    if (serial) threads_back(&numpy_threads);
+    __atomic_load(&fastest[matrices], &best, __ATOMIC_RELAXED);
+    if (took < best * elements) {
+        double rate = took / elements;
+        __atomic_store(&fastest[matrices], &rate, __ATOMIC_RELAXED);
+    } else if (!serial && took > stall_seconds && took > stall_factor * best * elements) {
+        double period, until, next;
+        __atomic_load(&serial_next, &period, __ATOMIC_RELAXED);
+        until = end + period, next = period * 2 < serial_most ? period * 2 : serial_most;
+        __atomic_store(&serial_until, &until, __ATOMIC_RELAXED);
+        __atomic_store(&serial_next, &next, __ATOMIC_RELAXED);
+        return;
+    }
+    if (!serial) __atomic_store(&serial_next, &serial_seconds, __ATOMIC_RELAXED);
+}
+
 /* y = A x (rows), y = x A (columns) or y = A x with A symmetric (only its upper triangle read),
  * A row-major rows x cols; operands (A[, offset], x) */
 static void *gemv(CallFrame *frame, int kind) {
@@ -98,16 +174,19 @@ static void *gemv(CallFrame *frame, int kind) {
                      (long long)n_y, (long long)n_x);
             return error(frame, message);
         }
+    }
+    int serial;
+    double start = product_start(0, &serial);
+    if (kind == SYMMETRIC_KIND) {
         if (y->dtype == F64)
             CALL(SYMV_T, double, dsymv, ROW_MAJOR, UPPER, n_x, 1.0, a, n_x, x->data, 1, 0.0, y->data, 1);
         else
             CALL(SYMV_T, float, ssymv, ROW_MAJOR, UPPER, n_x, 1.0f, a, n_x, x->data, 1, 0.0f, y->data, 1);
-        return NULL;
-    }
-    if (y->dtype == F64)
+    } else if (y->dtype == F64)
         CALL(GEMV_T, double, dgemv, ROW_MAJOR, trans, rows, cols, 1.0, a, cols, x->data, 1, 0.0, y->data, 1);
     else
         CALL(GEMV_T, float, sgemv, ROW_MAJOR, trans, rows, cols, 1.0f, a, cols, x->data, 1, 0.0f, y->data, 1);
+    product_end(start, serial, 0, (double)rows * cols);
     return NULL;
 }
 
@@ -157,11 +236,14 @@ static void *gemm(CallFrame *frame) {
     }
     int ta = flags & TRANSPOSED_A ? TRANS : NO_TRANS, tb = flags & TRANSPOSED_B ? TRANS : NO_TRANS;
     int64_t lda = flags & TRANSPOSED_A ? m : k, ldb = flags & TRANSPOSED_B ? k : n;
+    int serial;
+    double start = product_start(1, &serial);
     if (out->dtype == F64)
         CALL(GEMM_T, double, dgemm, ROW_MAJOR, ta, tb, m, n, k, 1.0, matrices[0], lda, matrices[1], ldb, 0.0, out->data, n);
     else
         CALL(GEMM_T, float, sgemm, ROW_MAJOR, ta, tb, m, n, k, 1.0f, matrices[0], lda, matrices[1], ldb, 0.0f, out->data,
              n);
+    product_end(start, serial, 1, (double)m * k * n);
     return NULL;
 }
 
@@ -194,34 +276,21 @@ static PyObject *handlers(PyObject *self, PyObject *args) {
 }
 
 /* ----- LAPACK on one BLAS thread (blas.py's SERIAL) -----------------------------------------
- * A wrapper handler per wrapped target: it sets the LAPACK's OpenBLAS to one thread, calls the
- * wrapped handler (jaxlib's lapack_*_ffi) with the same call frame, and gives the library back
- * the threads it had once no wrapped call is running (a count under a mutex, so that calls on
- * several threads at once restore what was there before the first). XLA's frame carries no
- * hint of which target was called, so each wrapped target gets a trampoline of its own. */
+ * A wrapper handler per wrapped target: it calls the wrapped handler (jaxlib's lapack_*_ffi)
+ * with the same call frame, the LAPACK's OpenBLAS on one thread. XLA's frame carries no hint
+ * of which target was called, so each wrapped target gets a trampoline of its own. */
 typedef void *(*Handler)(CallFrame *);
 enum { SERIAL_SLOTS = 128 };
 static Handler wrapped[SERIAL_SLOTS];
 static int serial_count;
-static void (*set_threads)(int);
-static int (*get_threads)(void);
-static pthread_mutex_t serial_lock = PTHREAD_MUTEX_INITIALIZER;
-static int serial_running, threads_before;
 
 static void *serial_call(int slot, CallFrame *frame) {
     if (frame->stage != STAGE_EXECUTE || (frame->extension_start != NULL
                                           && frame->extension_start->type == EXTENSION_METADATA))
         return wrapped[slot](frame);  /* XLA's questions (version, stages) go to the kernel itself */
-    pthread_mutex_lock(&serial_lock);
-    if (serial_running++ == 0) {
-        threads_before = get_threads();
-        if (threads_before > 1) set_threads(1);
-    }
-    pthread_mutex_unlock(&serial_lock);
+    one_thread(&lapack_threads);
     void *result = wrapped[slot](frame);
-    pthread_mutex_lock(&serial_lock);
-    if (--serial_running == 0 && threads_before > 1) set_threads(threads_before);
-    pthread_mutex_unlock(&serial_lock);
+    threads_back(&lapack_threads);
     return result;
 }
 
@@ -250,8 +319,8 @@ static PyObject *serial(PyObject *self, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "%zd more handlers than the %d slots left", n, SERIAL_SLOTS - serial_count);
         return NULL;
     }
-    set_threads = (void (*)(int))(uintptr_t)set_address;
-    get_threads = (int (*)(void))(uintptr_t)get_address;
+    lapack_threads.set = (void (*)(int))(uintptr_t)set_address;
+    lapack_threads.get = (int (*)(void))(uintptr_t)get_address;
     PyObject *out = PyList_New(n);
     if (out == NULL) return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -266,7 +335,39 @@ static PyObject *serial(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* stalls(set_num_threads, get_num_threads, stall_seconds, stall_factor, serial_seconds,
+ * serial_most): numpy's BLAS's thread functions and the stall rule's numbers. What was learned
+ * before is forgotten. */
+static PyObject *stalls(PyObject *self, PyObject *args) {
+    unsigned long long set_address, get_address;
+    if (!PyArg_ParseTuple(args, "KKdddd", &set_address, &get_address, &stall_seconds, &stall_factor, &serial_seconds,
+                          &serial_most))
+        return NULL;
+    if (!set_address || !get_address) {
+        PyErr_SetString(PyExc_ValueError, "a thread function's address is 0");
+        return NULL;
+    }
+    numpy_threads.get = (int (*)(void))(uintptr_t)get_address;
+    numpy_threads.set = (void (*)(int))(uintptr_t)set_address;
+    serial_until = 0.0, serial_next = serial_seconds;
+    fastest[0] = fastest[1] = 1e30;
+    probed[0] = probed[1] = 0;
+    Py_RETURN_NONE;
+}
+
+/* serial_for(): the seconds numpy's BLAS runs these products on one thread from now (0: its threads). */
+static PyObject *serial_for(PyObject *self, PyObject *unused) {
+    double until;
+    __atomic_load(&serial_until, &until, __ATOMIC_RELAXED);
+    double left = until - now();
+    return PyFloat_FromDouble(left > 0 ? left : 0.0);
+}
+
 static PyMethodDef methods[] = {
+    {"stalls", stalls, METH_VARARGS, "stalls(set_num_threads, get_num_threads, stall_seconds, stall_factor, "
+                                     "serial_seconds, serial_most): the products on one thread for a while after a "
+                                     "stall"},
+    {"serial_for", serial_for, METH_NOARGS, "serial_for() -> seconds the products still run on one thread"},
     {"serial", serial, METH_VARARGS, "serial([capsule], set_num_threads, get_num_threads) -> [capsule]: each "
                                      "handler called with that BLAS on one thread"},
     {"handlers", handlers, METH_VARARGS, "handlers((rows, columns, gemm, symmetric), (dgemv, sgemv, dgemm, sgemm, "

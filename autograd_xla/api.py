@@ -669,7 +669,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         executable, seconds, compiled = self._compile_program(entry, entry.lowered, entry.options, fresh_first=True)
         quickly = backend.optimized(entry.options) is not None
         # Where the products run (lowering's variants) before how XLA emits the loops (its
-        # default options): a trial keeps the faster program by a few calls' fastest, and a
+        # default options): a trial keeps the faster program by a few calls' times, and a
         # product's time drowns the loops' difference. The float32 SeLU layer's first program
         # multiplied by OpenBLAS in 52-64 ms a call (2 busy cores), its default options' the
         # same, so they were kept or not by chance (2 of 4 fresh functions kept them), then

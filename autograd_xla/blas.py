@@ -9,10 +9,10 @@ product into row blocks XLA runs side by side did not help (a batch of 2 or 4 bl
 103-126). So lowering (context.LoweringContext.dot_general) sends here the product of a
 matrix of at least MIN_ELEMENTS elements and a vector; the paper's Table 1 quadratic's
 value went from 0.41-0.63 of plain autograd's speed to 0.81. But OpenBLAS's threads wait
-for each other spinning, and when another process holds a core XLA's one thread wins
-(logistic regression's value and gradient, one core busy: 279-296 µs against 468-543), so
-a signature's ladder tries a program leaving its products to XLA (lowering.XLA_DOTS,
-tiering.Ladder) and keeps the faster.
+for each other spinning, and when another process holds a core a product on two threads
+waits for a scheduler tick, so after such a stall the products run on one thread for a while
+(STALL_SECONDS), and a signature's ladder tries a program leaving its products to XLA
+(lowering.XLA_DOTS, tiering.Ladder) and keeps the faster.
 
 The handlers are C (_blas.c, built by setup.py where a compiler is): XLA calls them with a
 pointer to its call frame (xla/ffi/api/c_api.h, the ABI of jaxlib 0.10.2's headers; only the
@@ -274,10 +274,39 @@ implementation = None
 _CBLAS_FUNCTIONS = ("dgemv", "sgemv", "dgemm", "sgemm", "dsymv", "ssymv")
 
 
+#: numpy's OpenBLAS runs these products on two threads, which wait for each other: where other
+#: processes hold the cores, a product waits for a scheduler tick. Logistic regression's value
+#: (X 5000x100 float64, an argument; ms a call, 400 calls, the load average 7 on 2 cores; BLAS
+#: on OpenBLAS's 2 threads / on one / XLA's dot): median 0.134 / 0.228 / 0.22, mean 2.0-2.2 /
+#: 0.36 / 0.59 (a tenth of the 2-thread calls took ~12 ms); a ladder kept such a gradient's
+#: program and ran it at 24 ms a call, against 0.38 for XLA's dot. On a quiet machine two
+#: threads win (the measurements at MIN_ELEMENTS). So the C handlers time each product, and
+#: one that took more than STALL_SECONDS and STALL_FACTOR times the fastest rate seen for its
+#: kind (seconds per element) runs the products of the next SERIAL_SECONDS on one thread
+#: (_blas.c's product_end); then two threads are tried again, and each stall in a row doubles
+#: the time, up to SERIAL_MOST_SECONDS: a stall of 8-78 ms once a second cost that gradient
+#: 0.54-0.81 ms a call on average against 0.38-0.39 on one thread.
+STALL_SECONDS = 1e-3
+STALL_FACTOR = 10.0
+SERIAL_SECONDS = 1.0
+SERIAL_MOST_SECONDS = 30.0
+
+
+def _threads(lib):
+    """(set_num_threads, get_num_threads) addresses of the OpenBLAS `lib` (a ctypes.CDLL)
+    links, or None (another BLAS: MKL's, Accelerate's)."""
+    for names in _THREAD_FUNCTIONS:
+        try:
+            return tuple(ctypes.cast(getattr(lib, name), _P).value for name in names)
+        except AttributeError:
+            continue
+    return None
+
+
 def _cblas():
     """_CBLAS_FUNCTIONS' addresses in the BLAS numpy's own _multiarray_umath links
-    (dlsym on its handle searches the libraries it depends on), and whether their ints are
-    64-bit; None where none of _CBLAS_NAMES is found."""
+    (dlsym on its handle searches the libraries it depends on), whether their ints are
+    64-bit, and its thread functions (_threads); None where none of _CBLAS_NAMES is found."""
     try:
         lib = ctypes.CDLL(np._core._multiarray_umath.__file__)
     except (AttributeError, OSError):
@@ -285,7 +314,7 @@ def _cblas():
     for prefix, suffix, wide in _CBLAS_NAMES:
         try:
             return [ctypes.cast(getattr(lib, f"{prefix}{name}{suffix}"), _P).value
-                    for name in _CBLAS_FUNCTIONS], wide
+                    for name in _CBLAS_FUNCTIONS], wide, _threads(lib)
         except AttributeError:
             continue
     return None
@@ -296,8 +325,13 @@ def _native_handlers():
     if native is None or os.environ.get(NATIVE_ENV, "1") == "0":
         return None
     found = _cblas()
+    if found is None:
+        return None
+    functions, wide, threads = found
+    if threads is not None:
+        native.stalls(*threads, STALL_SECONDS, STALL_FACTOR, SERIAL_SECONDS, SERIAL_MOST_SECONDS)
     targets = (ROWS, COLUMNS, GEMM, SYMMETRIC)
-    return None if found is None else dict(zip(targets, native.handlers(targets, *found)))
+    return dict(zip(targets, native.handlers(targets, functions, wide)))
 
 
 def register():
@@ -336,8 +370,8 @@ SERIAL = "autograd_xla_serial_"
 #: Multiply-adds a LAPACK kernel does on one matrix (lapack_work) from which it keeps the BLAS's
 #: threads (n = 250's solve: 3 x 250^3 = 4.7e7; n = 500's 3.8e8); None: always one thread.
 SERIAL_BELOW = 1 << 27
-#: The thread functions of the BLAS jaxlib's LAPACK runs in, looked up in scipy's LAPACK (whose
-#: symbols jaxlib binds): (set, get) names, scipy's own OpenBLAS build first.
+#: The thread functions of an OpenBLAS: (set, get) names, scipy's own OpenBLAS builds first
+#: (numpy's links scipy_openblas_*64_; jaxlib's LAPACK binds scipy's).
 _THREAD_FUNCTIONS = (("scipy_openblas_set_num_threads", "scipy_openblas_get_num_threads"),
                      ("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
                      ("openblas_set_num_threads", "openblas_get_num_threads"))
@@ -348,18 +382,12 @@ _serial_handlers = {}  # SERIAL's target -> its capsule, kept alive as long as X
 
 def _lapack_threads():
     """(set_num_threads, get_num_threads) addresses of the OpenBLAS scipy's LAPACK runs in, or
-    None (another BLAS: MKL's, Accelerate's)."""
+    None (another BLAS)."""
     try:
         from scipy.linalg import cython_lapack
-        lib = ctypes.CDLL(cython_lapack.__file__)
+        return _threads(ctypes.CDLL(cython_lapack.__file__))
     except (ImportError, OSError):
         return None
-    for names in _THREAD_FUNCTIONS:
-        try:
-            return tuple(ctypes.cast(getattr(lib, name), _P).value for name in names)
-        except AttributeError:
-            continue
-    return None
 
 
 def register_serial(registrations):

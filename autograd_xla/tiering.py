@@ -200,25 +200,31 @@ QUICK_RENT = 0.25
 #: compiles included: 0.17 s, against 0.24 with the rent (jax.jit: 0.18-0.20).
 CHEAP_CALLS = 100
 CHEAP_CALL_SECONDS = 50e-6
-#: Timed calls each of the two programs of a trial runs, in turns, before the faster (by its
-#: fastest call) stays: the machine's drift (the same call 3-12 ms within minutes here) is
-#: shared by both, and what slows a call is other work, so the fastest is the program's own
-#: cost (a burst that slowed the first 4 of 6 calls of the MLP step's program in use, 12-21 ms
-#: against 3.7, had its median lose to a program 1.4x slower). 0: the new program replaces
-#: the one in use untried (tests use it).
-TRIAL_CALLS = 6
-#: Timed calls of a turn. Where one program calls BLAS and the other leaves its products to
-#: XLA (lowering.Lowered.blas), a turn's calls are timed once it has lasted
+#: Timed calls each of the two programs of a trial runs, in turns; the new program stays if
+#: the calls it paired with the other's (the i-th timed call of each, neighbours in time) took
+#: less by their differences' interquartile mean (`faster`). Pairs, not each program's own
+#: statistic: a burst of other work slows the calls of both programs that run during it (a
+#: burst slowed the first 4 of 6 calls of the MLP step's program in use, 12-21 ms against
+#: 3.7, and its median lost to a program 1.4x slower), while what one program's own calls
+#: cost, its stalls included, shows in each pair (the fastest call ignored them: a BLAS
+#: matrix-vector product of logistic regression's gradient whose calls took 20-33 ms under
+#: load, OpenBLAS's two threads waiting for each other, was kept for three calls of 0.31 ms
+#: against XLA's product's 0.37-0.41, and then ran at 24 ms a call). The interquartile mean
+#: drops the quarter of pairs at each end, those a burst beginning or ending between a
+#: pair's calls puts there. 0: the new program replaces the one in use untried (tests use it).
+TRIAL_CALLS = 8
+#: Timed calls of a turn where one program calls BLAS and the other leaves its products to
+#: XLA (lowering.Lowered.blas): there a turn's calls are timed once it has lasted
 #: TURN_SETTLE_SECONDS: beside a program of BLAS's products, whose OpenBLAS threads spin on
 #: after their work, the SeLU layer's program of XLA's products took 6.2 ms a call where alone
 #: it takes 4.2, so that with turns of 3 calls the BLAS program (6.2-6.7 ms) was kept in 7 of
 #: 8 trials (and the MLP step's new program's first runs took 15-40 ms against 4). Two
 #: programs that both call BLAS are slowed alike: waiting made the demo classifier's trial of
-#: XLA's options (12-15 ms calls) last 1.07 s of a 200-step job, 0.2 s without. Otherwise
-#: every call is timed: what slows a turn's first calls (the other program's state in the
-#: caches) is what the fastest call leaves out, and waiting kept a 6 µs function's calls on
-#: the 22 µs Python path for ~0.9 s (four turns), where C++ takes them once the ladder is done.
-TURN_CALLS = 3
+#: XLA's options (12-15 ms calls) last 1.07 s of a 200-step job, 0.2 s without. Otherwise the
+#: programs alternate call by call, every call timed, so that a pair's calls are neighbours
+#: (waiting kept a 6 µs function's calls on the 22 µs Python path for ~0.9 s, four turns,
+#: where C++ takes them once the ladder is done).
+TURN_CALLS = 4
 TURN_SETTLE_SECONDS = 0.2
 #: Calls a ladder times on the Python path before C++'s call path may take them while it
 #: rents (Ladder.hand), their mean what it reckons C++'s calls by. The demo's regression
@@ -397,11 +403,20 @@ class Ladder:
                 settled()
 
 
+def faster(old, new):
+    """Whether the calls `new` (seconds) took less than those of `old` they pair with (the
+    i-th of each), by the interquartile mean of their differences (TRIAL_CALLS)."""
+    differences = sorted(n - o for o, n in zip(old, new))
+    cut = len(differences) // 4
+    middle = differences[cut:len(differences) - cut]
+    return sum(middle) < 0
+
+
 class Trial:
-    """Two programs of one signature run in turns, each turn TURN_CALLS timed calls after
-    the untimed ones of its first `settle` seconds; after TRIAL_CALLS timed calls of each,
-    the one whose fastest call is faster stays (Ladder.settle). Both compute the signature's
-    results, so any call may run either."""
+    """Two programs of one signature run in turns, each turn one timed call, or, with
+    `settle` seconds, TURN_CALLS timed calls after the untimed ones of its first `settle`
+    seconds; after TRIAL_CALLS timed calls of each, the new program stays if `faster`
+    (Ladder.settle). Both compute the signature's results, so any call may run either."""
 
     __slots__ = ("made", "settle", "times", "_turn", "_turn_start", "_turn_timed", "_lock")
 
@@ -429,12 +444,11 @@ class Trial:
             times = self.times[trying]
             times.append(seconds)
             self._turn_timed += 1
-            if self._turn_timed == TURN_CALLS:
+            if self._turn_timed == (TURN_CALLS if self.settle else 1):
                 self._turn, self._turn_start, self._turn_timed = turn + 1, None, 0
             done = len(times) == TRIAL_CALLS and len(self.times[not trying]) >= TRIAL_CALLS
         if done:  # exactly one call sees this
-            old, new = (min(t) for t in self.times)
-            ladder.settle(entry, self.made, keep_new=new < old)
+            ladder.settle(entry, self.made, keep_new=faster(*self.times))
         return outs
 
 

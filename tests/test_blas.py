@@ -499,9 +499,10 @@ def test_a_second_process_loads_the_cached_program_and_multiplies(tmp_path):
     assert (runs[0]["compiles"], runs[0]["hits"]) == (1, 0) and (runs[1]["compiles"], runs[1]["hits"]) == (0, 1)
 
 
-def _lapack_threads():
+def _thread_functions(addresses):
+    """(set_num_threads, get_num_threads) callable, from their addresses."""
     import ctypes
-    set_address, get_address = blas._lapack_threads()
+    set_address, get_address = addresses
     return ctypes.CFUNCTYPE(None, ctypes.c_int)(set_address), ctypes.CFUNCTYPE(ctypes.c_int)(get_address)
 
 
@@ -513,7 +514,7 @@ def test_small_lapack_calls_run_on_one_blas_thread_and_large_ones_on_its_threads
     given); a larger one by its own name; vmap batches either; the results are numpy's."""
     backend.get_backend("cpu")
     assert blas.serial_registered
-    set_threads, get_threads = _lapack_threads()
+    set_threads, get_threads = _thread_functions(blas._lapack_threads())
     S, y = rs.randn(4, 6, 6) + 6 * onp.eye(6), rs.randn(1, 6, 50)
     f = lambda S: np.linalg.solve(S, y)
     before = get_threads()
@@ -537,3 +538,35 @@ def test_small_lapack_calls_run_on_one_blas_thread_and_large_ones_on_its_threads
         assert_close(large(S), f(S))
     finally:
         set_threads(before)
+
+
+@pytest.mark.skipif(blas.native is None or os.environ.get(blas.NATIVE_ENV) == "0" or blas._cblas()[2] is None,
+                    reason="no C handlers or no OpenBLAS")
+def test_after_a_stall_the_products_run_on_one_thread_for_a_while():
+    """A product slower than the stall rule allows (here: any at all, STALL_SECONDS and
+    STALL_FACTOR 0) puts numpy's BLAS on one thread for SERIAL_SECONDS; the products stay
+    numpy's, on several threads at once too, and the library keeps the threads it had."""
+    backend.get_backend("cpu")
+    functions, wide, threads = blas._cblas()
+    set_threads, get_threads = _thread_functions(threads)
+    before = get_threads()
+    A, x, _ = operands(onp.float64)
+    argument = jit_ps(lambda A, x: A @ x)
+    try:
+        set_threads(2)
+        blas.native.stalls(*threads, 0.0, 0.0, 60.0, 60.0)
+        assert blas.native.serial_for() == 0.0
+        for _ in range(100):  # the first product is on one thread; then one no faster than the fastest
+            assert_close(argument(A, x), A @ x)
+            if blas.native.serial_for() > 0:
+                break
+        assert 50 < blas.native.serial_for() <= 60 and get_threads() == 2
+        results = []
+        run_threads(lambda: results.append(argument(A, x)), [()] * 4)
+        for r in results:
+            assert_close(r, A @ x)
+        assert get_threads() == 2
+    finally:
+        blas.native.stalls(*threads, blas.STALL_SECONDS, blas.STALL_FACTOR, blas.SERIAL_SECONDS, blas.SERIAL_MOST_SECONDS)
+        set_threads(before)
+    assert blas.native.serial_for() == 0.0
