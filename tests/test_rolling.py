@@ -195,3 +195,31 @@ def test_a_large_program_rolling_cannot_shorten_warns_naming_the_loop(monkeypatc
     line = f.__code__.co_firstlineno + 2
     with pytest.warns(UserWarning, match=rf"traced to a program of .* from {__file__}:{line}.*autograd_xla\.scan"):
         assert_close(jit_ps(f)(X0), f(X0))
+
+
+def test_hmm_em_recursion_over_sequences_of_different_lengths():
+    """autograd's hmm_em example: a sum over sequences of different lengths, each a loop over
+    its traced integer observations (`log_B[:, y]` with a traced y): one loop per sequence,
+    forward and backward, the list's gradients equal plain autograd's."""
+    from autograd import value_and_grad
+    from autograd.scipy.special import logsumexp
+
+    def log_partition_function(natural_params, data):
+        if isinstance(data, list):
+            return sum(map(lambda seq: log_partition_function(natural_params, seq), data))
+        log_pi, log_A, log_B = natural_params
+        log_alpha = log_pi
+        for y in data:
+            log_alpha = logsumexp(log_alpha[:, None] + log_A, axis=0) + log_B[:, y]
+        return logsumexp(log_alpha)
+
+    params = [onp.log(RNG.dirichlet(onp.ones(5))), onp.log(RNG.dirichlet(onp.ones(5), 5)),
+              onp.log(RNG.dirichlet(onp.ones(7), 5))]
+    data = [RNG.randint(0, 7, size=n) for n in (9, 14, 11)]
+    g = jit_ps(value_and_grad(log_partition_function))
+    got, want = g(params, data), value_and_grad(log_partition_function)(params, data)
+    assert_close(got[0], want[0])
+    for a, b in zip(got[1], want[1]):
+        assert_close(a, b)
+    lengths = sorted(p.length for p in scans(g.graph(params, data)) if not p.reverse)
+    assert lengths == [9, 11, 14]
