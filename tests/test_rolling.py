@@ -7,6 +7,7 @@ from autograd import grad, hessian
 
 from autograd_xla import jit_ps, rolling
 from autograd_xla.control_flow.scans import scan_p
+from autograd_xla.core import Var
 
 from helpers import assert_close
 
@@ -223,3 +224,24 @@ def test_hmm_em_recursion_over_sequences_of_different_lengths():
         assert_close(a, b)
     lengths = sorted(p.length for p in scans(g.graph(params, data)) if not p.reverse)
     assert lengths == [9, 11, 14]
+
+
+def test_dict_parameter_gradients_are_summed_in_plain_autograds_order():
+    """Each step's `params["W"]` is a node of its own to autograd, whose per-step gradients
+    reach the parameter after the backward pass, summed in time-step order (0, 1, ...): the
+    opposite of the backward loop's order, which makes them last step first. Floating-point
+    addition does not reassociate exactly, so the sum stays a forward loop of its own over the
+    backward loop's stacked gradients (adding each in the backward loop would round
+    differently from plain autograd)."""
+    def f(params, x):
+        for _ in range(60):
+            x = x + 0.1 * np.tanh(np.dot(params["W"], x))
+        return np.sum(x ** 2)
+
+    graph = check_rolled(f, {"W": W}, X0)
+    forward, backward, total = [e for e in graph.eqns if e.prim is scan_p]
+    assert backward.args[0].reverse and not total.args[0].reverse
+    assert total.args[0].length == backward.args[0].length + 1  # (with the backward pass's peeled last step)
+    stacked, made = backward.outvars[-1], {v: e for e in graph.eqns for v in e.outvars}
+    reads = [a for a in total.args if type(a) is Var]  # the stacked gradients, after the peeled step's
+    assert any(a is stacked or (a in made and any(x is stacked for x in made[a].args[0])) for a in reads)
