@@ -7,6 +7,7 @@ from autograd import grad, hessian
 
 from autograd_xla import jit_ps, rolling
 from autograd_xla.control_flow.scans import scan_p
+from autograd_xla.core import Var
 
 from helpers import assert_close
 
@@ -195,3 +196,52 @@ def test_a_large_program_rolling_cannot_shorten_warns_naming_the_loop(monkeypatc
     line = f.__code__.co_firstlineno + 2
     with pytest.warns(UserWarning, match=rf"traced to a program of .* from {__file__}:{line}.*autograd_xla\.scan"):
         assert_close(jit_ps(f)(X0), f(X0))
+
+
+def test_hmm_em_recursion_over_sequences_of_different_lengths():
+    """autograd's hmm_em example: a sum over sequences of different lengths, each a loop over
+    its traced integer observations (`log_B[:, y]` with a traced y): one loop per sequence,
+    forward and backward, the list's gradients equal plain autograd's."""
+    from autograd import value_and_grad
+    from autograd.scipy.special import logsumexp
+
+    def log_partition_function(natural_params, data):
+        if isinstance(data, list):
+            return sum(map(lambda seq: log_partition_function(natural_params, seq), data))
+        log_pi, log_A, log_B = natural_params
+        log_alpha = log_pi
+        for y in data:
+            log_alpha = logsumexp(log_alpha[:, None] + log_A, axis=0) + log_B[:, y]
+        return logsumexp(log_alpha)
+
+    params = [onp.log(RNG.dirichlet(onp.ones(5))), onp.log(RNG.dirichlet(onp.ones(5), 5)),
+              onp.log(RNG.dirichlet(onp.ones(7), 5))]
+    data = [RNG.randint(0, 7, size=n) for n in (9, 14, 11)]
+    g = jit_ps(value_and_grad(log_partition_function))
+    got, want = g(params, data), value_and_grad(log_partition_function)(params, data)
+    assert_close(got[0], want[0])
+    for a, b in zip(got[1], want[1]):
+        assert_close(a, b)
+    lengths = sorted(p.length for p in scans(g.graph(params, data)) if not p.reverse)
+    assert lengths == [9, 11, 14]
+
+
+def test_dict_parameter_gradients_are_summed_in_plain_autograds_order():
+    """Each step's `params["W"]` is a node of its own to autograd, whose per-step gradients
+    reach the parameter after the backward pass, summed in time-step order (0, 1, ...): the
+    opposite of the backward loop's order, which makes them last step first. Floating-point
+    addition does not reassociate exactly, so the sum stays a forward loop of its own over the
+    backward loop's stacked gradients (adding each in the backward loop would round
+    differently from plain autograd)."""
+    def f(params, x):
+        for _ in range(60):
+            x = x + 0.1 * np.tanh(np.dot(params["W"], x))
+        return np.sum(x ** 2)
+
+    graph = check_rolled(f, {"W": W}, X0)
+    forward, backward, total = [e for e in graph.eqns if e.prim is scan_p]
+    assert backward.args[0].reverse and not total.args[0].reverse
+    assert total.args[0].length == backward.args[0].length + 1  # (with the backward pass's peeled last step)
+    stacked, made = backward.outvars[-1], {v: e for e in graph.eqns for v in e.outvars}
+    reads = [a for a in total.args if type(a) is Var]  # the stacked gradients, after the peeled step's
+    assert any(a is stacked or (a in made and any(x is stacked for x in made[a].args[0])) for a in reads)
