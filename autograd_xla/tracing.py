@@ -1401,12 +1401,12 @@ def in_dtype(g, dtype):
     a narrower float (complex) primal; otherwise g itself (integers, real and complex mixed,
     autograd's sparse objects)."""
     have = dtype_of(g)
-    if not _narrower(dtype) or have is None or have.kind != dtype.kind or have.itemsize <= dtype.itemsize:
+    if not narrower(dtype) or have is None or have.kind != dtype.kind or have.itemsize <= dtype.itemsize:
         return g
     return g.astype(dtype)
 
 
-def _narrower(dtype):
+def narrower(dtype):
     """Whether some float (complex) dtype is wider than `dtype`: float16/32, complex64."""
     return dtype is not None and dtype.itemsize < {"f": 8, "c": 16}.get(dtype.kind, 0)
 
@@ -1437,7 +1437,7 @@ def in_primal_dtypes(vjp, primals, operands):
     VJP reads) where wider (`widest`); vjp itself where no primal is narrower than float64 or
     complex128."""
     dtypes = [dtype_of(x) for x in primals]
-    if not any(map(_narrower, dtypes)):
+    if not any(map(narrower, dtypes)):
         return vjp
     read = [dtype_of(x) for x in operands]
 

@@ -178,10 +178,11 @@ def _jvp_node_init(original):
     def __init__(self, value, fun, args, kwargs, parent_argnums, parents):
         original(self, value, fun, args, kwargs, parent_argnums, parents)
         if tracing.state.traces:
-            incoming = [tracing.dtype_of(x) for x in args] + [tracing.dtype_of(p.g) for p in parents
-                                                             if type(p) is JVPNode]
             primal = tracing.dtype_of(value)
-            self.g = tracing.in_dtype(self.g, tracing.widest(primal, incoming))
+            if tracing.narrower(primal):  # a float64 primal's tangent is left as it is, unread
+                incoming = [tracing.dtype_of(x) for x in args] + [tracing.dtype_of(p.g) for p in parents
+                                                                 if type(p) is JVPNode]
+                self.g = tracing.in_dtype(self.g, tracing.widest(primal, incoming))
     return __init__
 
 
