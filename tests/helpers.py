@@ -61,8 +61,6 @@ def tolerance(*dtypes, rtol=None):
     return max([TOL.get(onp.dtype(d), 0) for d in dtypes] + [floor])
 
 
-
-
 def dtypes_of(*args):
     out = []
     for a in args:
@@ -208,7 +206,6 @@ def run_threads(target, args, timeout=120):
     for t in threads:
         t.join(timeout)
     assert not any(t.is_alive() for t in threads), "a thread did not finish"
-
 
 
 _placed_rs = onp.random.RandomState(0)
