@@ -7,6 +7,7 @@
 # Usage, from the repository root:  bash benchmarks/tpu_check.sh STEP  (logs in $OUT, else tpu_check_out)
 #   STEP: setup           install autograd's wheel, build the C parts, print the environment
 #         tests K/N       setup, then chunk K of N of the test files (balanced by their size)
+#         tests cpu       setup, then the files of the CPU's features (conftest.CPU_FILES), apart
 #         tests FILE...   setup, then these test files or node ids (TESTS="..." for several)
 #         bench           setup, then the benchmarks and their table
 #   PY (python3)  END (520: seconds for the step)  MEM_GB (24: the host memory at which the
@@ -77,12 +78,21 @@ watch_memory() {  # $1: the PID to stop past MEM_GB; writes memory.log, the peak
     echo "peak resident memory of this user's processes: $(( peak / 1024 )) MiB" >> "$out/memory.log"
 }
 
-chunk() {  # the test files of chunk $1 of $2, balanced by their bytes
-    $PY - "$1" "$2" <<'PY'
-import os, sys
+chunk() {  # the test files of chunk $1 of $2, balanced by their bytes; "cpu": tests/conftest.py's CPU_FILES
+    $PY - "$1" "${2:-0}" <<'PY'
+import ast, os, sys
+# CPU_FILES run on the CPU whatever the platform, in a process of their own: jaxlib's
+# device-to-host copy imports jax.core where jax is installed, and jax's C++ states then
+# serve the C++ call path these files test (dispatch._jax_states)
+tree = ast.parse(open("tests/conftest.py").read())
+cpu = next(ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+           and getattr(node.targets[0], "id", None) == "CPU_FILES")
+if sys.argv[1] == "cpu":
+    print(" ".join("tests/" + f for f in sorted(cpu)))
+    sys.exit()
 k, n = int(sys.argv[1]), int(sys.argv[2])
 files = sorted((os.path.getsize(os.path.join("tests", f)), f) for f in os.listdir("tests")
-               if f.startswith("test_") and f.endswith(".py"))
+               if f.startswith("test_") and f.endswith(".py") and f not in cpu)
 bins = [[0, []] for _ in range(n)]
 for size, f in reversed(files):
     b = min(bins, key=lambda b: b[0]); b[0] += size; b[1].append("tests/" + f)
@@ -125,6 +135,8 @@ case "$step" in
         setup
         if [[ "${1:-}" =~ ^[0-9]+/[0-9]+$ ]]; then
             run_tests "${1%/*}of${1#*/}" $(chunk "${1%/*}" "${1#*/}")
+        elif [ "${1:-}" = cpu ]; then
+            run_tests cpu $(chunk cpu)
         else
             run_tests "${TESTS_NAME:-selected}" "$@"
         fi ;;
