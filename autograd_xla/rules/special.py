@@ -1,5 +1,12 @@
 """scipy.special: every function autograd wraps, plus the few its VJPs and scipy.stats need.
 
+On the CPU, the functions of SCIPY_LOOPS call scipy's own ufunc loops (ufunc_loops.py: a
+custom call per function), so that they give plain scipy's results bit for bit: a derivative
+taken by finite differences of them (autograd_gamma's of gammainc in `a`) agrees too. On
+other platforms, and on the CPU where the C module is not built or FORCE_PORTABLE is set,
+they lower to the portable algorithms below; `benchmarks/special_ulps.py` measures both
+against scipy.
+
 XLA has CHLO ops for lgamma, digamma, erf, erfc, erf_inv, polygamma, zeta and
 bessel_i1e; they are used as they are. The rest is written from the mathematics, in
 special_kernels.py (the translation rules below call its kernels):
@@ -24,6 +31,7 @@ import math
 
 import numpy as np
 
+from .. import ufunc_loops
 from ..context import kept_shape, normalize_axes, result_type
 from ..registry import LazyModule, entry, lowers, when_imported
 from .special_kernels import (F64, LOG_2PI, N, beta_parts, betaln, chlo2, complex_erf, erfcinv, exp_times, expit,
@@ -32,12 +40,28 @@ from .special_kernels import (F64, LOG_2PI, N, beta_parts, betaln, chlo2, comple
 
 sc = LazyModule("scipy.special")
 
+#: Tests set this to lower as non-CPU platforms do: the portable algorithms, not scipy's loops.
+FORCE_PORTABLE = False
+
+
+def scipy_loop(ctx, ufunc, values, out_dtypes):
+    """The custom call target of scipy's own loop of `ufunc` for these operands, or None:
+    not the CPU, FORCE_PORTABLE set, or no such loop the handler can call."""
+    if ctx.platform != "cpu" or FORCE_PORTABLE:
+        return None
+    return ufunc_loops.target(ufunc, [v.dtype for v in values] + list(out_dtypes))
+
+
+def call_scipy_loop(ctx, target, values, out_dtype):
+    return ctx.custom_call(target, values, [(values[0].shape, out_dtype)])[0]
+
 
 # ----- translation rules ---------------------------------------------------------------------
-def special_ufunc(ufunc, body, native=False):
+def special_ufunc(ufunc, body, native=False, loop=False):
     """Rule for a scipy.special ufunc from `body(ctx, *operands) -> N`. Operands arrive
     broadcast, in float64 (or, if native, in the loop dtype numpy resolves); the result is
-    rounded to the loop's output dtype."""
+    rounded to the loop's output dtype. With `loop`, scipy's own loop where there is one
+    (scipy_loop)."""
     name = ufunc.__name__
 
     def rule(ctx, *inputs, **kwargs):
@@ -52,6 +76,9 @@ def special_ufunc(ufunc, body, native=False):
                 out = complex_erf(ctx, ctx.astype(values[0], np.complex128), name == "erfc")
                 return ctx.astype(out, out_dtypes[0])
             raise NotImplementedError(f"scipy.special.{name} of complex arguments is not supported under jit_ps")
+        target = scipy_loop(ctx, ufunc, values, out_dtypes) if loop else None
+        if target is not None:
+            return call_scipy_loop(ctx, target, values, out_dtypes[0])
         work = out_dtypes[0] if native else F64
         out = body(ctx, *[N(ctx, ctx.astype(v, work)) for v in values])
         return ctx.astype(out.v, out_dtypes[0])
@@ -216,6 +243,10 @@ UFUNCS = {
 #: calls in one program are emitted as one call (registry.Entry.merge, lowering.schedule).
 LOOPING = frozenset({"gammainc", "gammaincc", "betainc", "j0", "j1", "jv", "y0", "y1", "yn", "i0", "iv", "ive",
                      "stdtr"})
+#: The UFUNCS that call scipy's own loops on the CPU (scipy_loop): all but the cheap formulas
+#: within 3 ulps of scipy's over benchmarks/special_ulps.py's grids (erf 2, xlogy, exprel),
+#: which stay StableHLO that XLA fuses with the ops around them.
+SCIPY_LOOPS = frozenset(UFUNCS) - {"erf", "xlogy", "xlog1py", "exprel"}
 #: ufuncs computed in the loop dtype numpy resolves, not in float64
 NATIVE_UFUNCS = {
     "expit": lambda ctx, x: expit(x),
@@ -375,7 +406,7 @@ def _logsumexp_softmax(ctx, x, ans, axis=None, keepdims=False):
 @when_imported("scipy.special")
 def _register(special):
     for name, body in UFUNCS.items():
-        special_ufunc(getattr(special, name), body)
+        special_ufunc(getattr(special, name), body, loop=name in SCIPY_LOOPS)
         entry(getattr(special, name)).merge = name in LOOPING
     for name, body in NATIVE_UFUNCS.items():
         special_ufunc(getattr(special, name), body, native=True)
