@@ -60,6 +60,7 @@ def cases():
     ba, bbb = _grid(_logspace(-2, 2.5, 40), _logspace(-2, 2.5, 40))
     pn, px = _grid(np.array([1, 2, 3, 5]), np.concatenate([_logspace(-3, 2, 50), np.linspace(-5.5, -0.3, 20) + 0.01]))
     vn, vx = _grid(np.array([0.0, 0.5, 1.0, 2.5, 10.0, 40.0]), _logspace(-3, 2.5, 60))
+    zs, zq = _grid(np.array([1.5, 2.0, 3.0, 7.5, 20.0]), _logspace(-2, 2, 40))
     yv, yx = _grid(np.array([0, 1, 2, 5, 20]), _logspace(-3, 2.5, 60))
     return {
         "gammainc": (sc.gammainc, [ga, gx]),
@@ -88,6 +89,7 @@ def cases():
         "y0": (sc.y0, [bes_x]),
         "y1": (sc.y1, [bes_x]),
         "yn": (sc.yn, [yv.astype(np.int64).astype(float), yx]),
+        "zeta": (sc.zeta, [zs, zq]),
         "ndtr": (sc.ndtr, [erf_x]),
         "log_ndtr": (sc.log_ndtr, [np.concatenate([erf_x, -_logspace(0, 3, 100)])]),
     }
@@ -118,9 +120,9 @@ def measure(names=None, dtype=np.float64):
     for name, (fn, args) in cases().items():
         if names and name not in names:
             continue
-        args = [np.asarray(a, dtype) for a in args]
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
+            args = [np.asarray(a, dtype) for a in args]
             expected = fn(*args)
             got = jit_ps(getattr(sp, name, fn), fallback="error")(*args)
         u, r = ulps(got, expected), relative(got, expected)

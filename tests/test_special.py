@@ -3,6 +3,9 @@ broadcasting, 0-d and empty), gradients against plain autograd both ways round, 
 mode where autograd defines it (logsumexp), and accuracy sweeps over wide domains (edges
 included) of the functions whose numerics are written here.
 
+Every test here lowers as non-CPU platforms do (rules/special.py's FORCE_PORTABLE): the
+portable algorithms, which on the CPU give way to scipy's own loops (test_special_loops.py).
+
 XLA compiles each copy of a loop-based function (incomplete gamma and beta, Bessel) in
 about a second, so each is compiled few times: one sweep program for values and edges,
 one gradient each way; the shape cases (0-d, empty, broadcasting, Python scalars, float32)
@@ -18,11 +21,17 @@ from autograd import grad, hessian_tensor_product, make_jvp
 
 import autograd.scipy.special as sp
 from autograd_xla import jit_ps, registry, scan, tiering, vmap
+from autograd_xla.rules import special as special_rules
 from helpers import (assert_close, check, check_falls_back, check_grad, check_value, dtypes_of, relative_32,
                      representable_32, scalarize)
 
 F64, F32 = onp.float64, onp.float32
 rs = onp.random.RandomState(0)
+
+
+@pytest.fixture(autouse=True)
+def _portable(monkeypatch):
+    monkeypatch.setattr(special_rules, "FORCE_PORTABLE", True)
 
 
 @pytest.fixture(autouse=True)

@@ -31,7 +31,7 @@ import math
 
 import numpy as np
 
-from .. import ufunc_loops
+from .. import hlo, ufunc_loops
 from ..context import kept_shape, normalize_axes, result_type
 from ..registry import LazyModule, entry, lowers, when_imported
 from .special_kernels import (F64, LOG_2PI, N, beta_parts, betaln, chlo2, complex_erf, erfcinv, exp_times, expit,
@@ -288,11 +288,47 @@ def polygamma(b, n, x):
     return where(pole, where(sign_odd, x.like(-np.inf), x.like(np.inf)), out)
 
 
+def _scipy_call(ctx, ufunc, *inputs):
+    """`ufunc` of `inputs` by scipy's own loop (numpy's dtype resolution), or None where
+    scipy_loop has none."""
+    values, out_dtypes = ctx.ufunc_inputs(ufunc, inputs)
+    target = scipy_loop(ctx, ufunc, values, out_dtypes)
+    return None if target is None else call_scipy_loop(ctx, target, values, out_dtypes[0])
+
+
+def _polygamma_by_loops(ctx, n, x):
+    """scipy's own formula, where(n == 0, psi(x), (-1.0)**(n+1) * gamma(n+1.0) * zeta(n+1, x)),
+    its ufuncs by their loops and each step in the dtype numpy gives it; None where a loop
+    is missing."""
+    nn = N(ctx, n)
+    real = np.result_type(n.dtype, 1.0)                  # of n + 1.0 and (-1.0)**(n + 1)
+    gam = _scipy_call(ctx, sc.gamma, (nn.astype(real) + 1.0).v)
+    zeta = _scipy_call(ctx, sc._ufuncs._zeta, (nn + 1).v, x)
+    psi = _scipy_call(ctx, sc.psi, x)
+    if gam is None or zeta is None or psi is None:
+        return None
+    p = (nn + 1).astype(F64)
+    sign = where(is_integer(p), where(is_odd(p), p.like(-1.0), p.like(1.0)), p.like(np.nan)).astype(real)
+
+    def times(u, v):  # numpy's product: both operands in their promoted dtype
+        dt = np.result_type(u.dtype, v.dtype)
+        return u.astype(dt) * N(ctx, v).astype(dt)
+    fac2 = times(times(sign, gam), zeta)
+    dt = np.result_type(fac2.dtype, psi.dtype)
+    return where(nn.eq(0), N(ctx, psi).astype(dt), fac2.astype(dt)).v
+
+
 def _polygamma(ctx, n, x):
     dtype = _probe_dtype(sc.polygamma, n, x)
-    nv, xv = ctx.asvalue(n), ctx.asvalue(x)
+    # scipy makes both arrays (np.asarray): Python numbers take their default dtypes, not weak ones
+    nv, xv = (ctx.asvalue(v, None if isinstance(v, hlo.Value) else np.asarray(v).dtype) for v in (n, x))
     if nv.dtype.kind == "c" or xv.dtype.kind == "c":
         raise NotImplementedError("scipy.special.polygamma of complex arguments is not supported under jit_ps")
+    if nv.dtype.kind in "iuf" and xv.dtype.kind == "f":
+        out = _polygamma_by_loops(ctx, *(ctx.broadcast_to(v, np.broadcast_shapes(nv.shape, xv.shape))
+                                         for v in (nv, xv)))
+        if out is not None:
+            return ctx.astype(out, dtype)
     shape = np.broadcast_shapes(nv.shape, xv.shape)
     nn = N(ctx, ctx.broadcast_to(ctx.astype(nv, F64), shape))
     xx = N(ctx, ctx.broadcast_to(ctx.astype(xv, F64), shape))
@@ -406,8 +442,11 @@ def _logsumexp_softmax(ctx, x, ans, axis=None, keepdims=False):
 @when_imported("scipy.special")
 def _register(special):
     for name, body in UFUNCS.items():
-        special_ufunc(getattr(special, name), body, loop=name in SCIPY_LOOPS)
-        entry(getattr(special, name)).merge = name in LOOPING
+        ufunc = getattr(special, name)
+        if not isinstance(ufunc, np.ufunc):   # zeta: a Python function calling the ufunc _zeta
+            ufunc = getattr(special._ufuncs, "_" + name)
+        special_ufunc(ufunc, body, loop=name in SCIPY_LOOPS)
+        entry(ufunc).merge = name in LOOPING
     for name, body in NATIVE_UFUNCS.items():
         special_ufunc(getattr(special, name), body, native=True)
     lowers(special.polygamma)(_polygamma)
