@@ -346,7 +346,10 @@ static PyObject *serial(PyObject *self, PyObject *args) {
  * scipy.special's loops take the GIL themselves where they must (a warning or an error its
  * sf_error settings ask for); XLA runs a program without it. XLA's threads flush subnormal
  * numbers to zero (x86's MXCSR FTZ and DAZ bits, aarch64's FPCR FZ); numpy's do not, so the
- * loop runs with them cleared (scipy.special.gammainc(0.5, 1e-310) is 1.1e-155, not 0). */
+ * loop runs with them cleared (scipy.special.gammainc(0.5, 1e-310) is 1.1e-155, not 0).
+ * A loop that raises (scipy.special.errstate(all="raise"), or a warning the filters make an
+ * error) leaves the exception set in its thread: where that is the caller's (XLA runs small
+ * programs on it), the handler takes it and answers with its text, an error XLA raises. */
 typedef void (*Loop)(char **, const intptr_t *, const intptr_t *, void *);
 enum { LOOP_SLOTS = 192, LOOP_ARGS = 8 };
 static Loop loop_fn[LOOP_SLOTS];
@@ -356,6 +359,36 @@ static char loop_name[LOOP_SLOTS][80];
 
 static size_t dtype_size(int dtype) {
     return dtype == S32 || dtype == F32 ? 4 : dtype == S64 || dtype == F64 ? 8 : 0;
+}
+
+/* Whether this thread's Python state holds an exception; read without the GIL, as only this
+ * thread sets it. */
+static int exception_pending(void) {
+    PyThreadState *t = PyGILState_GetThisThreadState();
+#if PY_VERSION_HEX >= 0x030C0000
+    return t != NULL && t->current_exception != NULL;
+#else
+    return t != NULL && t->curexc_type != NULL;
+#endif
+}
+
+/* The pending exception as an FFI error ("name: type: message"), cleared. */
+static void *exception_error(CallFrame *frame, const char *name) {
+    char message[400];
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyObject *text = value != NULL ? PyObject_Str(value) : NULL;
+    const char *what = text != NULL ? PyUnicode_AsUTF8(text) : NULL;
+    snprintf(message, sizeof message, "%s: %s: %s", name, type != NULL ? ((PyTypeObject *)type)->tp_name : "?",
+             what != NULL ? what : "?");
+    PyErr_Clear();
+    Py_XDECREF(text);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(traceback);
+    PyGILState_Release(gil);
+    return error(frame, message);
 }
 
 static void *loop_call(int slot, CallFrame *frame) {
@@ -399,7 +432,7 @@ static void *loop_call(int slot, CallFrame *frame) {
 #else
     loop_fn[slot](data, &size, steps, loop_data[slot]);
 #endif
-    return NULL;
+    return exception_pending() ? exception_error(frame, loop_name[slot]) : NULL;
 }
 
 /* 24 rows of 8 trampolines: loop_<row>_<column> calls slot 8 row + column */

@@ -151,3 +151,20 @@ def test_a_central_difference_in_a_is_scipys():
         return (-sc.gammainc(a + 2 * d, x) + 8 * sc.gammainc(a + d, x) - 8 * sc.gammainc(a - d, x)
                 + sc.gammainc(a - 2 * d, x)) / (12 * d)
     onp.testing.assert_allclose(jit_ps(diff)(a, x, d), diff(a, x, d), rtol=1e-15, atol=0)
+
+
+def test_scipys_error_settings_reach_the_caller():
+    """scipy.special.errstate applies as plainly: a warning is a warning, and an error (which
+    the loop sets in the calling thread) becomes an error of the call naming scipy's."""
+    x = onp.array([-1.0, 2.5])
+    f = jit_ps(sp.gammaln)
+    with sc.errstate(all="warn"), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert_bitwise(f(x), sc.gammaln(x))
+    assert any("lgam: singularity" in str(w.message) for w in caught)
+    with sc.errstate(all="raise"):
+        with pytest.raises(sc.SpecialFunctionError):
+            sc.gammaln(x)
+        with pytest.raises(Exception, match="SpecialFunctionError: scipy.special/lgam: singularity"):
+            f(x)
+    assert_bitwise(f(x), sc.gammaln(x))      # nothing left over
