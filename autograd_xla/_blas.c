@@ -18,7 +18,7 @@
 #include <xmmintrin.h>
 #endif
 
-enum { S32 = 4, S64 = 5, F32 = 11, F64 = 12 };                 /* XLA_FFI_DataType */
+enum { S32 = 4, S64 = 5, F32 = 11, F64 = 12 };         /* XLA_FFI_DataType */
 enum { EXTENSION_METADATA = 1, STAGE_EXECUTE = 3, INVALID_ARGUMENT = 3 };
 enum { TRANSPOSED_A = 1, TRANSPOSED_B = 2, OFFSET_A = 4, OFFSET_B = 8 };  /* blas.py's flags */
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112, UPPER = 121 };  /* CBLAS_ORDER, _TRANSPOSE, _UPLO */

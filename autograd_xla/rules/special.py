@@ -8,7 +8,9 @@ they lower to the portable algorithms below; `benchmarks/special_ulps.py` measur
 against scipy.
 
 XLA has CHLO ops for lgamma, digamma, erf, erfc, erf_inv, polygamma, zeta and
-bessel_i1e; they are used as they are. The rest is written from the mathematics, in
+bessel_i1e; they are used as they are, but for lgamma near its zeros at 1 and 2, digamma
+near its positive zero and erf_inv near +-1, where they keep only an absolute accuracy
+(series there, and erfcinv). The rest is written from the mathematics, in
 special_kernels.py (the translation rules below call its kernels):
 incomplete gamma (power series, Legendre continued fraction, a small-`a` series for Q),
 incomplete beta (continued fraction with a Stirling-form prefactor; for a small b near
@@ -334,12 +336,11 @@ def _polygamma(ctx, n, x):
     nv, xv = (ctx.asvalue(v, None if isinstance(v, hlo.Value) else np.asarray(v).dtype) for v in (n, x))
     if nv.dtype.kind == "c" or xv.dtype.kind == "c":
         raise NotImplementedError("scipy.special.polygamma of complex arguments is not supported under jit_ps")
+    shape = np.broadcast_shapes(nv.shape, xv.shape)
     if nv.dtype.kind in "iuf" and xv.dtype.kind == "f":
-        out = _polygamma_by_loops(ctx, *(ctx.broadcast_to(v, np.broadcast_shapes(nv.shape, xv.shape))
-                                         for v in (nv, xv)))
+        out = _polygamma_by_loops(ctx, ctx.broadcast_to(nv, shape), ctx.broadcast_to(xv, shape))
         if out is not None:
             return ctx.astype(out, dtype)
-    shape = np.broadcast_shapes(nv.shape, xv.shape)
     nn = N(ctx, ctx.broadcast_to(ctx.astype(nv, F64), shape))
     xx = N(ctx, ctx.broadcast_to(ctx.astype(xv, F64), shape))
     valid = is_integer(nn) & (nn >= 0)
