@@ -1,7 +1,8 @@
 /* blas.py's four XLA FFI handlers (ROWS, COLUMNS, GEMM, SYMMETRIC) in C: the same products, by
  * the same BLAS numpy calls (its cblas functions, whose addresses blas.py finds and passes to
  * `handlers`), without Python in the call. The Python handlers take the GIL and cost 4-5 µs
- * a call in ctypes; these cost what cblas costs.
+ * a call in ctypes; these cost what cblas costs. Also the handlers of ufunc_loops.py, which
+ * call a numpy ufunc's own inner loop (scipy.special's) on a custom call's buffers.
  *
  * The call frame is read as XLA's C FFI (xla/ffi/api/c_api.h of jaxlib 0.10.2, which is
  * pinned) lays it out; only the fields used are declared, in the order the header has them.
@@ -13,8 +14,11 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 
-enum { S32 = 4, F32 = 11, F64 = 12 };                 /* XLA_FFI_DataType */
+enum { S32 = 4, S64 = 5, F32 = 11, F64 = 12 };         /* XLA_FFI_DataType */
 enum { EXTENSION_METADATA = 1, STAGE_EXECUTE = 3, INVALID_ARGUMENT = 3 };
 enum { TRANSPOSED_A = 1, TRANSPOSED_B = 2, OFFSET_A = 4, OFFSET_B = 8 };  /* blas.py's flags */
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112, UPPER = 121 };  /* CBLAS_ORDER, _TRANSPOSE, _UPLO */
@@ -335,6 +339,141 @@ static PyObject *serial(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* ----- a ufunc's inner loop (ufunc_loops.py) --------------------------------------------------
+ * A target per (ufunc, loop): its handler calls the loop numpy itself calls (a
+ * PyUFuncGenericFunction and its data, as the ufunc object holds them) once, over all the
+ * elements of its operands and results, which lowering gives one shape and the loop's dtypes.
+ * scipy.special's loops take the GIL themselves where they must (a warning or an error its
+ * sf_error settings ask for); XLA runs a program without it. XLA's threads flush subnormal
+ * numbers to zero (x86's MXCSR FTZ and DAZ bits, aarch64's FPCR FZ); numpy's do not, so the
+ * loop runs with them cleared (scipy.special.gammainc(0.5, 1e-310) is 1.1e-155, not 0).
+ * A loop that raises (scipy.special.errstate(all="raise"), or a warning the filters make an
+ * error) leaves the exception set in its thread: where that is the caller's (XLA runs small
+ * programs on it), the handler takes it and answers with its text, an error XLA raises. */
+typedef void (*Loop)(char **, const intptr_t *, const intptr_t *, void *);
+enum { LOOP_SLOTS = 192, LOOP_ARGS = 8 };
+static Loop loop_fn[LOOP_SLOTS];
+static void *loop_data[LOOP_SLOTS];
+static int loop_nin[LOOP_SLOTS], loop_nout[LOOP_SLOTS], loop_count;
+static char loop_name[LOOP_SLOTS][80];
+
+static size_t dtype_size(int dtype) {
+    return dtype == S32 || dtype == F32 ? 4 : dtype == S64 || dtype == F64 ? 8 : 0;
+}
+
+/* Whether this thread's Python state holds an exception; read without the GIL, as only this
+ * thread sets it. */
+static int exception_pending(void) {
+    PyThreadState *t = PyGILState_GetThisThreadState();
+#if PY_VERSION_HEX >= 0x030C0000
+    return t != NULL && t->current_exception != NULL;
+#else
+    return t != NULL && t->curexc_type != NULL;
+#endif
+}
+
+/* The pending exception as an FFI error ("name: type: message"), cleared. */
+static void *exception_error(CallFrame *frame, const char *name) {
+    char message[400];
+    PyGILState_STATE gil = PyGILState_Ensure();
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyObject *text = value != NULL ? PyObject_Str(value) : NULL;
+    const char *what = text != NULL ? PyUnicode_AsUTF8(text) : NULL;
+    snprintf(message, sizeof message, "%s: %s: %s", name, type != NULL ? ((PyTypeObject *)type)->tp_name : "?",
+             what != NULL ? what : "?");
+    PyErr_Clear();
+    Py_XDECREF(text);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(traceback);
+    PyGILState_Release(gil);
+    return error(frame, message);
+}
+
+static void *loop_call(int slot, CallFrame *frame) {
+    if (not_a_call(frame)) return NULL;
+    int nin = loop_nin[slot], nout = loop_nout[slot];
+    char message[200], *data[LOOP_ARGS];
+    intptr_t steps[LOOP_ARGS];
+    if (frame->args.size != nin || frame->rets.size != nout) {
+        snprintf(message, sizeof message, "%s: %d operands and %d results expected, got %lld and %lld",
+                 loop_name[slot], nin, nout, (long long)frame->args.size, (long long)frame->rets.size);
+        return error(frame, message);
+    }
+    int64_t n = -1;
+    for (int i = 0; i < nin + nout; i++) {
+        Buffer *b = i < nin ? frame->args.values[i] : frame->rets.values[i - nin];
+        int64_t count = 1;
+        for (int64_t d = 0; d < b->rank; d++) count *= b->dims[d];
+        if (n < 0) n = count;
+        if (count != n || dtype_size(b->dtype) == 0) {
+            snprintf(message, sizeof message, "%s: buffers of one size and of types int32, int64, float32 or "
+                     "float64 expected, buffer %d has %lld elements of type %d", loop_name[slot], i,
+                     (long long)count, b->dtype);
+            return error(frame, message);
+        }
+        data[i] = b->data;
+        steps[i] = (intptr_t)dtype_size(b->dtype);
+    }
+    intptr_t size = (intptr_t)n;
+    if (size == 0) return NULL;
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned int csr = _mm_getcsr();
+    _mm_setcsr(csr & ~0x8040u);  /* FTZ (bit 15) and DAZ (bit 6) off */
+    loop_fn[slot](data, &size, steps, loop_data[slot]);
+    _mm_setcsr(csr);
+#elif defined(__aarch64__)
+    uint64_t fpcr;
+    __asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
+    __asm__ volatile("msr fpcr, %0" : : "r"(fpcr & ~(1ull << 24)));  /* FZ (bit 24) off */
+    loop_fn[slot](data, &size, steps, loop_data[slot]);
+    __asm__ volatile("msr fpcr, %0" : : "r"(fpcr));
+#else
+    loop_fn[slot](data, &size, steps, loop_data[slot]);
+#endif
+    return exception_pending() ? exception_error(frame, loop_name[slot]) : NULL;
+}
+
+/* 24 rows of 8 trampolines: loop_<row>_<column> calls slot 8 row + column */
+#define LOOP_SLOT(r, c) static void *loop_##r##_##c(CallFrame *f) { return loop_call(8 * r + c, f); }
+#define LOOP_ROW(r) LOOP_SLOT(r, 0) LOOP_SLOT(r, 1) LOOP_SLOT(r, 2) LOOP_SLOT(r, 3) LOOP_SLOT(r, 4) LOOP_SLOT(r, 5) \
+                    LOOP_SLOT(r, 6) LOOP_SLOT(r, 7)
+LOOP_ROW(0) LOOP_ROW(1) LOOP_ROW(2) LOOP_ROW(3) LOOP_ROW(4) LOOP_ROW(5) LOOP_ROW(6) LOOP_ROW(7) LOOP_ROW(8) LOOP_ROW(9)
+LOOP_ROW(10) LOOP_ROW(11) LOOP_ROW(12) LOOP_ROW(13) LOOP_ROW(14) LOOP_ROW(15) LOOP_ROW(16) LOOP_ROW(17) LOOP_ROW(18)
+LOOP_ROW(19) LOOP_ROW(20) LOOP_ROW(21) LOOP_ROW(22) LOOP_ROW(23)
+#define LOOP_ENTRIES(r) loop_##r##_0, loop_##r##_1, loop_##r##_2, loop_##r##_3, loop_##r##_4, loop_##r##_5, \
+                        loop_##r##_6, loop_##r##_7
+static Handler loop_trampolines[LOOP_SLOTS] = {
+    LOOP_ENTRIES(0), LOOP_ENTRIES(1), LOOP_ENTRIES(2), LOOP_ENTRIES(3), LOOP_ENTRIES(4), LOOP_ENTRIES(5),
+    LOOP_ENTRIES(6), LOOP_ENTRIES(7), LOOP_ENTRIES(8), LOOP_ENTRIES(9), LOOP_ENTRIES(10), LOOP_ENTRIES(11),
+    LOOP_ENTRIES(12), LOOP_ENTRIES(13), LOOP_ENTRIES(14), LOOP_ENTRIES(15), LOOP_ENTRIES(16), LOOP_ENTRIES(17),
+    LOOP_ENTRIES(18), LOOP_ENTRIES(19), LOOP_ENTRIES(20), LOOP_ENTRIES(21), LOOP_ENTRIES(22), LOOP_ENTRIES(23)};
+
+/* loop(name, function, data, nin, nout): a capsule of a handler calling the inner loop at
+ * `function` with `data` (addresses) on nin operands and nout results. */
+static PyObject *loop(PyObject *self, PyObject *args) {
+    const char *name;
+    unsigned long long function, data;
+    int nin, nout;
+    if (!PyArg_ParseTuple(args, "sKKii", &name, &function, &data, &nin, &nout)) return NULL;
+    if (!function || nin < 1 || nout < 1 || nin + nout > LOOP_ARGS) {
+        PyErr_Format(PyExc_ValueError, "%s: a loop at %llu with %d operands and %d results cannot be called", name,
+                     function, nin, nout);
+        return NULL;
+    }
+    if (loop_count == LOOP_SLOTS) {
+        PyErr_Format(PyExc_ValueError, "all %d loop slots are taken", LOOP_SLOTS);
+        return NULL;
+    }
+    int slot = loop_count++;
+    loop_fn[slot] = (Loop)(uintptr_t)function;
+    loop_data[slot] = (void *)(uintptr_t)data;
+    loop_nin[slot] = nin, loop_nout[slot] = nout;
+    snprintf(loop_name[slot], sizeof loop_name[slot], "%s", name);
+    return PyCapsule_New((void *)loop_trampolines[slot], "xla._CUSTOM_CALL_TARGET", NULL);
+}
+
 /* stalls(set_num_threads, get_num_threads, stall_seconds, stall_factor, serial_seconds,
  * serial_most): numpy's BLAS's thread functions and the stall rule's numbers. What was learned
  * before is forgotten. */
@@ -370,6 +509,8 @@ static PyMethodDef methods[] = {
     {"serial_for", serial_for, METH_NOARGS, "serial_for() -> seconds the products still run on one thread"},
     {"serial", serial, METH_VARARGS, "serial([capsule], set_num_threads, get_num_threads) -> [capsule]: each "
                                      "handler called with that BLAS on one thread"},
+    {"loop", loop, METH_VARARGS, "loop(name, function, data, nin, nout) -> a capsule of a handler calling that "
+                                 "ufunc inner loop"},
     {"handlers", handlers, METH_VARARGS, "handlers((rows, columns, gemm, symmetric), (dgemv, sgemv, dgemm, sgemm, "
                                          "dsymv, ssymv), ilp64) -> their four capsules"},
     {NULL, NULL, 0, NULL},

@@ -35,7 +35,7 @@ import warnings
 
 import numpy as np
 
-from . import blas, hlo
+from . import blas, hlo, ufunc_loops
 from .context import REDUCTIONS, LoweringContext, collective_reduction, gathered_layout
 from .errors import FallbackWarning
 
@@ -70,8 +70,10 @@ ELEMENTWISE = frozenset({f"stablehlo.{n}" for n in hlo.UNARY_OPS | hlo.BINARY_OP
 #: Ops that act on trailing axes and treat leading ones as a batch (attributes unchanged).
 LEADING_BATCH = frozenset({"stablehlo.fft", "stablehlo.cholesky", "stablehlo.triangular_solve", "chlo.top_k",
                            "stablehlo.optimization_barrier"})
-#: Custom calls that loop over leading axes: jaxlib's LAPACK kernels and XLA's own.
-LEADING_BATCH_TARGETS = ("lapack_", blas.SERIAL + "lapack_", "Qr", "ProductOfElementaryHouseholderReflectors")
+#: Custom calls that loop over leading axes: jaxlib's LAPACK kernels and XLA's own; and the
+#: elementwise ufunc loops (ufunc_loops.py), which any axes suit.
+LEADING_BATCH_TARGETS = ("lapack_", blas.SERIAL + "lapack_", "Qr", "ProductOfElementaryHouseholderReflectors",
+                         ufunc_loops.PREFIX)
 
 _warned_ops = set()
 

@@ -1,7 +1,9 @@
 """Compile time of loop-heavy translation rules: jit_ps(grad(f)) where f makes k calls of the
-regularised incomplete gamma function (whose rule emits two or three `while` loops each).
+regularised incomplete gamma function (whose portable rule emits two or three `while` loops
+each; on the CPU it calls scipy's own loop instead, rules/special.py's SCIPY_LOOPS, unless
+--portable lowers as other platforms do).
 
-    python benchmarks/special_compile_time.py [--ks 1,2,4,8] [--repeat 3]
+    python benchmarks/special_compile_time.py [--ks 1,2,4,8] [--repeat 3] [--portable]
 
 For each k: the StableHLO size, and trace / lower / XLA compile seconds of a fresh function
 (median of --repeat; a constant differs per repeat so that no cached program answers), with
@@ -49,7 +51,12 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--ks", default="1,2,4,8")
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--portable", action="store_true", help="lower as non-CPU platforms do")
     args = p.parse_args()
+    if args.portable:
+        import scipy.special  # noqa: F401  (registers the rules)
+        from autograd_xla.rules import special
+        special.FORCE_PORTABLE = True
     x = onp.linspace(0.1, 5.0, 10)
     print(f"load average {os.getloadavg()[0]:.2f}\n")
     print("| k | StableHLO | trace | lower | XLA compile |\n|---:|---:|---:|---:|---:|")

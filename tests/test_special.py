@@ -3,6 +3,9 @@ broadcasting, 0-d and empty), gradients against plain autograd both ways round, 
 mode where autograd defines it (logsumexp), and accuracy sweeps over wide domains (edges
 included) of the functions whose numerics are written here.
 
+Every test here lowers as non-CPU platforms do (rules/special.py's FORCE_PORTABLE): the
+portable algorithms, which on the CPU give way to scipy's own loops (test_special_loops.py).
+
 XLA compiles each copy of a loop-based function (incomplete gamma and beta, Bessel) in
 about a second, so each is compiled few times: one sweep program for values and edges,
 one gradient each way; the shape cases (0-d, empty, broadcasting, Python scalars, float32)
@@ -18,11 +21,17 @@ from autograd import grad, hessian_tensor_product, make_jvp
 
 import autograd.scipy.special as sp
 from autograd_xla import jit_ps, registry, scan, tiering, vmap
+from autograd_xla.rules import special as special_rules
 from helpers import (assert_close, check, check_falls_back, check_grad, check_value, dtypes_of, relative_32,
                      representable_32, scalarize)
 
 F64, F32 = onp.float64, onp.float32
 rs = onp.random.RandomState(0)
+
+
+@pytest.fixture(autouse=True)
+def _portable(monkeypatch):
+    monkeypatch.setattr(special_rules, "FORCE_PORTABLE", True)
 
 
 @pytest.fixture(autouse=True)
@@ -329,7 +338,8 @@ def test_logsumexp_rejects_complex():
 
 # ----- accuracy sweeps of the hand-written numerics, edges included --------------------------
 def test_inverse_function_sweeps():
-    x = onp.concatenate([onp.linspace(-1.1, 1.1, 221), [-1.0, 1.0, 1 - 1e-15, onp.nan]])
+    tail = 1 - 10 ** onp.linspace(-15, -1, 60)           # XLA's erf_inv alone: 8.8e-11 at 1 - 6e-9
+    x = onp.concatenate([onp.linspace(-1.1, 1.1, 221), tail, -tail, [-1.0, 1.0, onp.nan]])
     sweep_check(sp.erfinv, sc.erfinv, x, rtol=1e-14)
     y = onp.concatenate([10 ** rs.uniform(-300, 0, 300), rs.uniform(0, 2, 200),
                          [0.0, 2.0, 1.0, -1.0, 3.0, onp.nan, 2 - 1e-16]])
@@ -345,8 +355,25 @@ def test_incomplete_gamma_sweep():
     x = onp.concatenate([rs.uniform(0, 5, 300), rs.uniform(0, 80, 200), a[500:700] * 10 ** rs.uniform(-0.5, 0.5, 200),
                          [0, 1, 0, onp.inf, 1, -1, 1, onp.nan, onp.inf, 1, 1]])
     # a up to ~300 here: past a ~ 1e3 scipy itself drifts by ~1e-12 (checked against mpmath)
+    # far below the mode, a = 30..60 and x = 1e-4..1e-2 (was 1.5e-9 off: 1 + (x - a)/a)
+    far_a, far_x = (v.ravel() for v in onp.meshgrid(onp.linspace(30, 60, 7), 10 ** onp.linspace(-4, -2, 7)))
+    a, x = onp.concatenate([a, far_a]), onp.concatenate([x, far_x])
     sweep_check(sp.gammainc, sc.gammainc, a, x)
     sweep_check(sp.gammaincc, sc.gammaincc, a, x)
+
+
+def test_gammaln_and_digamma_near_their_zeros():
+    """XLA's lgamma and digamma keep an absolute accuracy only near their zeros (lgamma's at
+    1 and 2: 1.8e-12 relative 0.0025 away; digamma's at 1.4616: 1e-12): series there. For
+    lgamma the identity lgamma(2 + d) - lgamma(1 + d) = log1p(d), free of cancellation, is
+    the oracle (scipy's own gammaln is off by up to 9e-14 there, checked against mpmath);
+    digamma is scipy's, whose series about the root this is."""
+    d = onp.concatenate([onp.arange(-97, 98) / 512, [2.0 ** -30, -(2.0 ** -40)]])   # 1 + d, 2 + d exact
+    lg = jit_ps(lambda d: (sp.gammaln(2.0 + d), sp.gammaln(1.0 + d)))(d)
+    assert_rel(lg[0] - lg[1], onp.log1p(d), 4e-15)
+    assert lg[0][d == 0] == 0 and lg[1][d == 0] == 0   # lgamma(2) = lgamma(1) = 0 (XLA's: 8.9e-16)
+    x = 1.4616321449683622 + onp.concatenate([onp.linspace(-0.29, 0.29, 59), [0.0, 1e-10, -3e-13]])
+    assert_rel(jit_ps(sp.digamma)(x), sc.digamma(x), 1e-14)
 
 
 def test_incomplete_beta_sweep():

@@ -1,7 +1,16 @@
 """scipy.special: every function autograd wraps, plus the few its VJPs and scipy.stats need.
 
+On the CPU, the functions of SCIPY_LOOPS call scipy's own ufunc loops (ufunc_loops.py: a
+custom call per function), so that they give plain scipy's results bit for bit: a derivative
+taken by finite differences of them (autograd_gamma's of gammainc in `a`) agrees too. On
+other platforms, and on the CPU where the C module is not built or FORCE_PORTABLE is set,
+they lower to the portable algorithms below; `benchmarks/special_ulps.py` measures both
+against scipy.
+
 XLA has CHLO ops for lgamma, digamma, erf, erfc, erf_inv, polygamma, zeta and
-bessel_i1e; they are used as they are. The rest is written from the mathematics, in
+bessel_i1e; they are used as they are, but for lgamma near its zeros at 1 and 2, digamma
+near its positive zero and erf_inv near +-1, where they keep only an absolute accuracy
+(series there, and erfcinv). The rest is written from the mathematics, in
 special_kernels.py (the translation rules below call its kernels):
 incomplete gamma (power series, Legendre continued fraction, a small-`a` series for Q),
 incomplete beta (continued fraction with a Stirling-form prefactor; for a small b near
@@ -24,20 +33,37 @@ import math
 
 import numpy as np
 
+from .. import hlo, ufunc_loops
 from ..context import kept_shape, normalize_axes, result_type
 from ..registry import LazyModule, entry, lowers, when_imported
-from .special_kernels import (F64, LOG_2PI, N, beta_parts, betaln, chlo2, complex_erf, erfcinv, exp_times, expit,
-                              gammasgn, ibeta, igamma, is_integer, is_odd, ive_parts, jv, lgamma_diff, logit, polyval,
-                              scalar, where, while_, y01, yn)
+from .special_kernels import (F64, LOG_2PI, N, beta_parts, betaln, chlo2, complex_erf, digamma_near_root, erfcinv,
+                              exp_times, expit, gammasgn, ibeta, igamma, is_integer, is_odd, ive_parts, jv,
+                              lgamma_diff, lgamma_near_zeros, logit, polyval, scalar, where, while_, y01, yn)
 
 sc = LazyModule("scipy.special")
 
+#: Tests set this to lower as non-CPU platforms do: the portable algorithms, not scipy's loops.
+FORCE_PORTABLE = False
+
+
+def scipy_loop(ctx, ufunc, values, out_dtypes):
+    """The custom call target of scipy's own loop of `ufunc` for these operands, or None:
+    not the CPU, FORCE_PORTABLE set, or no such loop the handler can call."""
+    if ctx.platform != "cpu" or FORCE_PORTABLE:
+        return None
+    return ufunc_loops.target(ufunc, [v.dtype for v in values] + list(out_dtypes))
+
+
+def call_scipy_loop(ctx, target, values, out_dtype):
+    return ctx.custom_call(target, values, [(values[0].shape, out_dtype)])[0]
+
 
 # ----- translation rules ---------------------------------------------------------------------
-def special_ufunc(ufunc, body, native=False):
+def special_ufunc(ufunc, body, native=False, loop=False):
     """Rule for a scipy.special ufunc from `body(ctx, *operands) -> N`. Operands arrive
     broadcast, in float64 (or, if native, in the loop dtype numpy resolves); the result is
-    rounded to the loop's output dtype."""
+    rounded to the loop's output dtype. With `loop`, scipy's own loop where there is one
+    (scipy_loop)."""
     name = ufunc.__name__
 
     def rule(ctx, *inputs, **kwargs):
@@ -52,6 +78,9 @@ def special_ufunc(ufunc, body, native=False):
                 out = complex_erf(ctx, ctx.astype(values[0], np.complex128), name == "erfc")
                 return ctx.astype(out, out_dtypes[0])
             raise NotImplementedError(f"scipy.special.{name} of complex arguments is not supported under jit_ps")
+        target = scipy_loop(ctx, ufunc, values, out_dtypes) if loop else None
+        if target is not None:
+            return call_scipy_loop(ctx, target, values, out_dtypes[0])
         work = out_dtypes[0] if native else F64
         out = body(ctx, *[N(ctx, ctx.astype(v, work)) for v in values])
         return ctx.astype(out.v, out_dtypes[0])
@@ -72,13 +101,23 @@ def _rgamma(ctx, x):
 
 
 def _gammaln(ctx, x):
-    return where(x.eq(-np.inf), x, x.lgamma())
+    return where(x.eq(-np.inf), x, lgamma_near_zeros(x))
 
 
 def _digamma(ctx, x):
-    out = x.digamma()
+    out = digamma_near_root(x)
     out = where(x.eq(0), gammasgn(x) * -np.inf, out)        # -inf at +0, +inf at -0
     return where(((x < 0) & is_integer(x)) | x.eq(-np.inf), x.like(np.nan), out)
+
+
+def erfinv(x):
+    """XLA's erf_inv, but erfcinv(1 - |x|) past |x| = 0.9 (1 - |x| is exact there), where
+    XLA's loses digits as x nears 1: 8.8e-11 relative at 1 - 6e-9."""
+    ax = x.abs()
+    tail = ax > 0.9
+    z = erfcinv(where(tail, 1.0 - ax, x.like(0.5)))
+    out = where(tail, where(x < 0, -z, z), x.erfinv())
+    return where(ax > 1.0, x.like(np.nan), out)
 
 
 def _beta(ctx, a, b):
@@ -191,7 +230,7 @@ UFUNCS = {
     "betainc": lambda ctx, a, b, x: ibeta(ctx, a, b, x),
     "erf": lambda ctx, x: x.erf(),
     "erfc": lambda ctx, x: x.erfc(),
-    "erfinv": lambda ctx, x: where(x.abs() > 1.0, x.like(np.nan), x.erfinv()),
+    "erfinv": lambda ctx, x: erfinv(x),
     "erfcinv": lambda ctx, y: erfcinv(y),
     "exprel": lambda ctx, x: where(x.eq(0), x.like(1.0), where(x.eq(np.inf), x, x.expm1() / x)),  # (e^x - 1)/x
     "j0": lambda ctx, x: jv(ctx, x.like(0.0), x),
@@ -216,6 +255,10 @@ UFUNCS = {
 #: calls in one program are emitted as one call (registry.Entry.merge, lowering.schedule).
 LOOPING = frozenset({"gammainc", "gammaincc", "betainc", "j0", "j1", "jv", "y0", "y1", "yn", "i0", "iv", "ive",
                      "stdtr"})
+#: The UFUNCS that call scipy's own loops on the CPU (scipy_loop): all but the cheap formulas
+#: within 3 ulps of scipy's over benchmarks/special_ulps.py's grids (erf 2, xlogy, exprel),
+#: which stay StableHLO that XLA fuses with the ops around them.
+SCIPY_LOOPS = frozenset(UFUNCS) - {"erf", "xlogy", "xlog1py", "exprel"}
 #: ufuncs computed in the loop dtype numpy resolves, not in float64
 NATIVE_UFUNCS = {
     "expit": lambda ctx, x: expit(x),
@@ -257,12 +300,47 @@ def polygamma(b, n, x):
     return where(pole, where(sign_odd, x.like(-np.inf), x.like(np.inf)), out)
 
 
+def _scipy_call(ctx, ufunc, *inputs):
+    """`ufunc` of `inputs` by scipy's own loop (numpy's dtype resolution), or None where
+    scipy_loop has none."""
+    values, out_dtypes = ctx.ufunc_inputs(ufunc, inputs)
+    target = scipy_loop(ctx, ufunc, values, out_dtypes)
+    return None if target is None else call_scipy_loop(ctx, target, values, out_dtypes[0])
+
+
+def _polygamma_by_loops(ctx, n, x):
+    """scipy's own formula, where(n == 0, psi(x), (-1.0)**(n+1) * gamma(n+1.0) * zeta(n+1, x)),
+    its ufuncs by their loops and each step in the dtype numpy gives it; None where a loop
+    is missing."""
+    nn = N(ctx, n)
+    real = np.result_type(n.dtype, 1.0)                  # of n + 1.0 and (-1.0)**(n + 1)
+    gam = _scipy_call(ctx, sc.gamma, (nn.astype(real) + 1.0).v)
+    zeta = _scipy_call(ctx, sc._ufuncs._zeta, (nn + 1).v, x)
+    psi = _scipy_call(ctx, sc.psi, x)
+    if gam is None or zeta is None or psi is None:
+        return None
+    p = (nn + 1).astype(F64)
+    sign = where(is_integer(p), where(is_odd(p), p.like(-1.0), p.like(1.0)), p.like(np.nan)).astype(real)
+
+    def times(u, v):  # numpy's product: both operands in their promoted dtype
+        dt = np.result_type(u.dtype, v.dtype)
+        return u.astype(dt) * N(ctx, v).astype(dt)
+    fac2 = times(times(sign, gam), zeta)
+    dt = np.result_type(fac2.dtype, psi.dtype)
+    return where(nn.eq(0), N(ctx, psi).astype(dt), fac2.astype(dt)).v
+
+
 def _polygamma(ctx, n, x):
     dtype = _probe_dtype(sc.polygamma, n, x)
-    nv, xv = ctx.asvalue(n), ctx.asvalue(x)
+    # scipy makes both arrays (np.asarray): Python numbers take their default dtypes, not weak ones
+    nv, xv = (ctx.asvalue(v, None if isinstance(v, hlo.Value) else np.asarray(v).dtype) for v in (n, x))
     if nv.dtype.kind == "c" or xv.dtype.kind == "c":
         raise NotImplementedError("scipy.special.polygamma of complex arguments is not supported under jit_ps")
     shape = np.broadcast_shapes(nv.shape, xv.shape)
+    if nv.dtype.kind in "iuf" and xv.dtype.kind == "f":
+        out = _polygamma_by_loops(ctx, ctx.broadcast_to(nv, shape), ctx.broadcast_to(xv, shape))
+        if out is not None:
+            return ctx.astype(out, dtype)
     nn = N(ctx, ctx.broadcast_to(ctx.astype(nv, F64), shape))
     xx = N(ctx, ctx.broadcast_to(ctx.astype(xv, F64), shape))
     valid = is_integer(nn) & (nn >= 0)
@@ -375,8 +453,11 @@ def _logsumexp_softmax(ctx, x, ans, axis=None, keepdims=False):
 @when_imported("scipy.special")
 def _register(special):
     for name, body in UFUNCS.items():
-        special_ufunc(getattr(special, name), body)
-        entry(getattr(special, name)).merge = name in LOOPING
+        ufunc = getattr(special, name)
+        if not isinstance(ufunc, np.ufunc):   # zeta: a Python function calling the ufunc _zeta
+            ufunc = getattr(special._ufuncs, "_" + name)
+        special_ufunc(ufunc, body, loop=name in SCIPY_LOOPS)
+        entry(ufunc).merge = name in LOOPING
     for name, body in NATIVE_UFUNCS.items():
         special_ufunc(getattr(special, name), body, native=True)
     lowers(special.polygamma)(_polygamma)
