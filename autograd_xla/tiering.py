@@ -216,13 +216,13 @@ TRIAL_CALLS = 8
 #: ... and where the programs alternate call by call, more pairs, until each program's timed
 #: calls have taken TRIAL_SECONDS or it has run TRIAL_MAX_CALLS of them: eight pairs cannot
 #: tell programs a few percent apart on busy cores. The float32 MLP step's ladder (calls of
-#: ~2.2 ms; load average 4 on 2 cores) dropped XLA's default options for the legacy emitters'
-#: (medians 2443 against 3578 µs, kept in 2 of 3 fresh functions) and kept XLA's own scheduler
-#: (backend.XLA_SCHEDULER) in 2 of 4, at 40 pairs too, where it runs 0.95-0.97 of the memory-
-#: optimised one's time (100 alternating pairs, three times), and the program settled on ran
-#: up to 1.15x the best's. 125 pairs have the standard error of their interquartile mean
-#: near 1 % there. A cheap program's trial is cut at TRIAL_MAX_CALLS: its calls take the
-#: Python path meanwhile (Ladder.hand), which costs more than such a program can gain.
+#: ~2.2 ms, load average 4 on 2 cores) dropped XLA's default options for the legacy emitters'
+#: in 1 of 3 fresh functions (medians 2443 against 3578 µs), and with 40 pairs kept XLA's own
+#: scheduler (backend.XLA_SCHEDULER) in 2 of 4, which runs 0.92-0.96 of the memory-optimised
+#: one's time in blocks of calls: the program settled on ran up to 1.15x the best's. With
+#: these and TURN_WARM_CALLS, 4 of 4 fresh functions kept both (trials of ~0.6 s). A cheap
+#: program's trial is cut at TRIAL_MAX_CALLS: its calls take the Python path meanwhile
+#: (Ladder.hand), which costs more than such a program can gain.
 TRIAL_SECONDS = 0.25
 TRIAL_MAX_CALLS = 400
 #: Timed calls of a turn where one program calls BLAS and the other leaves its products to
@@ -437,8 +437,8 @@ def faster(old, new):
 class Trial:
     """Two programs of one signature run in turns, each turn one timed call after
     TURN_WARM_CALLS untimed ones, or, with `settle` seconds, TURN_CALLS timed calls after the
-    untimed ones of its first `settle` seconds; once the timed calls decide (`complete`), the new program stays if `faster`
-    (Ladder.settle). Both compute the signature's results, so any call may run either."""
+    untimed ones of its first `settle` seconds; once the timed calls decide (`complete`), the
+    new program stays if `faster` (Ladder.settle). Both compute the signature's results, so any call may run either."""
 
     __slots__ = ("made", "settle", "times", "over", "_turn", "_turn_start", "_turn_begun", "_turn_timed", "_lock")
 
