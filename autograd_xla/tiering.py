@@ -220,11 +220,12 @@ TRIAL_CALLS = 8
 #: in 1 of 3 fresh functions (medians 2443 against 3578 µs), and with 40 pairs kept XLA's own
 #: scheduler (backend.XLA_SCHEDULER) in 2 of 4, which runs 0.92-0.96 of the memory-optimised
 #: one's time in blocks of calls: the program settled on ran up to 1.15x the best's. With
-#: these and TURN_WARM_CALLS, 4 of 4 fresh functions kept both (trials of ~0.6 s). A cheap
-#: program's trial is cut at TRIAL_MAX_CALLS: its calls take the Python path meanwhile
-#: (Ladder.hand), which costs more than such a program can gain.
+#: these and TURN_WARM_CALLS, 4 of 4 fresh functions kept both (trials of ~0.6 s, ~125 pairs).
+#: A cheaper program's trial is cut at TRIAL_MAX_CALLS pairs: its calls take the Python path
+#: meanwhile (Ladder.hand), twice as many with the untimed ones, ~10 µs a call more than
+#: C++'s (tiny_grad), which costs more than such a program can gain.
 TRIAL_SECONDS = 0.25
-TRIAL_MAX_CALLS = 400
+TRIAL_MAX_CALLS = 128
 #: Timed calls of a turn where one program calls BLAS and the other leaves its products to
 #: XLA (lowering.Lowered.blas): there a turn's calls are timed once it has lasted
 #: TURN_SETTLE_SECONDS: beside a program of BLAS's products, whose OpenBLAS threads spin on
