@@ -243,11 +243,12 @@ TURN_SETTLE_SECONDS = 0.2
 #: call after the other program's finds that program's state on the cores and in memory, and
 #: a program gaining from running after itself shows only after its own. The float32 MLP
 #: step's programs with XLA's own scheduler and with the memory-optimised one (backend.
-#: XLA_SCHEDULER), 150 pairs in turns of one call, each order three times: interquartile
+#: XLA_SCHEDULER), 125 pairs in turns of one call, each order three times: interquartile
 #: means of the differences +34, +46, +70 and -65, +270, +51 µs (XLA's own the slower or
 #: even); in turns of five calls, the first untimed: XLA's own faster in all six (-164, -65,
 #: -130; +120, +151, +728), as in blocks of 50 calls of each (1908-2052 µs against 2053-2277,
-#: 10 of 12 blocks; 2.5-3.9 voluntary context switches a call against 5.1).
+#: 10 of 12 blocks; 2.5-3.9 voluntary context switches a call against 5.1). Turns of one
+#: untimed call and one timed kept it in 7 of 7 fresh functions.
 TURN_WARM_CALLS = 1
 #: Calls a ladder times on the Python path before C++'s call path may take them while it
 #: rents (Ladder.hand), their mean what it reckons C++'s calls by. The demo's regression
@@ -439,7 +440,8 @@ class Trial:
     """Two programs of one signature run in turns, each turn one timed call after
     TURN_WARM_CALLS untimed ones, or, with `settle` seconds, TURN_CALLS timed calls after the
     untimed ones of its first `settle` seconds; once the timed calls decide (`complete`), the
-    new program stays if `faster` (Ladder.settle). Both compute the signature's results, so any call may run either."""
+    new program stays if `faster` (Ladder.settle). Both compute the signature's results, so
+    any call may run either."""
 
     __slots__ = ("made", "settle", "times", "over", "_turn", "_turn_start", "_turn_begun", "_turn_timed", "_lock")
 
