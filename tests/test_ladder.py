@@ -527,3 +527,20 @@ def test_a_trial_is_cut_at_trial_max_calls_and_one_of_turns_at_trial_calls(monke
     while entry.ladder.trial is not None:
         entry.ladder.run(entry, (), False)
     assert [len(t) for t in trial.times] == [2, 2]
+
+
+def test_a_call_by_call_trial_s_turns_begin_with_untimed_calls(monkeypatch):
+    """With TURN_WARM_CALLS, each turn's first calls run untimed (they follow the other program's
+    call): a program whose call after the other's is slow, and fast after its own, is kept."""
+    monkeypatch.setattr(tiering, "TRIAL_CALLS", 4)
+    monkeypatch.setattr(tiering, "TURN_WARM_CALLS", 1)
+    ran = []
+
+    class AfterItself(Timed):
+        def __call__(self, args, keep_on_device):  # slow after the other program's call
+            time.sleep(self.seconds if ran and ran[-1] == self.name else 0.02)
+            ran.append(self.name)
+            return [self.name]
+
+    assert run_trial(AfterItself("old", 0.004, []), AfterItself("new", 0.001, [])) == "new"
+    assert ran == ["old", "old", "new", "new"] * 4
