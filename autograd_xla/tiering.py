@@ -213,6 +213,19 @@ CHEAP_CALL_SECONDS = 50e-6
 #: drops the quarter of pairs at each end, those a burst beginning or ending between a
 #: pair's calls puts there. 0: the new program replaces the one in use untried (tests use it).
 TRIAL_CALLS = 8
+#: ... and where the programs alternate call by call, more pairs, until each program's timed
+#: calls have taken TRIAL_SECONDS or it has run TRIAL_MAX_CALLS of them: eight pairs cannot
+#: tell programs a few percent apart on busy cores. The float32 MLP step's ladder (calls of
+#: ~2.2 ms, load average 4 on 2 cores) dropped XLA's default options for the legacy emitters'
+#: in 1 of 3 fresh functions (medians 2443 against 3578 µs), and with 40 pairs kept XLA's own
+#: scheduler (backend.XLA_SCHEDULER) in 2 of 4, which runs 0.92-0.96 of the memory-optimised
+#: one's time in blocks of calls: the program settled on ran up to 1.15x the best's. With
+#: these and TURN_WARM_CALLS, 4 of 4 fresh functions kept both (trials of ~0.6 s, ~125 pairs).
+#: A cheaper program's trial is cut at TRIAL_MAX_CALLS pairs: its calls take the Python path
+#: meanwhile (Ladder.hand), twice as many with the untimed ones, ~10 µs a call more than
+#: C++'s (tiny_grad), which costs more than such a program can gain.
+TRIAL_SECONDS = 0.25
+TRIAL_MAX_CALLS = 128
 #: Timed calls of a turn where one program calls BLAS and the other leaves its products to
 #: XLA (lowering.Lowered.blas): there a turn's calls are timed once it has lasted
 #: TURN_SETTLE_SECONDS: beside a program of BLAS's products, whose OpenBLAS threads spin on
@@ -226,6 +239,17 @@ TRIAL_CALLS = 8
 #: where C++ takes them once the ladder is done).
 TURN_CALLS = 4
 TURN_SETTLE_SECONDS = 0.2
+#: Untimed calls that begin each turn of a trial whose programs alternate call by call: the
+#: call after the other program's finds that program's state on the cores and in memory, and
+#: a program gaining from running after itself shows only after its own. The float32 MLP
+#: step's programs with XLA's own scheduler and with the memory-optimised one (backend.
+#: XLA_SCHEDULER), 125 pairs in turns of one call, each order three times: interquartile
+#: means of the differences +34, +46, +70 and -65, +270, +51 µs (XLA's own the slower or
+#: even); in turns of five calls, the first untimed: XLA's own faster in all six (-164, -65,
+#: -130; +120, +151, +728), as in blocks of 50 calls of each (1908-2052 µs against 2053-2277,
+#: 10 of 12 blocks; 2.5-3.9 voluntary context switches a call against 5.1). Turns of one
+#: untimed call and one timed kept it in 7 of 7 fresh functions.
+TURN_WARM_CALLS = 1
 #: Calls a ladder times on the Python path before C++'s call path may take them while it
 #: rents (Ladder.hand), their mean what it reckons C++'s calls by. The demo's regression
 #: gradient (adam, 1000 steps; its parameters a list of pairs): the calls stayed on the
@@ -242,7 +266,7 @@ class Ladder:
     the next of its `steps` is made on the compile thread, `make()(entry, step)`
     returning (executable, lowered, options): a program of the same graph that may run
     faster (api.JittedFunction._faster_program; None: the entry is no longer used). The two
-    then run in turn for TRIAL_CALLS calls each (a `Trial`); the faster stays in the entry
+    then run in turn, TRIAL_CALLS calls each or more (a `Trial`); the faster stays in the entry
     (`executable`, `lowered`, `options`), the other is let go, and the ladder goes on to the
     next step. When it is done the entry's `ladder` is None and `settled()()` is called (the owner's
     _forget_fast_paths: C++'s fast path may take its calls now). `make` and `settled` are
@@ -413,16 +437,27 @@ def faster(old, new):
 
 
 class Trial:
-    """Two programs of one signature run in turns, each turn one timed call, or, with
-    `settle` seconds, TURN_CALLS timed calls after the untimed ones of its first `settle`
-    seconds; after TRIAL_CALLS timed calls of each, the new program stays if `faster`
-    (Ladder.settle). Both compute the signature's results, so any call may run either."""
+    """Two programs of one signature run in turns, each turn one timed call after
+    TURN_WARM_CALLS untimed ones, or, with `settle` seconds, TURN_CALLS timed calls after the
+    untimed ones of its first `settle` seconds; once the timed calls decide (`complete`), the
+    new program stays if `faster` (Ladder.settle). Both compute the signature's results, so
+    any call may run either."""
 
-    __slots__ = ("made", "settle", "times", "_turn", "_turn_start", "_turn_timed", "_lock")
+    __slots__ = ("made", "settle", "times", "over", "_turn", "_turn_start", "_turn_begun", "_turn_timed", "_lock")
 
     def __init__(self, made, settle):
         self.made, self.settle, self.times, self._lock = made, settle, ([], []), threading.Lock()
-        self._turn, self._turn_start, self._turn_timed = 0, None, 0
+        self._turn, self._turn_start, self._turn_begun, self._turn_timed = 0, None, 0, 0
+        self.over = False
+
+    def complete(self):
+        """Whether the timed calls so far decide: as many of each program, TRIAL_CALLS at
+        least, and where the programs alternate call by call (no `settle`: its waits would
+        make a long trial last seconds) TRIAL_SECONDS of each or TRIAL_MAX_CALLS."""
+        old, new = self.times
+        n = len(new)
+        return (n == len(old) and n >= TRIAL_CALLS
+                and bool(self.settle or n >= TRIAL_MAX_CALLS or min(sum(old), sum(new)) >= TRIAL_SECONDS))
 
     def run(self, ladder, entry, args, keep_on_device):
         with self._lock:
@@ -430,7 +465,8 @@ class Trial:
             if self._turn_start is None:
                 self._turn_start = now
             turn = self._turn
-            timed = now - self._turn_start >= self.settle  # a turn's first call only if 0
+            self._turn_begun += 1
+            timed = now - self._turn_start >= self.settle if self.settle else self._turn_begun > TURN_WARM_CALLS
         trying = turn % 2 == 1  # the new program's turn
         executable = self.made[0] if trying else entry.executable
         t0 = time.perf_counter()
@@ -445,8 +481,9 @@ class Trial:
             times.append(seconds)
             self._turn_timed += 1
             if self._turn_timed == (TURN_CALLS if self.settle else 1):
-                self._turn, self._turn_start, self._turn_timed = turn + 1, None, 0
-            done = len(times) == TRIAL_CALLS and len(self.times[not trying]) >= TRIAL_CALLS
+                self._turn, self._turn_start, self._turn_begun, self._turn_timed = turn + 1, None, 0, 0
+            done = not self.over and self.complete()
+            self.over |= done
         if done:  # exactly one call sees this
             ladder.settle(entry, self.made, keep_new=faster(*self.times))
         return outs

@@ -20,6 +20,14 @@ os.environ.setdefault("AUTOGRAD_XLA_CPU_DEVICES", "4")
 
 import autograd_xla  # noqa: E402 (after the device count: the CPU client starts on first use, not here)
 from autograd_xla import backend as backend_mod  # noqa: E402
+from autograd_xla import tiering  # noqa: E402
+
+# A ladder's trial runs TRIAL_CALLS timed calls of each program in the suite, as many as a test
+# sets, alternating call by call: past them it would go on until the calls have taken
+# TRIAL_SECONDS, and each turn would begin with untimed calls (test_ladder's tests of those set
+# them).
+tiering.TRIAL_SECONDS = 0.0
+tiering.TURN_WARM_CALLS = 0
 
 if os.environ.get("AUTOGRAD_XLA_TESTS_32BIT") == "1":
     backend_mod.FLOAT64_PLATFORMS = backend_mod.FLOAT64_PLATFORMS - {"cpu"}

@@ -493,3 +493,54 @@ def test_where_the_products_run_is_tried_before_xla_s_default_options():
     assert entry.lowered.blas and entry.options is not None
     steps = entry.ladder.steps
     assert steps.index(lowering.XLA_DOTS) < steps.index(None) < steps.index(backend.XLA_SCHEDULER)
+
+
+def test_a_call_by_call_trial_runs_until_its_calls_have_taken_trial_seconds(monkeypatch):
+    """Past TRIAL_CALLS pairs, a trial whose programs alternate call by call goes on until each
+    program's timed calls have taken TRIAL_SECONDS: a burst slowing the new program's first 4
+    calls (its calls 1 ms, the old one's 2) makes it lose a trial of 8 pairs, not one of ~40
+    (16 or more: the interquartile mean drops the burst's)."""
+    monkeypatch.setattr(tiering, "TRIAL_CALLS", 8)
+    monkeypatch.setattr(tiering, "TRIAL_MAX_CALLS", 400)
+    for seconds, kept, pairs in ((0.0, "old", (8, 8)), (0.06, "new", (16, 44))):
+        monkeypatch.setattr(tiering, "TRIAL_SECONDS", seconds)
+        old = Timed("old", 0.002, [])
+        new = Disturbed("new", 0.001, [], 0.005, lambda k: k < 4)
+        assert run_trial(old, new) == kept and pairs[0] <= new.calls <= pairs[1]  # (sleeps overrun)
+
+
+def test_a_trial_is_cut_at_trial_max_calls_and_one_of_turns_at_trial_calls(monkeypatch):
+    """A cheap program's trial ends after TRIAL_MAX_CALLS pairs whatever TRIAL_SECONDS says (its
+    calls take the Python path meanwhile); a trial of turns that settle first (beside BLAS)
+    after TRIAL_CALLS timed calls each, its waits making a longer one last seconds."""
+    monkeypatch.setattr(tiering, "TRIAL_SECONDS", 60.0)
+    monkeypatch.setattr(tiering, "TRIAL_CALLS", 2)
+    monkeypatch.setattr(tiering, "TRIAL_MAX_CALLS", 5)
+    new = Disturbed("new", 0.0, [], 0.0, lambda k: False)
+    run_trial(Timed("old", 0.0, []), new)
+    assert new.calls == 5
+    monkeypatch.setattr(tiering, "TURN_CALLS", 1)
+    entry = types.SimpleNamespace(executable=Timed("old", 0.0, []), lowered=LOWERED, options="fast")
+    entry.executable.backend = types.SimpleNamespace(forget=lambda programs: None)
+    entry.ladder = tiering.Ladder([lambda: None], 0.0, None, lambda: lambda: None)
+    entry.ladder.trial = trial = tiering.Trial((Timed("new", 0.0, []), LOWERED_2, None), 0.001)
+    while entry.ladder.trial is not None:
+        entry.ladder.run(entry, (), False)
+    assert [len(t) for t in trial.times] == [2, 2]
+
+
+def test_a_call_by_call_trial_s_turns_begin_with_untimed_calls(monkeypatch):
+    """With TURN_WARM_CALLS, each turn's first calls run untimed (they follow the other program's
+    call): a program whose call after the other's is slow, and fast after its own, is kept."""
+    monkeypatch.setattr(tiering, "TRIAL_CALLS", 4)
+    monkeypatch.setattr(tiering, "TURN_WARM_CALLS", 1)
+    ran = []
+
+    class AfterItself(Timed):
+        def __call__(self, args, keep_on_device):  # slow after the other program's call
+            time.sleep(self.seconds if ran and ran[-1] == self.name else 0.02)
+            ran.append(self.name)
+            return [self.name]
+
+    assert run_trial(AfterItself("old", 0.004, []), AfterItself("new", 0.001, [])) == "new"
+    assert ran == ["old", "old", "new", "new"] * 4
