@@ -315,7 +315,6 @@ class _Level:
     def roll_run(self, sites, start, p, k, out):
         """Roll the consistent stretches of one run (k repetitions of period p from `start`),
         appending the resulting equations to `out`."""
-        self.renamed(sites)
         produced = {}
         for idx, site in enumerate(sites):
             r, q = divmod(idx, p)
