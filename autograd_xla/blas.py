@@ -38,6 +38,7 @@ LAPACK kernels when a program naming them is lowered: register_lapack).
 """
 import ctypes
 import os
+import threading
 
 import numpy as np
 from jaxlib import xla_client as xc
@@ -392,6 +393,7 @@ def _lapack_threads():
 
 
 _lapack_registered = False
+_lapack_lock = threading.Lock()
 
 
 def register_lapack():
@@ -403,14 +405,17 @@ def register_lapack():
     global _lapack_registered
     if _lapack_registered:
         return
-    from jaxlib import lapack
+    with _lapack_lock:  # (the compile thread lowers a ladder's programs too)
+        if _lapack_registered:
+            return
+        from jaxlib import lapack
 
-    lapack._lapack.initialize()
-    for platform, targets in lapack.registrations().items():
-        for name, capsule, api_version in targets:
-            xc.register_custom_call_target(name, capsule, platform=platform, api_version=api_version)
-    register_serial(lapack.registrations().get("cpu", []))
-    _lapack_registered = True
+        lapack._lapack.initialize()
+        for platform, targets in lapack.registrations().items():
+            for name, capsule, api_version in targets:
+                xc.register_custom_call_target(name, capsule, platform=platform, api_version=api_version)
+        register_serial(lapack.registrations().get("cpu", []))
+        _lapack_registered = True
 
 
 def register_serial(registrations):
