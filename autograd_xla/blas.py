@@ -33,10 +33,12 @@ operand, and BLAS, which needs no alignment, starts at the offset: no copy, no c
 gets them only where each reads such an argument (GEMM_ALONE).
 
 A module naming these targets runs only in a process that registered them (`register`,
-done when the CPU backend starts; the persistent cache's entries load after that).
+done when the CPU backend starts; the persistent cache's entries load after that; jaxlib's
+LAPACK kernels when a program naming them is lowered: register_lapack).
 """
 import ctypes
 import os
+import threading
 
 import numpy as np
 from jaxlib import xla_client as xc
@@ -390,6 +392,32 @@ def _lapack_threads():
         return None
 
 
+_lapack_registered = False
+_lapack_lock = threading.Lock()
+
+
+def register_lapack():
+    """jaxlib's LAPACK kernels (lapack_*_ffi custom calls) for CPU linear algebra, once, when
+    the first program calling one is lowered (lapack_target): `_lapack.initialize()` binds
+    scipy's LAPACK symbols (calling a kernel without it crashes), which imports scipy.linalg,
+    0.2-0.4 s of a first call (measured) that a program without linear algebra never needs.
+    Each is registered a second time under SERIAL's name, run on one BLAS thread."""
+    global _lapack_registered
+    if _lapack_registered:
+        return
+    with _lapack_lock:  # (the compile thread lowers a ladder's programs too)
+        if _lapack_registered:
+            return
+        from jaxlib import lapack
+
+        lapack._lapack.initialize()
+        for platform, targets in lapack.registrations().items():
+            for name, capsule, api_version in targets:
+                xc.register_custom_call_target(name, capsule, platform=platform, api_version=api_version)
+        register_serial(lapack.registrations().get("cpu", []))
+        _lapack_registered = True
+
+
 def register_serial(registrations):
     """Register SERIAL + name for each of jaxlib's CPU LAPACK kernels (name, capsule,
     api_version): where the C handlers are built and an OpenBLAS is found; else none, and
@@ -407,7 +435,9 @@ def register_serial(registrations):
 
 def lapack_target(name, work):
     """The target a program calls jaxlib's LAPACK kernel `name` by, for a call doing `work`
-    multiply-adds on each matrix: SERIAL's below SERIAL_BELOW, where registered."""
+    multiply-adds on each matrix: SERIAL's below SERIAL_BELOW, where registered (the kernels
+    are registered here, before a program names them: register_lapack)."""
+    register_lapack()
     small = SERIAL_BELOW is None or work < SERIAL_BELOW
     return SERIAL + name if small and serial_registered else name
 

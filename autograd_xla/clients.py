@@ -11,7 +11,6 @@ import warnings
 
 from jaxlib import xla_client as xc
 
-from . import blas
 from .errors import PlatformUnavailableError
 
 JAXLIB_API_VERSION = 467  # xla_client._version of the jaxlib we are pinned to
@@ -42,19 +41,6 @@ def result_handler(aval, sharding):
         except TypeError:
             _takes_skip_checks[0] = False
     return xc.array_result_handler(aval, sharding, True)
-
-
-def _register_lapack():
-    """jaxlib's LAPACK kernels (lapack_*_ffi custom calls) for CPU linear algebra.
-    `_lapack.initialize()` binds scipy's LAPACK symbols; calling a kernel without it crashes.
-    Each is registered a second time under blas.SERIAL's name, run on one BLAS thread."""
-    from jaxlib import lapack
-
-    lapack._lapack.initialize()
-    for platform, targets in lapack.registrations().items():
-        for name, capsule, api_version in targets:
-            xc.register_custom_call_target(name, capsule, platform=platform, api_version=api_version)
-    blas.register_serial(lapack.registrations().get("cpu", []))  # the kernels on one BLAS thread
 
 
 def _unavailable_error(platform, reason, installed=False):
@@ -112,9 +98,7 @@ def cpu_client(num_devices, options):
     (shared/notes/jaxlib-runtime.md section 10). It has `num_devices` devices; a
     single-device call costs the same with several (6.6 µs either way, measured)."""
     _check_jaxlib()
-    client = xc.make_cpu_client(asynchronous=False, num_devices=num_devices, **options)
-    _register_lapack()
-    return client
+    return xc.make_cpu_client(asynchronous=False, num_devices=num_devices, **options)
 
 
 def gpu_client():

@@ -73,6 +73,7 @@ def roll(graph):
 
 # ----- tokens --------------------------------------------------------------------------------
 _PY_DTYPES = {int: np.dtype(np.int64), float: np.dtype(np.float64), complex: np.dtype(np.complex128)}
+_INT_KEY = ((), _PY_DTYPES[int])  # _leaf_key of an int
 
 
 def _leaf_key(x):
@@ -109,8 +110,18 @@ def _describe(obj, leaves, wild, out):
         out.append(_leaf_key(obj))
     elif t is tuple or t is list:
         out.append((t, len(obj)))
-        for x in obj:
-            _describe(x, leaves, wild, out)
+        for x in obj:  # (the common leaves inline: autograd's VJPs pass tuples of shapes and flags)
+            u = type(x)
+            if u is Var:
+                leaves.append(x)
+                out.append((x.aval.shape, x.aval.dtype))
+            elif u is int and wild:
+                leaves.append(x)
+                out.append(_INT_KEY)
+            elif u is int or u is bool:
+                out.append((u, x))
+            else:
+                _describe(x, leaves, wild, out)
     elif t is dict:
         out.append((dict, tuple(obj)))
         for x in obj.values():
@@ -304,7 +315,6 @@ class _Level:
     def roll_run(self, sites, start, p, k, out):
         """Roll the consistent stretches of one run (k repetitions of period p from `start`),
         appending the resulting equations to `out`."""
-        self.renamed(sites)
         produced = {}
         for idx, site in enumerate(sites):
             r, q = divmod(idx, p)

@@ -231,10 +231,15 @@ def bind(prim, args, kwargs, entry=None, source=None):
             return entry.trace(*args, **kwargs)
         raise unsupported(prim)
     given = args, kwargs
-    args, kwargs = _replace_tracers((args, kwargs), trace)
+    flat = _flat_operands(args, trace) if type(args) is tuple and type(kwargs) is dict and not kwargs else None
+    if flat is None:
+        args, kwargs = _replace_tracers((args, kwargs), trace)
+    else:
+        args = flat[0]
     try:
         if entry.shape is None:
-            leaves, out_tree, passthrough = abstract_eval(entry.lowering, args, kwargs)
+            leaves, out_tree, passthrough = (abstract_eval(entry.lowering, args, kwargs) if flat is None else
+                                             _abstract_eval_keyed(entry.lowering, args, kwargs, flat[1], flat[2]))
         else:  # declared, where running the rule would cost much (registry.Entry.shape)
             leaves, out_tree = tree.flatten(tuple(entry.shape(*args, **kwargs)))
             passthrough = [None] * len(leaves)
@@ -284,9 +289,45 @@ def abstract_eval(rule, args, kwargs):
     values, and on the named axes in scope."""
     inputs = []
     try:
-        key = (rule, _operands_key((args, kwargs), inputs), tuple(state.axes.items()) if state.axes else ())
+        operands = _operands_key((args, kwargs), inputs)
     except TypeError:  # an operand of no signature (a large constant array, a function): not remembered
-        key = None
+        operands = None
+    return _abstract_eval_keyed(rule, args, kwargs, operands, inputs)
+
+
+def _flat_operands(args, trace):
+    """bind's common call in one pass: a tuple of this trace's Tracers and Python numbers, no
+    keywords. (The tuple with each Tracer's Var, _operands_key((that, {}), inputs), inputs),
+    or None for any other operands (map_structure and _operands_key then walk them). The two
+    walks were a third of bind's time (Euler 500's gradient: 12,509 calls)."""
+    out, keys, inputs = [], [], []
+    changed = False
+    for x in args:
+        t = type(x)
+        if t is Tracer:
+            if x._trace is not trace:
+                return None
+            v = x._var
+            for k, w in enumerate(inputs):
+                if w is v:
+                    keys.append(k)
+                    break
+            else:
+                inputs.append(v)
+                keys.append(v.aval)
+            out.append(v)
+            changed = True
+        elif t is float or t is int or t is bool:
+            out.append(x)
+            keys.append((t, x))
+        else:
+            return None
+    return (tuple(out) if changed else args), (tuple, ((tuple, tuple(keys)), (dict, ()))), inputs
+
+
+def _abstract_eval_keyed(rule, args, kwargs, operands, inputs):
+    """abstract_eval with the operands' key (None: not remembered) and their `inputs` found."""
+    key = None if operands is None else (rule, operands, tuple(state.axes.items()) if state.axes else ())
     known = _abstract.get(key) if key is not None else None
     if known is not None:
         avals, out_tree, through = known

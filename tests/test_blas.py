@@ -512,8 +512,6 @@ def test_small_lapack_calls_run_on_one_blas_thread_and_large_ones_on_its_threads
     """A LAPACK kernel of fewer multiply-adds than SERIAL_BELOW is called through blas.SERIAL's
     wrapper, which leaves the library with the threads it had (two here, whatever it was
     given); a larger one by its own name; vmap batches either; the results are numpy's."""
-    backend.get_backend("cpu")
-    assert blas.serial_registered
     set_threads, get_threads = _thread_functions(blas._lapack_threads())
     S, y = rs.randn(4, 6, 6) + 6 * onp.eye(6), rs.randn(1, 6, 50)
     f = lambda S: np.linalg.solve(S, y)
@@ -522,6 +520,7 @@ def test_small_lapack_calls_run_on_one_blas_thread_and_large_ones_on_its_threads
     try:
         small = jit_ps(f)
         text = small.stablehlo(S)
+        assert blas.serial_registered  # (registered when the first program calling LAPACK was lowered)
         assert blas.SERIAL + "lapack_dgetrf_ffi" in text and blas.SERIAL + "lapack_dtrsm_ffi" in text
         assert_close(small(S), f(S))
         assert get_threads() == 2

@@ -94,6 +94,21 @@ def _nested_shape_query(query):
     return traced_query
 
 
+def _traced_metadata(original):
+    """autograd's `metadata(A)` (shape, ndim, result_type, iscomplexobj: its VJPs ask it of every
+    operand they unbroadcast to) of a Tracer answered from its aval, as numpy's four queries of
+    it answer (tracing's metadata rules), without numpy's dispatch of each: 26,000 of them in
+    Euler 500's gradient, a tenth of its trace."""
+    def metadata(A):
+        value = getval(A)
+        if type(value) is Tracer:
+            aval = value.aval
+            return aval.shape, len(aval.shape), tracing.result_type(value), aval.dtype.kind == "c"
+        return original(A)
+    metadata.__wrapped__ = original
+    return metadata
+
+
 _original_unpermuter = numpy_vjps.unpermuter
 
 
@@ -215,6 +230,7 @@ for _owner, _name, _replacement in (
         + [(cls, "__new__", _traced_int_scalar(vars(cls)["__new__"])) for cls in _AUTOGRAD_INT_TYPES]
         + [(module, name, _nested_shape_query(getattr(module, name)))
            for module in (anp, numpy_wrapper) for name in ("ndim", "shape")]
+        + [(module, "metadata", _traced_metadata(numpy_wrapper.metadata)) for module in (anp, numpy_wrapper)]
         + [(numpy_vjps, "unpermuter", traced_unpermuter),
            (numpy_wrapper, "select", traced_select),
            (anp, "select", traced_select),
