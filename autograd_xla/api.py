@@ -549,6 +549,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
             aot.report(f"{self!r} traced in {seconds:.3g} s ({len(graph.eqns):,} primitive calls) for "
                        f"{self._signature_text(key)}: {self._why_traced(key)}")
         entry = Entry(out_tree, graph, draws=draws, static_leaves=static, dynamic=dynamic)
+        entry.seconds = seconds
         entry.flat = (not static and not any(spec[1:]) and tree.sequences_only(spec[0])
                       and all(map(fastpaths.takes_leaf, leaves)))
         if not graph.guards:  # a failed guard reruns the call plainly, on arguments that must still exist
@@ -603,6 +604,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         entry.lowered, entry.stage = lowered, LOWERED
         seconds = time.perf_counter() - t0
         self.stats.lower_seconds += seconds
+        entry.seconds += seconds
         return seconds
 
     def _lowering(self, entry, donate, direct=False, **variant):
@@ -656,7 +658,11 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
             aot.report(f"{self!r} {what} in the background for {self._signature_text(key)}")
 
     def _tiers(self):
-        return tiering.default_tiered() if self.tiered is None else bool(self.tiered)
+        """tiered=None: the process default (tiering.default_tiered), except under
+        fallback="error", which asks to hear at the first call that a signature cannot compile."""
+        if self.tiered is None:
+            return self.fallback != "error" and tiering.default_tiered()
+        return bool(self.tiered)
 
     def _compile_lowered(self, entry, key=None, quick=True):
         """XLA compiles a lowered entry's first program, with the options it compiles fastest
@@ -681,15 +687,14 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
                                                  (None, entry.options is not None),
                                                  (backend_mod.XLA_SCHEDULER, backend.with_xla_scheduler(None) is not None))
                  if wanted]
+        entry.seconds += seconds
+        learn = self._untraced.learner(key, entry.seconds)  # a tiered signature's: its cost and saving
         if steps and tiering.UPGRADE_RENT is not None:
             entry.ladder = tiering.Ladder(steps, seconds, weakref.WeakMethod(self._faster_program),
-                                          weakref.WeakMethod(self._forget_fast_paths), self._untraced.learner(key),
-                                          quick=quickly)
+                                          weakref.WeakMethod(self._forget_fast_paths), learn, quick=quickly)
         entry.executable = executable
         self.stats.compiles += compiled
         self.stats.compile_seconds += seconds
-        if compiled and not quickly:  # (as a tiered signature's are)
-            tiering.note_compile(seconds)
         entry.stage = COMPILED  # last: a call on another thread (tiered) uses the entry once it reads this
         return seconds, compiled
 
@@ -1033,7 +1038,9 @@ def jit_ps(fun=None, *, static_argnums=(), static_argnames=(), fallback="python"
     call as it would have at the first (FallbackWarning, or raised under fallback="error").
     While plain: results are numpy arrays even with keep_on_device=True and nothing is
     donated, as for a signature that falls back. `stats.plain_tier_calls` counts those
-    calls. None follows set_default_tiered, else $AUTOGRAD_XLA_TIERED=1; off by default.
+    calls. None follows set_default_tiered, else $AUTOGRAD_XLA_TIERED (1 on, 0 off), else
+    tiers where the process may run on a second core (tiering.spare_core), but never under
+    fallback="error" (a signature that cannot compile is then an error at its first call).
     roll_loops: a Python loop unrolled by tracing is rolled back into one compiled loop where
     its steps repeat the same operations (rolling.py; each step computes as the unrolled
     program would), so its compile time does not grow with the number of steps; None follows

@@ -49,20 +49,27 @@ def set_default_tiered(enabled):
     _default = enabled
 
 
-#: Seconds of plain calls a new signature runs before it is compiled: None for RENT_FACTOR
-#: times the compile time expected (the mean of this process's compiles so far,
-#: FIRST_COMPILE_SECONDS before the first; tests set 0 to compile at once).
+#: Seconds of plain calls a new signature runs before it is traced and compiled: None for
+#: RENT_FACTOR times what making its program is expected to cost (`plain_budget`; tests set 0
+#: to compile at once).
 PLAIN_SECONDS = None
-#: A typical first compile here (the benchmarks' MLP gradient: 0.13-0.24 s).
-FIRST_COMPILE_SECONDS = 0.2
+#: What making a signature's program costs (its trace and lowering, in the calling thread, and
+#: XLA's compile), in plain calls of that signature, before this process has made one: the
+#: cost grows with the program's number of primitives and so, where Python's overhead and not
+#: the arithmetic rules a plain call, does its time (a primitive costs autograd a few µs each
+#: way). Measured, (trace + lowering + compile) / one plain call: lifelines 0.30.3's
+#: value_and_grad 160-1000 (Weibull 160, LogNormal 860, GeneralizedGamma 990; its fits make
+#: 57-689 calls), their Hessians 16-370, the benchmarks' MLP gradient ~70 (4.5 ms calls of
+#: large matrix products). Short jobs are the ones to guard (a job past the budget loses at
+#: most RENT_FACTOR times its program's cost), so the prior is a high one; each program a
+#: tiered signature makes then moves it towards what this process's programs cost.
+COST_IN_CALLS = 200.0
 #: Rent or buy: a compiled call is not free, so a compile pays back not a plain call's time
 #: but what it saves, p - c a call, and breaks even after C / (p - c) calls, which cost
 #: C * p / (p - c) of plain time: this factor is p / (p - c) for compiled calls twice as
 #: fast as plain ones, the middle of the benchmarks' range (the MLP gradient 4-5.5 ms a call
 #: plain, with glibc's thresholds raised, memory.MALLOC_RAISING_BYTES, and 4.2-4.5 compiled;
-#: tiny_grad 55-63 µs against 6). tiered.py, tiered / plain autograd, median of 5 jobs: with
-#: 1, 30 calls 1.12x (the job crossed the budget: traced at its end), 100 1.29x, 300 1.11x;
-#: with 2, 30 calls 1.05x (plain all through), 100 1.37x, 300 1.15x.
+#: tiny_grad 55-63 µs against 6).
 RENT_FACTOR = 2.0
 #: Where a signature's saving is known (`note_saving`: what its compiled calls cost against
 #: its plain ones, learned by a function of the same shape before it, as a library's fresh
@@ -73,44 +80,59 @@ RENT_FACTOR = 2.0
 MAX_RENT_FACTOR = 8.0
 #: A tiered signature's saving is noted once its first program has run this many calls.
 LEARN_CALLS = 10
-SAVINGS_KEPT = 1024  # signatures' savings kept, the least recently noted forgotten first
+LEARNED_KEPT = 1024  # signatures' savings and costs kept, the least recently noted forgotten first
 _savings = collections.OrderedDict()  # (function shape, signature) -> a compiled call's seconds over a plain one's
-_savings_lock = threading.Lock()
-_compiles = [0, 0.0]  # compiles seen, their seconds
+_costs = collections.OrderedDict()  # (function shape, signature) -> seconds its program took to make
+_learned_lock = threading.Lock()
+_made = [0, 0.0]  # tiered programs made, the sum of their costs in plain calls
 
 
-def note_compile(seconds):
-    """Count a compile's seconds in the mean plain_budget expects (any thread)."""
-    _compiles[0] += 1
-    _compiles[1] += seconds
-
-
-def plain_budget(learned=None):
+def plain_budget(learned=None, call=None):
     """Seconds of plain-autograd calls a new signature of a tiered function runs before it is
-    traced and compiled (PLAIN_SECONDS); `learned`: its (function shape, signature), whose
-    saving a function of that shape may have noted."""
+    traced and compiled (PLAIN_SECONDS): RENT_FACTOR (or its learned saving's factor) times
+    its program's cost, where a function of its shape made that program before (`learned`:
+    its (function shape, signature)), else its plain call's seconds (`call`, their mean so
+    far; None before the first: no budget spent yet) times the cost in calls this process's
+    programs have had (COST_IN_CALLS before the first, counted as one of them)."""
     if PLAIN_SECONDS is not None:
         return PLAIN_SECONDS
-    n, total = _compiles
     try:
-        ratio = _savings.get(learned)
+        ratio, cost = _savings.get(learned), _costs.get(learned)
     except TypeError:  # an unhashable shape: nothing learned
-        ratio = None
+        ratio = cost = None
     factor = RENT_FACTOR if ratio is None else 1.0 / max(1.0 - ratio, 1.0 / MAX_RENT_FACTOR)
-    return factor * (total / n if n else FIRST_COMPILE_SECONDS)
+    if cost is None:
+        if call is None:
+            return math.inf
+        n, total = _made
+        cost = call * (COST_IN_CALLS + total) / (n + 1)
+    return factor * cost
+
+
+def _remember(table, learned, value):
+    with _learned_lock:
+        try:
+            table[learned] = value
+            table.move_to_end(learned)
+        except TypeError:  # an unhashable shape: nothing learned
+            return
+        while len(table) > LEARNED_KEPT:
+            table.popitem(last=False)
 
 
 def note_saving(learned, plain, compiled):
     """Note, for plain_budget(learned), that a signature's compiled calls took `compiled`
     seconds where its plain calls took `plain` (means over calls)."""
-    with _savings_lock:
-        try:
-            _savings[learned] = compiled / plain
-            _savings.move_to_end(learned)
-        except TypeError:  # an unhashable shape: nothing learned
-            return
-        while len(_savings) > SAVINGS_KEPT:
-            _savings.popitem(last=False)
+    _remember(_savings, learned, compiled / plain)
+
+
+def note_cost(learned, seconds, plain):
+    """Note, for plain_budget, that making the program of signature `learned` took `seconds`
+    (trace, lowering and compile), where its plain calls took `plain` (their mean) each."""
+    _remember(_costs, learned, seconds)
+    with _learned_lock:
+        _made[0] += 1
+        _made[1] += seconds / plain
 
 
 class Untraced:
@@ -150,7 +172,7 @@ class NewSignatures:
             untraced = self._untraced.setdefault(key, Untraced())
             if len(self._untraced) > self.limit:
                 self._untraced.pop(next(iter(self._untraced)), None)
-        if untraced.spent < plain_budget((self.shape, key)):
+        if untraced.spent < plain_budget((self.shape, key), untraced.spent / untraced.calls if untraced.calls else None):
             return untraced
         if self._untraced.pop(key, None) is not None and untraced.calls:
             self._paid[key] = untraced.spent / untraced.calls
@@ -158,11 +180,15 @@ class NewSignatures:
                 self._paid.pop(next(iter(self._paid)))
         return None
 
-    def learner(self, key):
-        """For the Ladder of signature `key`, compiled after plain calls: note_saving with its
+    def learner(self, key, seconds):
+        """For the Ladder of signature `key`, compiled after plain calls, its program made in
+        `seconds`: notes that cost (note_cost) and returns note_saving with the key, for its
         compiled calls' mean seconds (None if it ran no plain calls)."""
         paid = self._paid.pop(key, None)
-        return None if paid is None else functools.partial(note_saving, (self.shape, key), paid)
+        if paid is None:
+            return None
+        note_cost((self.shape, key), seconds, paid)
+        return functools.partial(note_saving, (self.shape, key), paid)
 
     def clear(self):
         self._untraced.clear()
@@ -171,10 +197,23 @@ class NewSignatures:
 
 def default_tiered():
     """Whether a function made with tiered=None tiers: set_default_tiered's value, else
-    $AUTOGRAD_XLA_TIERED, read at each new signature (so it can change at run time)."""
+    $AUTOGRAD_XLA_TIERED where set (to anything but 1, true, yes, on: off), else whether the
+    process may run on a second core (`spare_core`); read at each new signature (so it can
+    change at run time)."""
     if _default is not None:
         return _default
-    return os.environ.get(TIERED_ENV, "").strip().lower() in _ON
+    env = os.environ.get(TIERED_ENV, "").strip().lower()
+    return env in _ON if env else spare_core()
+
+
+def spare_core():
+    """Whether this process may run on more than one core (its CPU affinity, which taskset,
+    cgroups' cpusets and container limits narrow): then XLA's compile on the compile thread
+    runs beside the plain calls instead of taking turns with them."""
+    try:
+        return len(os.sched_getaffinity(0)) > 1
+    except (AttributeError, OSError):  # no affinity here (macOS, Windows)
+        return (os.cpu_count() or 1) > 1
 
 
 #: A compiled signature's next program (Ladder) is made once its calls have taken UPGRADE_RENT
