@@ -69,6 +69,10 @@ STATIC_FLOAT_VALUES = 4
 #: refuse a call gets another program, traced for that call, up to this many in all; a call
 #: none of them takes runs as plain autograd.
 GUARDED_PROGRAMS = 4
+#: `_waiting` (dispatch.Calls) while a signature runs in the plain tier: its calls go to
+#: Python without asking C++ (a miss and _fastpath's lookup, ~15-25 µs a call, for no fast
+#: path), until a compiled call of the function sets it back.
+PLAIN_TIER = 2
 #: Programs above either bound run as plain autograd instead (jit_ps's `max_program`):
 #: primitive calls, and bytes of StableHLO text (a rule that inlines loops emits much per call).
 MAX_PROGRAM = (40000, 32 << 20)
@@ -228,6 +232,8 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         compiled program gives: not a fallback, nothing to report. Results are what plain
         autograd returns, as for a fallback."""
         self.stats.plain_tier_calls += 1
+        if not self._waiting:
+            self._waiting = PLAIN_TIER  # no fast path to be had: calls skip C++'s miss and _fastpath meanwhile
         call = functools.partial(self._apply, spec, leaves, autodiff.BOXING)
         return entry.run(call) if type(entry) is tiering.Untraced else call()
 
@@ -286,7 +292,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         if entry is None or entry.stage < stage:
             if stage == COMPILED and entry is not None and entry.compiling():
                 return entry  # tiered: its calls run plainly meanwhile, without waiting for the lock
-            if stage == COMPILED and entry is None and self._tiers():
+            if stage == COMPILED and entry is None and (key in self._untraced or self._tiers()):
                 untraced = self._untraced.plain(key)
                 if untraced is not None:
                     return untraced  # tiered: plain calls until they have cost a compile
@@ -307,6 +313,8 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
             return self._run_plain(entry, spec, leaves)
         if entry.stage < COMPILED:  # tiered: not compiled yet (nor in _simple)
             return self._run_plain_tier(spec, leaves, entry)
+        if self._waiting == PLAIN_TIER:  # compiled now: C++ may take its calls
+            self._waiting = 0
         if (not (entry.static_leaves or entry.draws or entry.guards) and spec is _FLAT_SPECS.get(len(leaves))
                 and all(type(x) is np.ndarray and x.dtype in _SUPPORTED for x in leaves)):
             sig = tuple([(x.shape, x.dtype) for x in leaves])

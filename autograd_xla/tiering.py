@@ -3,12 +3,13 @@ compile, and while XLA compiles it.
 
 With a cold cache a short job loses to plain autograd: compiling the gradient of the
 benchmarks' 784-200-100-10 MLP takes ~0.2-0.4 s, as long as ~25-50 of its plain-autograd
-calls. With `jit_ps(f, tiered=True)` (or `set_default_tiered(True)`, or
-$AUTOGRAD_XLA_TIERED=1) a new signature first runs as plain autograd, untraced, until its
-calls have cost what a compile is expected to save (`plain_budget`: the rent-or-buy rule,
-so a job never costs much more than a few times the better of the two, and a job shorter
-than that costs what plain autograd does: with two cores, a compile running beside the
-plain calls slowed them 2-3x). Then it is traced and lowered in the calling thread
+calls. Tiered (`jit_ps(f, tiered=True)`, `set_default_tiered(True)`, or
+$AUTOGRAD_XLA_TIERED=1; the default where the process may run on a second core,
+`spare_core`) a new signature first runs as plain autograd, untraced, until its calls have
+cost what making its program is expected to (`plain_budget`: the rent-or-buy rule, so a job
+never costs much more than a few times the better of the two, and a job shorter than that
+costs what plain autograd does: with two cores, a compile running beside the plain calls
+slowed them 2-3x). Then it is traced and lowered in the calling thread
 (milliseconds; tracing runs the user's Python), XLA's compile goes to the one background
 thread here, and calls of that signature run as plain autograd until the executable is
 ready. Plain autograd is the reference the compiled program is checked against, so both
@@ -64,6 +65,11 @@ PLAIN_SECONDS = None
 #: most RENT_FACTOR times its program's cost), so the prior is a high one; each program a
 #: tiered signature makes then moves it towards what this process's programs cost.
 COST_IN_CALLS = 200.0
+#: ... but where a plain call's time is its arithmetic, not Python's overhead, calls say
+#: little of the program's size: a signature not learned is expected to cost at most this
+#: many seconds (pymanopt's PSD fixed-rank problem: 50-100 ms plain calls, a ~1 s compile,
+#: calls 8x faster compiled; lifelines' value_and_grad and Hessians: 0.05-4 s).
+COST_CAP_SECONDS = 1.0
 #: Rent or buy: a compiled call is not free, so a compile pays back not a plain call's time
 #: but what it saves, p - c a call, and breaks even after C / (p - c) calls, which cost
 #: C * p / (p - c) of plain time: this factor is p / (p - c) for compiled calls twice as
@@ -93,7 +99,8 @@ def plain_budget(learned=None, call=None):
     its program's cost, where a function of its shape made that program before (`learned`:
     its (function shape, signature)), else its plain call's seconds (`call`, their mean so
     far; None before the first: no budget spent yet) times the cost in calls this process's
-    programs have had (COST_IN_CALLS before the first, counted as one of them)."""
+    programs have had (COST_IN_CALLS before the first, counted as one of them), up to
+    COST_CAP_SECONDS."""
     if PLAIN_SECONDS is not None:
         return PLAIN_SECONDS
     try:
@@ -105,7 +112,7 @@ def plain_budget(learned=None, call=None):
         if call is None:
             return math.inf
         n, total = _made
-        cost = call * (COST_IN_CALLS + total) / (n + 1)
+        cost = min(call * (COST_IN_CALLS + total) / (n + 1), COST_CAP_SECONDS)
     return factor * cost
 
 
@@ -179,6 +186,9 @@ class NewSignatures:
             while len(self._paid) > self.limit:
                 self._paid.pop(next(iter(self._paid)))
         return None
+
+    def __contains__(self, key):
+        return key in self._untraced
 
     def learner(self, key, seconds):
         """For the Ladder of signature `key`, compiled after plain calls, its program made in

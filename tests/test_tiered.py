@@ -114,10 +114,11 @@ def fresh_learning(monkeypatch):
 
 def test_the_plain_budget_is_the_rent_factor_times_the_cost_expected_in_plain_calls(fresh_learning, monkeypatch):
     """Before any program is made, a signature runs plainly for RENT_FACTOR * COST_IN_CALLS
-    of its calls; each program a tiered signature makes moves that count towards its own
+    of its calls, or RENT_FACTOR * COST_CAP_SECONDS if less; each program a tiered signature makes moves that count towards its own
     cost in calls (trace, lowering and compile over its mean plain call)."""
     assert tiering.plain_budget(None, None) == float("inf")  # no call yet: the first is plain
     assert tiering.plain_budget(None, 0.001) == pytest.approx(tiering.RENT_FACTOR * tiering.COST_IN_CALLS * 0.001)
+    assert tiering.plain_budget(None, 1.0) == pytest.approx(tiering.RENT_FACTOR * tiering.COST_CAP_SECONDS)
     monkeypatch.setattr(tiering, "COST_IN_CALLS", 1.0)
     g = grad(loss, argnum=(0, 1))
     jf = jit_ps(grad(loss, argnum=(0, 1)), tiered=True)
