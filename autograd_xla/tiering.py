@@ -70,6 +70,12 @@ COST_IN_CALLS = 200.0
 #: many seconds (pymanopt's PSD fixed-rank problem: 50-100 ms plain calls, a ~1 s compile,
 #: calls 8x faster compiled; lifelines' value_and_grad and Hessians: 0.05-4 s).
 COST_CAP_SECONDS = 1.0
+#: ... and at least this many: the least a program costs to make here (tiny_grad's compiles
+#: 25-45 ms; lifelines' ExponentialFitter's value_and_grad 14 ms tracing, 16 lowering, 84
+#: compiling). pymanopt's sphere example, 202 iterations of ~20 µs cost calls: its cost
+#: crossed 200 of them twice (8 ms) and was traced and compiled, its solve 124 ms against
+#: plain autograd's 47.
+COST_FLOOR_SECONDS = 0.05
 #: Rent or buy: a compiled call is not free, so a compile pays back not a plain call's time
 #: but what it saves, p - c a call, and breaks even after C / (p - c) calls, which cost
 #: C * p / (p - c) of plain time: this factor is p / (p - c) for compiled calls twice as
@@ -99,8 +105,8 @@ def plain_budget(learned=None, call=None):
     its program's cost, where a function of its shape made that program before (`learned`:
     its (function shape, signature)), else its plain call's seconds (`call`, their mean so
     far; None before the first: no budget spent yet) times the cost in calls this process's
-    programs have had (COST_IN_CALLS before the first, counted as one of them), up to
-    COST_CAP_SECONDS."""
+    programs have had (COST_IN_CALLS before the first, counted as one of them), within
+    COST_FLOOR_SECONDS and COST_CAP_SECONDS."""
     if PLAIN_SECONDS is not None:
         return PLAIN_SECONDS
     try:
@@ -112,7 +118,7 @@ def plain_budget(learned=None, call=None):
         if call is None:
             return math.inf
         n, total = _made
-        cost = min(call * (COST_IN_CALLS + total) / (n + 1), COST_CAP_SECONDS)
+        cost = min(max(call * (COST_IN_CALLS + total) / (n + 1), COST_FLOOR_SECONDS), COST_CAP_SECONDS)
     return factor * cost
 
 

@@ -114,11 +114,14 @@ def fresh_learning(monkeypatch):
 
 def test_the_plain_budget_is_the_rent_factor_times_the_cost_expected_in_plain_calls(fresh_learning, monkeypatch):
     """Before any program is made, a signature runs plainly for RENT_FACTOR * COST_IN_CALLS
-    of its calls, or RENT_FACTOR * COST_CAP_SECONDS if less; each program a tiered signature makes moves that count towards its own
+    of its calls, within RENT_FACTOR times COST_FLOOR_SECONDS and COST_CAP_SECONDS; each
+    program a tiered signature makes moves that count towards its own
     cost in calls (trace, lowering and compile over its mean plain call)."""
     assert tiering.plain_budget(None, None) == float("inf")  # no call yet: the first is plain
     assert tiering.plain_budget(None, 0.001) == pytest.approx(tiering.RENT_FACTOR * tiering.COST_IN_CALLS * 0.001)
     assert tiering.plain_budget(None, 1.0) == pytest.approx(tiering.RENT_FACTOR * tiering.COST_CAP_SECONDS)
+    assert tiering.plain_budget(None, 1e-6) == pytest.approx(tiering.RENT_FACTOR * tiering.COST_FLOOR_SECONDS)
+    monkeypatch.setattr(tiering, "COST_FLOOR_SECONDS", 0.0)
     monkeypatch.setattr(tiering, "COST_IN_CALLS", 1.0)
     g = grad(loss, argnum=(0, 1))
     jf = jit_ps(grad(loss, argnum=(0, 1)), tiered=True)
@@ -150,6 +153,7 @@ def test_a_signature_s_saving_sets_the_budget_of_the_next_function_of_its_shape(
     first program, what they cost against the plain ones (c / p); a function of
     the same shape made afresh (a library's next fit) then runs that signature plainly for
     p / (p - c) times its cost (at most MAX_RENT_FACTOR), other signatures for RENT_FACTOR."""
+    monkeypatch.setattr(tiering, "COST_FLOOR_SECONDS", 0.0)
     monkeypatch.setattr(tiering, "COST_IN_CALLS", 1.0)
     monkeypatch.setattr(tiering, "LEARN_CALLS", 1)
     g = grad(loss, argnum=(0, 1))
