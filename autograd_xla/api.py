@@ -448,7 +448,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
                     self._forget_fast_paths()  # refilled by the next calls; never holding an evicted entry
                     self.stats.evictions += 1
             if entry.stage < stage:
-                entry = self._advance(key, entry, stage, background=self._tiers())
+                entry = self._advance(key, entry, stage, background=self._tiers() and self._in_background())
             if built:
                 self._note_recompile(key)
             if entry.graph is not None and entry.stage >= LOWERED:  # (a warning turned error is the user's, not a fallback)
@@ -666,11 +666,19 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
             aot.report(f"{self!r} {what} in the background for {self._signature_text(key)}")
 
     def _tiers(self):
-        """tiered=None: the process default (tiering.default_tiered), except under
-        fallback="error", which asks to hear at the first call that a signature cannot compile."""
-        if self.tiered is None:
-            return self.fallback != "error" and tiering.default_tiered()
-        return bool(self.tiered)
+        """Whether a new signature runs plainly first: tiered=None follows the process default
+        (tiering.default_tiered: None is on), except under fallback="error", which asks to
+        hear at the first call that a signature cannot compile."""
+        if self.tiered is not None:
+            return bool(self.tiered)
+        default = tiering.default_tiered()
+        return self.fallback != "error" and default is not False
+
+    def _in_background(self):
+        """Whether a tiered signature's compile goes to the compile thread: asked for (tiered
+        or the process default True), else where a core is free (tiering.spare_core)."""
+        asked = self.tiered if self.tiered is not None else tiering.default_tiered()
+        return tiering.spare_core() if asked is None else bool(asked)
 
     def _compile_lowered(self, entry, key=None, quick=True):
         """XLA compiles a lowered entry's first program, with the options it compiles fastest
@@ -1047,8 +1055,9 @@ def jit_ps(fun=None, *, static_argnums=(), static_argnames=(), fallback="python"
     While plain: results are numpy arrays even with keep_on_device=True and nothing is
     donated, as for a signature that falls back. `stats.plain_tier_calls` counts those
     calls. None follows set_default_tiered, else $AUTOGRAD_XLA_TIERED (1 on, 0 off), else
-    tiers where the process may run on a second core (tiering.spare_core), but never under
-    fallback="error" (a signature that cannot compile is then an error at its first call).
+    tiers, compiling on the background thread only where a core is free (tiering.spare_core;
+    else in the call that has spent the plain budget), but never under fallback="error" (a
+    signature that cannot compile is then an error at its first call).
     roll_loops: a Python loop unrolled by tracing is rolled back into one compiled loop where
     its steps repeat the same operations (rolling.py; each step computes as the unrolled
     program would), so its compile time does not grow with the number of steps; None follows

@@ -3,16 +3,16 @@ compile, and while XLA compiles it.
 
 With a cold cache a short job loses to plain autograd: compiling the gradient of the
 benchmarks' 784-200-100-10 MLP takes ~0.2-0.4 s, as long as ~25-50 of its plain-autograd
-calls. Tiered (`jit_ps(f, tiered=True)`, `set_default_tiered(True)`, or
-$AUTOGRAD_XLA_TIERED=1; the default where the process may run on a second core,
+calls. Tiered (the default; `jit_ps(f, tiered=True)`, `set_default_tiered(True)`, or
+$AUTOGRAD_XLA_TIERED=1 also compile on the compile thread where no core is free,
 `spare_core`) a new signature first runs as plain autograd, untraced, until its calls have
 cost what making its program is expected to (`plain_budget`: the rent-or-buy rule, so a job
 never costs much more than a few times the better of the two, and a job shorter than that
 costs what plain autograd does: with two cores, a compile running beside the plain calls
 slowed them 2-3x). Then it is traced and lowered in the calling thread
 (milliseconds; tracing runs the user's Python), XLA's compile goes to the one background
-thread here, and calls of that signature run as plain autograd until the executable is
-ready. Plain autograd is the reference the compiled program is checked against, so both
+thread here (by default only where a core is free; else it compiles in the call), and
+calls of that signature run as plain autograd until the executable is ready. Plain autograd is the reference the compiled program is checked against, so both
 tiers give its numbers; XLA's compile releases the GIL (measured: 18 plain MLP gradient
 calls ran in the caller during one 0.42 s compile), so the caller is slowed only by
 sharing the cores.
@@ -212,24 +212,34 @@ class NewSignatures:
 
 
 def default_tiered():
-    """Whether a function made with tiered=None tiers: set_default_tiered's value, else
-    $AUTOGRAD_XLA_TIERED where set (to anything but 1, true, yes, on: off), else whether the
-    process may run on a second core (`spare_core`); read at each new signature (so it can
-    change at run time)."""
+    """The process default of a function made with tiered=None: set_default_tiered's value,
+    else $AUTOGRAD_XLA_TIERED's where set (1, true, yes, on; anything else: off), else None:
+    tiered, its compile on the compile thread where a core is free (`spare_core`) and in the
+    call otherwise. Read at each new signature (so it can change at run time)."""
     if _default is not None:
         return _default
     env = os.environ.get(TIERED_ENV, "").strip().lower()
-    return env in _ON if env else spare_core()
+    return (env in _ON) if env else None
 
 
 def spare_core():
-    """Whether this process may run on more than one core (its CPU affinity, which taskset,
-    cgroups' cpusets and container limits narrow): then XLA's compile on the compile thread
-    runs beside the plain calls instead of taking turns with them."""
+    """Whether a core is free for XLA's compile beside the calling thread's plain calls: the
+    process may run on more than one (its CPU affinity, which taskset, cgroups' cpusets and
+    container limits narrow) and the machine's load over the last minute leaves one idle.
+    Where none is, a compile on the compile thread slows the plain calls more than it runs
+    beside them: the demo's classifier (200 Adam steps, ~15-100 ms plain gradient calls of
+    OpenBLAS's products on 2 threads; 2 cores, load 4), tiered, compiled on the compile
+    thread in 0.70-0.80 s and its job took 8.3 and 10.4 s; compiled in the call, in 0.22 s,
+    7.6 and 7.4 s (compiled at its first call: 6.7 and 8.3 s; plain autograd 20 and 24 s)."""
     try:
-        return len(os.sched_getaffinity(0)) > 1
+        cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # no affinity here (macOS, Windows)
-        return (os.cpu_count() or 1) > 1
+        cores = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]  # this process's running threads included
+    except (AttributeError, OSError):
+        load = 0.0
+    return cores > 1 and load < min(cores, os.cpu_count() or cores) - 0.5
 
 
 #: A compiled signature's next program (Ladder) is made once its calls have taken UPGRADE_RENT

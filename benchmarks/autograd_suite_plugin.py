@@ -44,7 +44,7 @@ from autograd import grad
 from autograd_xla import FallbackWarning, jit_ps
 
 # What is checked is the compiled program: a new signature compiles at its first call (tiered
-# execution, jit_ps's default where the process has a second core, would run it plainly first).
+# execution, jit_ps's default, would run it plainly first).
 os.environ.setdefault("AUTOGRAD_XLA_TIERED", "0")
 
 

@@ -15,8 +15,8 @@ import statistics
 import time
 
 # These benchmarks time compiled programs and the first calls that compile them: a new
-# signature compiles at its first call (tiered execution, jit_ps's default where the process
-# has a second core, is timed by tiered.py and the library harnesses, benchmarks/libraries/).
+# signature compiles at its first call (tiered execution, jit_ps's default, is timed by
+# tiered.py and the library harnesses, benchmarks/libraries/).
 os.environ.setdefault("AUTOGRAD_XLA_TIERED", "0")
 
 _clock = time.perf_counter

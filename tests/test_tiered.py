@@ -181,19 +181,27 @@ def test_off_compiles_in_the_call():
         assert compile_thread.idle()
 
 
-@pytest.mark.parametrize("cores", [{0}, {0, 1}, {3, 5, 7}])
-def test_on_by_default_where_the_process_has_a_second_core(monkeypatch, cores):
+@pytest.mark.parametrize("cores, load, background", [({0}, 0.0, False), ({0, 1}, 0.9, True), ({0, 1}, 1.7, False),
+                                                     ({3, 5, 7}, 2.0, True)])
+def test_on_by_default_compiling_in_the_background_where_a_core_is_free(monkeypatch, cores, load, background):
     monkeypatch.delenv(tiering.TIERED_ENV, raising=False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: cores, raising=False)
-    tiers = len(cores) > 1
-    assert tiering.default_tiered() is tiers
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load), raising=False)
+    assert tiering.default_tiered() is None and tiering.spare_core() is background
     with compile_thread.paused():
-        jf = jit_ps(grad(loss))
+        jf = jit_ps(grad(loss))  # PLAIN_SECONDS 0: its first call spends the plain budget
         assert_close(jf(W, B, X), grad(loss)(W, B, X))
-        assert (jf.stats.plain_tier_calls, compile_thread.idle()) == ((1, False) if tiers else (0, True))
+        # in the background: that call ran plainly; else it compiled and ran compiled
+        assert (jf.stats.plain_tier_calls, compile_thread.idle()) == ((1, False) if background else (0, True))
         strict = jit_ps(grad(loss), fallback="error")  # a signature that cannot compile raises at its first call
         assert_close(strict(W, B, X), grad(loss)(W, B, X))
         assert (strict.stats.plain_tier_calls, strict.stats.traces) == (0, 1)
+    assert compile_thread.wait(60)
+    monkeypatch.setattr(tiering, "PLAIN_SECONDS", 3600.0)
+    plain_first = jit_ps(grad(loss))  # tiered by default, with or without a free core
+    assert_close(plain_first(W, B, X), grad(loss)(W, B, X))
+    assert (plain_first.stats.plain_tier_calls, plain_first.stats.traces) == (1, 0)
     monkeypatch.setenv(tiering.TIERED_ENV, "0")
     assert tiering.default_tiered() is False
 

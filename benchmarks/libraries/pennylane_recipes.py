@@ -13,8 +13,7 @@ jit_ps: compiled, fell back (the FallbackWarning's cause), failed (the exception
 result plain PennyLane does not give). Then each workload's plain calls and each compiled
 recipe are timed, each contender in a process of its own, the processes interleaved over
 --rounds: a whole short optimisation (--steps optimiser steps from a fresh process, so the
-first call's trace and compile are included; jit_ps's default, tiered where the process has a
-second core) and the steady per-call time (compiled).
+first call's trace and compile are included; jit_ps's default: tiered) and the steady per-call time (compiled).
 
     PYTHONPATH=<worktree> <pennylane venv>/bin/python benchmarks/libraries/pennylane_recipes.py \
         [--only vqe_sel,...] [--recipes 1,2,...] [--no-timing] [--rounds 2] [--steps 30] [--json out.json]
@@ -326,7 +325,7 @@ def time_contender(name, recipe, steps):
             grad_fn = jitted_call
         elif recipe == 5:
             from autograd_xla import jit_ps
-            f = jit_ps(w.cost)  # jit_ps's default: tiered where a second core is free
+            f = jit_ps(w.cost)  # jit_ps's default: tiered
         opt, args, times = w.opt(), w.args, []
         for _ in range(steps):
             t0 = time.perf_counter()
