@@ -12,8 +12,8 @@ costs what plain autograd does: with two cores, a compile running beside the pla
 slowed them 2-3x). Then it is traced and lowered in the calling thread
 (milliseconds; tracing runs the user's Python), XLA's compile goes to the one background
 thread here (by default only where a core is free; else it compiles in the call), and
-calls of that signature run as plain autograd until the executable is ready. Plain autograd is the reference the compiled program is checked against, so both
-tiers give its numbers; XLA's compile releases the GIL (measured: 18 plain MLP gradient
+calls of that signature run as plain autograd until the executable is ready. Plain autograd
+is the reference the compiled program is checked against, so both tiers give its numbers; XLA's compile releases the GIL (measured: 18 plain MLP gradient
 calls ran in the caller during one 0.42 s compile), so the caller is slowed only by
 sharing the cores.
 
