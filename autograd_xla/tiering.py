@@ -43,7 +43,8 @@ _default = None  # set_default_tiered's value; None follows TIERED_ENV
 
 def set_default_tiered(enabled):
     """The process default of jit_ps's `tiered` (used by functions made with tiered=None, for
-    the signatures they meet from now on): True, False, or None to follow $AUTOGRAD_XLA_TIERED."""
+    the signatures they meet from now on): True, False, or None to follow $AUTOGRAD_XLA_TIERED
+    (where unset: tiered, `default_tiered`)."""
     global _default
     if enabled is not None and not isinstance(enabled, bool):
         raise TypeError(f"set_default_tiered takes True, False or None; got {enabled!r}")
@@ -60,8 +61,8 @@ PLAIN_SECONDS = None
 #: the arithmetic rules a plain call, does its time (a primitive costs autograd a few µs each
 #: way). Measured, (trace + lowering + compile) / one plain call: lifelines 0.30.3's
 #: value_and_grad 160-1000 (Weibull 160, LogNormal 860, GeneralizedGamma 990; its fits make
-#: 57-689 calls), their Hessians 16-370, the benchmarks' MLP gradient ~70 (4.5 ms calls of
-#: large matrix products). Short jobs are the ones to guard (a job past the budget loses at
+#: 57-689 calls), their Hessians 16-370, the benchmarks' MLP gradient 40-100 (0.2-0.4 s to
+#: compile, 4-5.5 ms plain calls of large matrix products). Short jobs are the ones to guard (a job past the budget loses at
 #: most RENT_FACTOR times its program's cost), so the prior is a high one; each program a
 #: tiered signature makes then moves it towards what this process's programs cost.
 COST_IN_CALLS = 200.0
@@ -76,9 +77,8 @@ COST_IN_CALLS = 200.0
 COST_CAP_SECONDS = 2.0
 #: ... and at least this many: the least a program costs to make here (tiny_grad's compiles
 #: 25-45 ms; lifelines' ExponentialFitter's value_and_grad 14 ms tracing, 16 lowering, 84
-#: compiling). pymanopt's sphere example, 202 iterations of ~20 µs cost calls: its cost
-#: crossed 200 of them twice (8 ms) and was traced and compiled, its solve 124 ms against
-#: plain autograd's 47.
+#: compiling). pymanopt's sphere example (202 iterations, its solve 47 ms plain) without it:
+#: its cost function's tiny calls crossed 400 and it was traced and compiled, the solve 124 ms.
 COST_FLOOR_SECONDS = 0.05
 #: Rent or buy: a compiled call is not free, so a compile pays back not a plain call's time
 #: but what it saves, p - c a call, and breaks even after C / (p - c) calls, which cost
