@@ -226,7 +226,7 @@ class Entry:
 
     __slots__ = ("executable", "out_tree", "graph", "lowered", "fallback_cause", "reason", "guards", "draws",
                  "static_leaves", "impure", "stage", "donated", "dynamic", "background", "fastpath", "ladder", "options",
-                 "variant", "previous", "following", "flat", "direct")
+                 "variant", "previous", "following", "flat", "direct", "seconds")
 
     def __init__(self, out_tree, graph, draws=(), static_leaves=(), impure=False, dynamic=()):
         self.out_tree, self.graph = out_tree, graph
@@ -249,6 +249,7 @@ class Entry:
         self.following = {}                         # in a ring: previous -> the program that ran the call after (api._took)
         self.flat = False                           # its leaves are numpy arrays and Python numbers, in tuples and lists: C++ may take its calls
         self.direct = None                          # the program C++ runs, where not `executable` (api._direct)
+        self.seconds = 0.0                          # what making it has cost so far: trace, lowering, compile
 
     @property
     def python_fallback(self):

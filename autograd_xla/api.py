@@ -69,6 +69,10 @@ STATIC_FLOAT_VALUES = 4
 #: refuse a call gets another program, traced for that call, up to this many in all; a call
 #: none of them takes runs as plain autograd.
 GUARDED_PROGRAMS = 4
+#: `_waiting` (dispatch.Calls) while a signature runs in the plain tier: its calls go to
+#: Python without asking C++ (a miss and _fastpath's lookup, ~15-25 µs a call, for no fast
+#: path), until a compiled call of the function sets it back.
+PLAIN_TIER = 2
 #: Programs above either bound run as plain autograd instead (jit_ps's `max_program`):
 #: primitive calls, and bytes of StableHLO text (a rule that inlines loops emits much per call).
 MAX_PROGRAM = (40000, 32 << 20)
@@ -228,6 +232,8 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         compiled program gives: not a fallback, nothing to report. Results are what plain
         autograd returns, as for a fallback."""
         self.stats.plain_tier_calls += 1
+        if not self._waiting:
+            self._waiting = PLAIN_TIER  # no fast path to be had: calls skip C++'s miss and _fastpath meanwhile
         call = functools.partial(self._apply, spec, leaves, autodiff.BOXING)
         return entry.run(call) if type(entry) is tiering.Untraced else call()
 
@@ -286,7 +292,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         if entry is None or entry.stage < stage:
             if stage == COMPILED and entry is not None and entry.compiling():
                 return entry  # tiered: its calls run plainly meanwhile, without waiting for the lock
-            if stage == COMPILED and entry is None and self._tiers():
+            if stage == COMPILED and entry is None and (key in self._untraced or self._tiers()):
                 untraced = self._untraced.plain(key)
                 if untraced is not None:
                     return untraced  # tiered: plain calls until they have cost a compile
@@ -307,6 +313,8 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
             return self._run_plain(entry, spec, leaves)
         if entry.stage < COMPILED:  # tiered: not compiled yet (nor in _simple)
             return self._run_plain_tier(spec, leaves, entry)
+        if self._waiting == PLAIN_TIER:  # compiled now: C++ may take its calls
+            self._waiting = 0
         if (not (entry.static_leaves or entry.draws or entry.guards) and spec is _FLAT_SPECS.get(len(leaves))
                 and all(type(x) is np.ndarray and x.dtype in _SUPPORTED for x in leaves)):
             sig = tuple([(x.shape, x.dtype) for x in leaves])
@@ -440,7 +448,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
                     self._forget_fast_paths()  # refilled by the next calls; never holding an evicted entry
                     self.stats.evictions += 1
             if entry.stage < stage:
-                entry = self._advance(key, entry, stage, background=self._tiers())
+                entry = self._advance(key, entry, stage, background=self._tiers() and self._in_background())
             if built:
                 self._note_recompile(key)
             if entry.graph is not None and entry.stage >= LOWERED:  # (a warning turned error is the user's, not a fallback)
@@ -549,6 +557,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
             aot.report(f"{self!r} traced in {seconds:.3g} s ({len(graph.eqns):,} primitive calls) for "
                        f"{self._signature_text(key)}: {self._why_traced(key)}")
         entry = Entry(out_tree, graph, draws=draws, static_leaves=static, dynamic=dynamic)
+        entry.seconds = seconds
         entry.flat = (not static and not any(spec[1:]) and tree.sequences_only(spec[0])
                       and all(map(fastpaths.takes_leaf, leaves)))
         if not graph.guards:  # a failed guard reruns the call plainly, on arguments that must still exist
@@ -603,6 +612,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         entry.lowered, entry.stage = lowered, LOWERED
         seconds = time.perf_counter() - t0
         self.stats.lower_seconds += seconds
+        entry.seconds += seconds
         return seconds
 
     def _lowering(self, entry, donate, direct=False, **variant):
@@ -656,7 +666,19 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
             aot.report(f"{self!r} {what} in the background for {self._signature_text(key)}")
 
     def _tiers(self):
-        return tiering.default_tiered() if self.tiered is None else bool(self.tiered)
+        """Whether a new signature runs plainly first: tiered=None follows the process default
+        (tiering.default_tiered: None is on), except under fallback="error", which asks to
+        hear at the first call that a signature cannot compile."""
+        if self.tiered is not None:
+            return bool(self.tiered)
+        default = tiering.default_tiered()
+        return self.fallback != "error" and default is not False
+
+    def _in_background(self):
+        """Whether a tiered signature's compile goes to the compile thread: asked for (tiered
+        or the process default True), else where a core is free (tiering.spare_core)."""
+        asked = self.tiered if self.tiered is not None else tiering.default_tiered()
+        return tiering.spare_core() if asked is None else bool(asked)
 
     def _compile_lowered(self, entry, key=None, quick=True):
         """XLA compiles a lowered entry's first program, with the options it compiles fastest
@@ -681,15 +703,14 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
                                                  (None, entry.options is not None),
                                                  (backend_mod.XLA_SCHEDULER, backend.with_xla_scheduler(None) is not None))
                  if wanted]
+        entry.seconds += seconds
+        learn = self._untraced.learner(key, entry.seconds)  # a tiered signature's: its cost and saving
         if steps and tiering.UPGRADE_RENT is not None:
             entry.ladder = tiering.Ladder(steps, seconds, weakref.WeakMethod(self._faster_program),
-                                          weakref.WeakMethod(self._forget_fast_paths), self._untraced.learner(key),
-                                          quick=quickly)
+                                          weakref.WeakMethod(self._forget_fast_paths), learn, quick=quickly)
         entry.executable = executable
         self.stats.compiles += compiled
         self.stats.compile_seconds += seconds
-        if compiled and not quickly:  # (as a tiered signature's are)
-            tiering.note_compile(seconds)
         entry.stage = COMPILED  # last: a call on another thread (tiered) uses the entry once it reads this
         return seconds, compiled
 
@@ -1033,7 +1054,10 @@ def jit_ps(fun=None, *, static_argnums=(), static_argnames=(), fallback="python"
     call as it would have at the first (FallbackWarning, or raised under fallback="error").
     While plain: results are numpy arrays even with keep_on_device=True and nothing is
     donated, as for a signature that falls back. `stats.plain_tier_calls` counts those
-    calls. None follows set_default_tiered, else $AUTOGRAD_XLA_TIERED=1; off by default.
+    calls. None follows set_default_tiered, else $AUTOGRAD_XLA_TIERED (1 on, 0 off), else
+    tiers, compiling on the background thread only where a core is free (tiering.spare_core;
+    else in the call that has spent the plain budget), but never under fallback="error" (a
+    signature that cannot compile is then an error at its first call).
     roll_loops: a Python loop unrolled by tracing is rolled back into one compiled loop where
     its steps repeat the same operations (rolling.py; each step computes as the unrolled
     program would), so its compile time does not grow with the number of steps; None follows

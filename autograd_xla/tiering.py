@@ -3,16 +3,17 @@ compile, and while XLA compiles it.
 
 With a cold cache a short job loses to plain autograd: compiling the gradient of the
 benchmarks' 784-200-100-10 MLP takes ~0.2-0.4 s, as long as ~25-50 of its plain-autograd
-calls. With `jit_ps(f, tiered=True)` (or `set_default_tiered(True)`, or
-$AUTOGRAD_XLA_TIERED=1) a new signature first runs as plain autograd, untraced, until its
-calls have cost what a compile is expected to save (`plain_budget`: the rent-or-buy rule,
-so a job never costs much more than a few times the better of the two, and a job shorter
-than that costs what plain autograd does: with two cores, a compile running beside the
-plain calls slowed them 2-3x). Then it is traced and lowered in the calling thread
+calls. Tiered (the default; `jit_ps(f, tiered=True)`, `set_default_tiered(True)`, or
+$AUTOGRAD_XLA_TIERED=1 also compile on the compile thread where no core is free,
+`spare_core`) a new signature first runs as plain autograd, untraced, until its calls have
+cost what making its program is expected to (`plain_budget`: the rent-or-buy rule, so a job
+never costs much more than a few times the better of the two, and a job shorter than that
+costs what plain autograd does: with two cores, a compile running beside the plain calls
+slowed them 2-3x). Then it is traced and lowered in the calling thread
 (milliseconds; tracing runs the user's Python), XLA's compile goes to the one background
-thread here, and calls of that signature run as plain autograd until the executable is
-ready. Plain autograd is the reference the compiled program is checked against, so both
-tiers give its numbers; XLA's compile releases the GIL (measured: 18 plain MLP gradient
+thread here (by default only where a core is free; else it compiles in the call), and
+calls of that signature run as plain autograd until the executable is ready. Plain autograd
+is the reference the compiled program is checked against, so both tiers give its numbers; XLA's compile releases the GIL (measured: 18 plain MLP gradient
 calls ran in the caller during one 0.42 s compile), so the caller is slowed only by
 sharing the cores.
 
@@ -42,27 +43,49 @@ _default = None  # set_default_tiered's value; None follows TIERED_ENV
 
 def set_default_tiered(enabled):
     """The process default of jit_ps's `tiered` (used by functions made with tiered=None, for
-    the signatures they meet from now on): True, False, or None to follow $AUTOGRAD_XLA_TIERED."""
+    the signatures they meet from now on): True, False, or None to follow $AUTOGRAD_XLA_TIERED
+    (where unset: tiered, `default_tiered`)."""
     global _default
     if enabled is not None and not isinstance(enabled, bool):
         raise TypeError(f"set_default_tiered takes True, False or None; got {enabled!r}")
     _default = enabled
 
 
-#: Seconds of plain calls a new signature runs before it is compiled: None for RENT_FACTOR
-#: times the compile time expected (the mean of this process's compiles so far,
-#: FIRST_COMPILE_SECONDS before the first; tests set 0 to compile at once).
+#: Seconds of plain calls a new signature runs before it is traced and compiled: None for
+#: RENT_FACTOR times what making its program is expected to cost (`plain_budget`; tests set 0
+#: to compile at once).
 PLAIN_SECONDS = None
-#: A typical first compile here (the benchmarks' MLP gradient: 0.13-0.24 s).
-FIRST_COMPILE_SECONDS = 0.2
+#: What making a signature's program costs (its trace and lowering, in the calling thread, and
+#: XLA's compile), in plain calls of that signature, before this process has made one: the
+#: cost grows with the program's number of primitives and so, where Python's overhead and not
+#: the arithmetic rules a plain call, does its time (a primitive costs autograd a few µs each
+#: way). Measured, (trace + lowering + compile) / one plain call: lifelines 0.30.3's
+#: value_and_grad 160-1000 (Weibull 160, LogNormal 860, GeneralizedGamma 990; its fits make
+#: 57-689 calls), their Hessians 16-370, the benchmarks' MLP gradient 40-100 (0.2-0.4 s to
+#: compile, 4-5.5 ms plain calls of large matrix products). Short jobs are the ones to guard (a job past the budget loses at
+#: most RENT_FACTOR times its program's cost), so the prior is a high one; each program a
+#: tiered signature makes then moves it towards what this process's programs cost.
+COST_IN_CALLS = 200.0
+#: ... but where a plain call's time is its arithmetic, not Python's overhead, calls say
+#: little of the program's size: a signature not learned is expected to cost at most this
+#: many seconds. Programs measured: lifelines' value_and_grad and Hessians 0.05-4 s,
+#: PennyLane's tutorial gradients 0.5-4 s (first step of 30, compiled at the first call:
+#: variational classifier 4.0 s, 94-130 ms plain calls; re-uploading classifier 2.9 s). With
+#: 1 s, those two ran 2 s plainly, then compiled, and their 30 steps took 6.0 and 3.3 s
+#: against plain autograd's 3.5 and 2.5 (2 loaded cores); pymanopt's PSD fixed-rank problem
+#: (plain 7.6-10 s, 7.7x faster compiled at the first call) took 1.0-1.5x less than plain.
+COST_CAP_SECONDS = 2.0
+#: ... and at least this many: the least a program costs to make here (tiny_grad's compiles
+#: 25-45 ms; lifelines' ExponentialFitter's value_and_grad 14 ms tracing, 16 lowering, 84
+#: compiling). pymanopt's sphere example (202 iterations, its solve 47 ms plain) without it:
+#: its cost function's tiny calls crossed 400 and it was traced and compiled, the solve 124 ms.
+COST_FLOOR_SECONDS = 0.05
 #: Rent or buy: a compiled call is not free, so a compile pays back not a plain call's time
 #: but what it saves, p - c a call, and breaks even after C / (p - c) calls, which cost
 #: C * p / (p - c) of plain time: this factor is p / (p - c) for compiled calls twice as
 #: fast as plain ones, the middle of the benchmarks' range (the MLP gradient 4-5.5 ms a call
 #: plain, with glibc's thresholds raised, memory.MALLOC_RAISING_BYTES, and 4.2-4.5 compiled;
-#: tiny_grad 55-63 µs against 6). tiered.py, tiered / plain autograd, median of 5 jobs: with
-#: 1, 30 calls 1.12x (the job crossed the budget: traced at its end), 100 1.29x, 300 1.11x;
-#: with 2, 30 calls 1.05x (plain all through), 100 1.37x, 300 1.15x.
+#: tiny_grad 55-63 µs against 6).
 RENT_FACTOR = 2.0
 #: Where a signature's saving is known (`note_saving`: what its compiled calls cost against
 #: its plain ones, learned by a function of the same shape before it, as a library's fresh
@@ -73,44 +96,60 @@ RENT_FACTOR = 2.0
 MAX_RENT_FACTOR = 8.0
 #: A tiered signature's saving is noted once its first program has run this many calls.
 LEARN_CALLS = 10
-SAVINGS_KEPT = 1024  # signatures' savings kept, the least recently noted forgotten first
+LEARNED_KEPT = 1024  # signatures' savings and costs kept, the least recently noted forgotten first
 _savings = collections.OrderedDict()  # (function shape, signature) -> a compiled call's seconds over a plain one's
-_savings_lock = threading.Lock()
-_compiles = [0, 0.0]  # compiles seen, their seconds
+_costs = collections.OrderedDict()  # (function shape, signature) -> seconds its program took to make
+_learned_lock = threading.Lock()
+_made = [0, 0.0]  # tiered programs made, the sum of their costs in plain calls
 
 
-def note_compile(seconds):
-    """Count a compile's seconds in the mean plain_budget expects (any thread)."""
-    _compiles[0] += 1
-    _compiles[1] += seconds
-
-
-def plain_budget(learned=None):
+def plain_budget(learned=None, call=None):
     """Seconds of plain-autograd calls a new signature of a tiered function runs before it is
-    traced and compiled (PLAIN_SECONDS); `learned`: its (function shape, signature), whose
-    saving a function of that shape may have noted."""
+    traced and compiled (PLAIN_SECONDS): RENT_FACTOR (or its learned saving's factor) times
+    its program's cost, where a function of its shape made that program before (`learned`:
+    its (function shape, signature)), else its plain call's seconds (`call`, their mean so
+    far; None before the first: no budget spent yet) times the cost in calls this process's
+    programs have had (COST_IN_CALLS before the first, counted as one of them), within
+    COST_FLOOR_SECONDS and COST_CAP_SECONDS."""
     if PLAIN_SECONDS is not None:
         return PLAIN_SECONDS
-    n, total = _compiles
     try:
-        ratio = _savings.get(learned)
+        ratio, cost = _savings.get(learned), _costs.get(learned)
     except TypeError:  # an unhashable shape: nothing learned
-        ratio = None
+        ratio = cost = None
     factor = RENT_FACTOR if ratio is None else 1.0 / max(1.0 - ratio, 1.0 / MAX_RENT_FACTOR)
-    return factor * (total / n if n else FIRST_COMPILE_SECONDS)
+    if cost is None:
+        if call is None:
+            return math.inf
+        n, total = _made
+        cost = min(max(call * (COST_IN_CALLS + total) / (n + 1), COST_FLOOR_SECONDS), COST_CAP_SECONDS)
+    return factor * cost
+
+
+def _remember(table, learned, value):
+    with _learned_lock:
+        try:
+            table[learned] = value
+            table.move_to_end(learned)
+        except TypeError:  # an unhashable shape: nothing learned
+            return
+        while len(table) > LEARNED_KEPT:
+            table.popitem(last=False)
 
 
 def note_saving(learned, plain, compiled):
     """Note, for plain_budget(learned), that a signature's compiled calls took `compiled`
     seconds where its plain calls took `plain` (means over calls)."""
-    with _savings_lock:
-        try:
-            _savings[learned] = compiled / plain
-            _savings.move_to_end(learned)
-        except TypeError:  # an unhashable shape: nothing learned
-            return
-        while len(_savings) > SAVINGS_KEPT:
-            _savings.popitem(last=False)
+    _remember(_savings, learned, compiled / plain)
+
+
+def note_cost(learned, seconds, plain):
+    """Note, for plain_budget, that making the program of signature `learned` took `seconds`
+    (trace, lowering and compile), where its plain calls took `plain` (their mean) each."""
+    _remember(_costs, learned, seconds)
+    with _learned_lock:
+        _made[0] += 1
+        _made[1] += seconds / plain
 
 
 class Untraced:
@@ -150,7 +189,7 @@ class NewSignatures:
             untraced = self._untraced.setdefault(key, Untraced())
             if len(self._untraced) > self.limit:
                 self._untraced.pop(next(iter(self._untraced)), None)
-        if untraced.spent < plain_budget((self.shape, key)):
+        if untraced.spent < plain_budget((self.shape, key), untraced.spent / untraced.calls if untraced.calls else None):
             return untraced
         if self._untraced.pop(key, None) is not None and untraced.calls:
             self._paid[key] = untraced.spent / untraced.calls
@@ -158,11 +197,18 @@ class NewSignatures:
                 self._paid.pop(next(iter(self._paid)))
         return None
 
-    def learner(self, key):
-        """For the Ladder of signature `key`, compiled after plain calls: note_saving with its
+    def __contains__(self, key):
+        return key in self._untraced
+
+    def learner(self, key, seconds):
+        """For the Ladder of signature `key`, compiled after plain calls, its program made in
+        `seconds`: notes that cost (note_cost) and returns note_saving with the key, for its
         compiled calls' mean seconds (None if it ran no plain calls)."""
         paid = self._paid.pop(key, None)
-        return None if paid is None else functools.partial(note_saving, (self.shape, key), paid)
+        if paid is None:
+            return None
+        note_cost((self.shape, key), seconds, paid)
+        return functools.partial(note_saving, (self.shape, key), paid)
 
     def clear(self):
         self._untraced.clear()
@@ -170,11 +216,34 @@ class NewSignatures:
 
 
 def default_tiered():
-    """Whether a function made with tiered=None tiers: set_default_tiered's value, else
-    $AUTOGRAD_XLA_TIERED, read at each new signature (so it can change at run time)."""
+    """The process default of a function made with tiered=None: set_default_tiered's value,
+    else $AUTOGRAD_XLA_TIERED's where set (1, true, yes, on; anything else: off), else None:
+    tiered, its compile on the compile thread where a core is free (`spare_core`) and in the
+    call otherwise. Read at each new signature (so it can change at run time)."""
     if _default is not None:
         return _default
-    return os.environ.get(TIERED_ENV, "").strip().lower() in _ON
+    env = os.environ.get(TIERED_ENV, "").strip().lower()
+    return (env in _ON) if env else None
+
+
+def spare_core():
+    """Whether a core is free for XLA's compile beside the calling thread's plain calls: the
+    process may run on more than one (its CPU affinity, which taskset, cgroups' cpusets and
+    container limits narrow) and the machine's load over the last minute leaves one idle.
+    Where none is, a compile on the compile thread slows the plain calls more than it runs
+    beside them: the demo's classifier (200 Adam steps, ~15-100 ms plain gradient calls of
+    OpenBLAS's products on 2 threads; 2 cores, load 4), tiered, compiled on the compile
+    thread in 0.70-0.80 s and its job took 8.3 and 10.4 s; compiled in the call, in 0.22 s,
+    7.6 and 7.4 s (compiled at its first call: 6.7 and 8.3 s; plain autograd 20 and 24 s)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity here (macOS, Windows)
+        cores = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]  # this process's running threads included
+    except (AttributeError, OSError):
+        load = 0.0
+    return cores > 1 and load < min(cores, os.cpu_count() or cores) - 0.5
 
 
 #: A compiled signature's next program (Ladder) is made once its calls have taken UPGRADE_RENT

@@ -43,6 +43,11 @@ from autograd import grad
 
 from autograd_xla import FallbackWarning, jit_ps
 
+# What is checked is the compiled program: a new signature compiles at its first call (tiered
+# execution, jit_ps's default, would run it plainly first).
+os.environ.setdefault("AUTOGRAD_XLA_TIERED", "0")
+
+
 def _version(dist):
     try:
         from importlib.metadata import version

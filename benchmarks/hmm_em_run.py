@@ -27,6 +27,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
+# The jitted runs' first call is timed compiling (tiered execution, jit_ps's default, would run it plainly first).
+os.environ.setdefault("AUTOGRAD_XLA_TIERED", "0")
+
 
 def run_one(contender, lines, out):
     t0 = time.perf_counter()

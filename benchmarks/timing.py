@@ -10,8 +10,14 @@ The garbage collector is collected before and disabled during each sample, as ti
 """
 import argparse
 import gc
+import os
 import statistics
 import time
+
+# These benchmarks time compiled programs and the first calls that compile them: a new
+# signature compiles at its first call (tiered execution, jit_ps's default, is timed by
+# tiered.py and the library harnesses, benchmarks/libraries/).
+os.environ.setdefault("AUTOGRAD_XLA_TIERED", "0")
 
 _clock = time.perf_counter
 

@@ -17,6 +17,11 @@ sys.path.insert(0, os.path.dirname(__file__))
 # Four CPU devices for the whole test run (pmap, collectives); single-device programs run on the
 # first and cost the same. Set before the CPU client starts; a run may choose another count.
 os.environ.setdefault("AUTOGRAD_XLA_CPU_DEVICES", "4")
+# A new signature compiles at its first call: the suite's tests count traces and compiles and
+# expect fallback warnings at the call that meets them. Tiered execution, the default
+# (tiering.default_tiered), is tested in test_tiered.py, where each test says tiered=True or
+# sets the default; a run may set the variable to 1 to run everything tiered.
+os.environ.setdefault("AUTOGRAD_XLA_TIERED", "0")
 
 import autograd_xla  # noqa: E402 (after the device count: the CPU client starts on first use, not here)
 from autograd_xla import backend as backend_mod  # noqa: E402

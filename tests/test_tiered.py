@@ -14,7 +14,7 @@ import numpy.random as npr
 import pytest
 
 import autograd.numpy as np
-from autograd import grad
+from autograd import grad, hessian
 from autograd_xla import (CompileError, backend, DeviceArray, FallbackWarning, jit_ps,
                           set_default_tiered, tiering)
 from helpers import assert_close, twice_xla_rejects
@@ -103,26 +103,58 @@ def test_plain_and_untraced_until_the_calls_have_cost_a_compile(monkeypatch):
     assert f.cache_info()["traces"] == 0  # cleared (the counters too): plain and untraced again
 
 
-def test_the_plain_budget_is_the_rent_factor_times_the_mean_compile_so_far(monkeypatch):
+@pytest.fixture
+def fresh_learning(monkeypatch):
+    """The plain budget from this process's learning alone, with nothing learned yet."""
     monkeypatch.setattr(tiering, "PLAIN_SECONDS", None)
-    monkeypatch.setattr(tiering, "_compiles", [0, 0.0])
-    assert tiering.plain_budget() == tiering.RENT_FACTOR * tiering.FIRST_COMPILE_SECONDS
-    jit_ps(lambda x: np.sin(x) * 3.0)(onp.ones(3))  # compiled quickly: not what a tiered signature's compile costs
-    assert tiering._compiles == [0, 0.0]
-    monkeypatch.setattr(backend, "QUICK_WORK", -1)
-    jit_ps(lambda x: np.sin(x) * 3.0)(X)
-    n, total = tiering._compiles
-    assert n == 1 and tiering.plain_budget() == tiering.RENT_FACTOR * total > 0
+    monkeypatch.setattr(tiering, "_made", [0, 0.0])
+    monkeypatch.setattr(tiering, "_costs", tiering.collections.OrderedDict())
+    monkeypatch.setattr(tiering, "_savings", tiering.collections.OrderedDict())
 
 
-def test_a_signature_s_saving_sets_the_budget_of_the_next_function_of_its_shape(monkeypatch):
+def test_the_plain_budget_is_the_rent_factor_times_the_cost_expected_in_plain_calls(fresh_learning, monkeypatch):
+    """Before any program is made, a signature runs plainly for RENT_FACTOR * COST_IN_CALLS
+    of its calls, within RENT_FACTOR times COST_FLOOR_SECONDS and COST_CAP_SECONDS; each
+    program a tiered signature makes moves that count towards its own
+    cost in calls (trace, lowering and compile over its mean plain call)."""
+    assert tiering.plain_budget(None, None) == float("inf")  # no call yet: the first is plain
+    assert tiering.plain_budget(None, 0.001) == pytest.approx(tiering.RENT_FACTOR * tiering.COST_IN_CALLS * 0.001)
+    assert tiering.plain_budget(None, 1.0) == pytest.approx(tiering.RENT_FACTOR * tiering.COST_CAP_SECONDS)
+    assert tiering.plain_budget(None, 1e-6) == pytest.approx(tiering.RENT_FACTOR * tiering.COST_FLOOR_SECONDS)
+    monkeypatch.setattr(tiering, "COST_FLOOR_SECONDS", 0.0)
+    monkeypatch.setattr(tiering, "COST_IN_CALLS", 1.0)
+    g = grad(loss, argnum=(0, 1))
+    jf = jit_ps(grad(loss, argnum=(0, 1)), tiered=True)
+    while jf.stats.compiles == 0:
+        assert_close(jf(W, B, X), g(W, B, X))
+        assert compile_thread.wait(60)
+    calls = jf.stats.plain_tier_calls
+    assert calls >= tiering.RENT_FACTOR  # 1 call's cost, twice, before tracing
+    (n, in_calls), ((learned, seconds),) = tiering._made, tiering._costs.items()
+    assert n == 1 and seconds > 0 and in_calls > 0
+    info = jf.cache_info()
+    assert seconds == pytest.approx(info["trace_seconds"] + info["lower_seconds"] + info["compile_seconds"])
+    assert tiering.plain_budget(None, 0.001) == pytest.approx(tiering.RENT_FACTOR * 0.001 * (1.0 + in_calls) / 2)
+    # a function of the same shape made afresh (a library's next fit): that program's cost
+    assert tiering.plain_budget(learned, 0.001) == pytest.approx(tiering.RENT_FACTOR * seconds)
+
+
+def test_a_signature_run_once_or_twice_is_never_traced(fresh_learning):
+    """A Hessian taken once at the end of a fit runs as plain autograd: no trace, no compile."""
+    h = jit_ps(hessian(loss), tiered=True)
+    for k in range(2):
+        assert_close(h(W, B + k, X), hessian(loss)(W, B + k, X))
+    info = h.cache_info()
+    assert (info["traces"], info["compiles"], info["plain_tier_calls"]) == (0, 0, 2)
+
+
+def test_a_signature_s_saving_sets_the_budget_of_the_next_function_of_its_shape(fresh_learning, monkeypatch):
     """A tiered signature compiled after its plain calls notes, after LEARN_CALLS calls of its
     first program, what they cost against the plain ones (c / p); a function of
     the same shape made afresh (a library's next fit) then runs that signature plainly for
-    p / (p - c) compiles' time (at most MAX_RENT_FACTOR), other signatures for RENT_FACTOR."""
-    monkeypatch.setattr(tiering, "PLAIN_SECONDS", None)
-    monkeypatch.setattr(tiering, "_compiles", [1, 0.002])
-    monkeypatch.setattr(tiering, "_savings", tiering.collections.OrderedDict())
+    p / (p - c) times its cost (at most MAX_RENT_FACTOR), other signatures for RENT_FACTOR."""
+    monkeypatch.setattr(tiering, "COST_FLOOR_SECONDS", 0.0)
+    monkeypatch.setattr(tiering, "COST_IN_CALLS", 1.0)
     monkeypatch.setattr(tiering, "LEARN_CALLS", 1)
     g = grad(loss, argnum=(0, 1))
     first = jit_ps(grad(loss, argnum=(0, 1)), tiered=True)
@@ -132,22 +164,46 @@ def test_a_signature_s_saving_sets_the_budget_of_the_next_function_of_its_shape(
     assert first.stats.plain_tier_calls > 1 and not tiering._savings
     assert_close(first(W, B, X), g(W, B, X))  # the first compiled call
     (learned, ratio), = tiering._savings.items()
-    n, total = tiering._compiles
+    cost = tiering._costs[learned]
     factor = 1 / max(1 - ratio, 1 / tiering.MAX_RENT_FACTOR)
-    assert 0 < ratio and tiering.plain_budget(learned) == pytest.approx(factor * total / n)
-    assert tiering.plain_budget((learned[0], "another signature")) == pytest.approx(tiering.RENT_FACTOR * total / n)
+    assert 0 < ratio and tiering.plain_budget(learned, 1.0) == pytest.approx(factor * cost)
     again = jit_ps(grad(loss, argnum=(0, 1)), tiered=True)
     untraced = again._untraced.plain(learned[1])
-    untraced.spent = (factor + tiering.RENT_FACTOR) / 2 * total / n  # between the two budgets
+    untraced.spent, untraced.calls = (factor + tiering.RENT_FACTOR) / 2 * cost, 1  # between the two budgets
     assert (again._untraced.plain(learned[1]) is None) == (factor < tiering.RENT_FACTOR)
 
 
-def test_off_by_default_compiles_in_the_call():
-    jf = jit_ps(grad(loss))
+def test_off_compiles_in_the_call():
+    jf = jit_ps(grad(loss), tiered=False)
     with compile_thread.paused():  # nothing is handed to the thread: the call compiles
         jf(W, B, X)
         assert (jf.stats.compiles, jf.stats.plain_tier_calls) == (1, 0)
         assert compile_thread.idle()
+
+
+@pytest.mark.parametrize("cores, load, background", [({0}, 0.0, False), ({0, 1}, 0.9, True), ({0, 1}, 1.7, False),
+                                                     ({3, 5, 7}, 2.0, True)])
+def test_on_by_default_compiling_in_the_background_where_a_core_is_free(monkeypatch, cores, load, background):
+    monkeypatch.delenv(tiering.TIERED_ENV, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: cores, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load), raising=False)
+    assert tiering.default_tiered() is None and tiering.spare_core() is background
+    with compile_thread.paused():
+        jf = jit_ps(grad(loss))  # PLAIN_SECONDS 0: its first call spends the plain budget
+        assert_close(jf(W, B, X), grad(loss)(W, B, X))
+        # in the background: that call ran plainly; else it compiled and ran compiled
+        assert (jf.stats.plain_tier_calls, compile_thread.idle()) == ((1, False) if background else (0, True))
+        strict = jit_ps(grad(loss), fallback="error")  # a signature that cannot compile raises at its first call
+        assert_close(strict(W, B, X), grad(loss)(W, B, X))
+        assert (strict.stats.plain_tier_calls, strict.stats.traces) == (0, 1)
+    assert compile_thread.wait(60)
+    monkeypatch.setattr(tiering, "PLAIN_SECONDS", 3600.0)
+    plain_first = jit_ps(grad(loss))  # tiered by default, with or without a free core
+    assert_close(plain_first(W, B, X), grad(loss)(W, B, X))
+    assert (plain_first.stats.plain_tier_calls, plain_first.stats.traces) == (1, 0)
+    monkeypatch.setenv(tiering.TIERED_ENV, "0")
+    assert tiering.default_tiered() is False
 
 
 def test_process_default_from_environment_and_setter(monkeypatch):
@@ -346,7 +402,7 @@ def test_a_process_exiting_while_a_compile_runs_exits_cleanly():
     script = """if True:
         import numpy as onp
         import autograd.numpy as np
-        from autograd import grad
+        from autograd import grad, hessian
         from autograd_xla import jit_ps, tiering
         tiering.PLAIN_SECONDS = 0
 

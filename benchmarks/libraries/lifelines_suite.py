@@ -52,8 +52,9 @@ FITTERS = lifelines_fits.UNIVARIATE + lifelines_fits.REGRESSION
 
 
 def install(mode, made, record=False, counts=None):
-    """Route lifelines' value_and_grad and hessian through jit_ps (mode 'jit' or 'tiered';
-    'jit_vg': value_and_grad only, the Hessian, taken once a fit, left plain); in every mode
+    """Route lifelines' value_and_grad and hessian through jit_ps (mode 'jit': tiered=False,
+    'tiered': tiered=True, 'default': jit_ps's default; 'jit_vg': value_and_grad only, the
+    Hessian, taken once a fit, left plain); in every mode
     count the derivative functions' calls in `counts` when given."""
     import lifelines.fitters
     from autograd import hessian, value_and_grad
@@ -72,7 +73,7 @@ def install(mode, made, record=False, counts=None):
             derivative = transform(f, *args, **kwargs)
             if mode != "plain" and not (mode == "jit_vg" and name == "hessian"):
                 from autograd_xla import jit_ps
-                derivative = jit_ps(derivative, tiered=(mode == "tiered"))
+                derivative = jit_ps(derivative, tiered={"jit": False, "tiered": True}.get(mode))  # default: jit_ps's
                 made.append(derivative)
                 derivative.lifelines_name = name  # (fit_worker splits the stats by it)
                 if record:

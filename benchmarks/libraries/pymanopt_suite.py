@@ -70,15 +70,17 @@ def drop_stand_ins():
             del sys.modules[name]
 
 
-def install(mode, made):
-    """Make pymanopt's autograd backend compile as `mode` says; JittedFunctions go to `made`."""
+def install(mode, made, tiered=None):
+    """Make pymanopt's autograd backend compile as `mode` says; JittedFunctions go to `made`.
+    `tiered`: jit_ps's (None, its default, for the examples' whole solves; False for the
+    tests, whose results are to come from compiled programs)."""
     import pymanopt
     from pymanopt.autodiff.backends._autograd import AutogradBackend
 
     from autograd_xla import jit_ps
 
     def jitted(f):
-        j = jit_ps(f)
+        j = jit_ps(f, tiered=tiered)
         made.append(j)
         return j
     if mode == "stack":
@@ -127,7 +129,7 @@ def patch(mode, made):
     """suite_plugin's LIBRARY_PATCH: pymanopt imported first (its backends find no jax, torch,
     tensorflow), then the routing (autograd_xla imported), then the stand-ins for the examples."""
     import pymanopt  # noqa: F401
-    install(mode, made)
+    install(mode, made, tiered=False)
     stand_ins()
 
 
