@@ -672,7 +672,18 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         if self.tiered is not None:
             return bool(self.tiered)
         default = tiering.default_tiered()
+        if default is None and not self._plain_is_alike():
+            return False
         return self.fallback != "error" and default is not False
+
+    def _plain_is_alike(self):
+        """Whether a plain call returns what this function's compiled calls do, so that tiering
+        by default changes nothing a caller sees but time: not where results stay on a device
+        (keep_on_device: DeviceArrays), come back 32-bit (x64=False), arguments are donated,
+        or the platform is not the CPU (an accelerator's user expects the device's memory
+        and speed, and plain autograd runs on the host)."""
+        return (not self.keep_on_device and self.x64 is not False and not self._donate_argnums
+                and self._backend().platform == "cpu")
 
     def _in_background(self):
         """Whether a tiered signature's compile goes to the compile thread: asked for (tiered

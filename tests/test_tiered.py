@@ -206,6 +206,25 @@ def test_on_by_default_compiling_in_the_background_where_a_core_is_free(monkeypa
     assert tiering.default_tiered() is False
 
 
+@pytest.mark.parametrize("options", [dict(keep_on_device=True), dict(x64=False), dict(donate_argnums=0)])
+def test_by_default_not_where_a_plain_call_returns_other_kinds_of_results(monkeypatch, options):
+    """The default tiers only where a plain call returns what a compiled one does: DeviceArrays
+    (keep_on_device), 32-bit results (x64=False) and donated arguments compile at the first
+    call, as does any function whose platform is not the CPU; tiered=True still tiers them."""
+    monkeypatch.delenv(tiering.TIERED_ENV, raising=False)
+    monkeypatch.setattr(tiering, "PLAIN_SECONDS", 3600.0)
+    W0, B0, X0 = (onp.array(a) for a in (W, B, X))
+    default = jit_ps(grad(loss), **options)
+    default(W0, B0, X0)
+    assert (default.stats.plain_tier_calls, default.stats.traces) == (0, 1)
+    asked = jit_ps(grad(loss), tiered=True, **options)
+    asked(onp.array(W0), B0, X0)
+    assert (asked.stats.plain_tier_calls, asked.stats.traces) == (1, 0)
+    plain = jit_ps(grad(loss))
+    plain(W0, B0, X0)
+    assert (plain.stats.plain_tier_calls, plain.stats.traces) == (1, 0)
+
+
 def test_process_default_from_environment_and_setter(monkeypatch):
     monkeypatch.setenv(tiering.TIERED_ENV, "1")
     with compile_thread.paused():
