@@ -124,6 +124,7 @@ def compare(title, objective, init_params, num_iters):
     jit_losses, jit_time, jit_logging, gradients = train("jit_ps", compiled_grad, objective, init_params,
                                                          num_iters, every)
     info = compiled_grad.cache_info()
+    plain_tier = compiled_grad.stats.plain_tier_calls  # (before the calls timed below)
     plain_g, jit_g = flatten(grad(objective)(init_params, 0))[0], flatten(compiled_grad(init_params, 0))[0]
     start_gap = onp.max(onp.abs(plain_g - jit_g)) / onp.max(onp.abs(plain_g))
     per_call = [seconds_per_call(g, init_params) for g in (grad(objective), compiled_grad)]
@@ -134,18 +135,21 @@ def compare(title, objective, init_params, num_iters):
     first_call = info["trace_seconds"] + info["lower_seconds"] + info["compile_seconds"]
     one_call = per_call[0] / per_call[1]
     print(f"\nplain autograd : {plain_time:7.3f} s")
-    print(f"jit_ps         : {jit_time:7.3f} s  (of which {first_call:.3f} s tracing and compiling, once)")
+    print(f"jit_ps         : {jit_time:7.3f} s  (of which {first_call:.3f} s tracing and compiling, once; "
+          f"{plain_tier} first calls ran as plain autograd until the compile paid)")
     print(f"speed-up       : {plain_time / jit_time:7.2f}x  (one gradient call: {1e3 * per_call[0]:.2f} ms plain, "
           f"{1e3 * per_call[1]:.2f} ms jit_ps, {one_call:.1f}x)")
     # The rest of a step is autograd's Adam: unflatten_optimizer (autograd.misc.optimizers) flattens
     # the gradient and unflattens the parameters every step (twice more for the callback), each a
     # make_vjp trace or a backward pass in autograd, and updates them in numpy; none of it is compiled.
-    # The gradient calls are timed as they ran: a signature's first calls run the program XLA
-    # compiles fastest while a faster one is made and tried beside them (autograd_xla.tiering.Ladder).
+    # The gradient calls are timed as they ran: a signature's first calls run as plain autograd
+    # until they have cost about twice a compile, then the program XLA compiles fastest while a
+    # faster one is made and tried beside it (autograd_xla.tiering).
     adam_own = jit_time - gradients - jit_logging
     print(f"why not {one_call:.1f}x: of jit_ps's {jit_time:.3f} s, {gradients:.3f} s went to the {num_iters} "
-          f"gradient calls (plain: {plain_gradients:.3f} s), {first_call:.3f} s of it tracing and compiling "
-          f"the first and {num_iters * per_call[1]:.3f} s what they cost once settled; {adam_own:.3f} s is "
+          f"gradient calls (plain: {plain_gradients:.3f} s), {first_call:.3f} s of it tracing and compiling, "
+          f"{plain_tier} of them plain, and {num_iters * per_call[1]:.3f} s what they all cost once settled; "
+          f"{adam_own:.3f} s is "
           f"Adam's own work, which jit_ps leaves to autograd (it flattens and unflattens the parameters every "
           f"step), {jit_logging:.3f} s logging losses")
     worst = max(abs(a - b) / max(abs(a), 1e-300) for (_, a), (_, b) in zip(plain_losses, jit_losses))
