@@ -136,7 +136,7 @@ def compare(title, objective, init_params, num_iters):
     one_call = per_call[0] / per_call[1]
     print(f"\nplain autograd : {plain_time:7.3f} s")
     print(f"jit_ps         : {jit_time:7.3f} s  (of which {first_call:.3f} s tracing and compiling, once; "
-          f"{plain_tier} first calls ran as plain autograd until the compile paid)")
+          f"{plain_tier} first calls ran as plain autograd: tiered execution)")
     print(f"speed-up       : {plain_time / jit_time:7.2f}x  (one gradient call: {1e3 * per_call[0]:.2f} ms plain, "
           f"{1e3 * per_call[1]:.2f} ms jit_ps, {one_call:.1f}x)")
     # The rest of a step is autograd's Adam: unflatten_optimizer (autograd.misc.optimizers) flattens
