@@ -12,9 +12,8 @@ import autograd.numpy as np
 import autograd.scipy.stats as stats
 from autograd import grad, make_jvp, value_and_grad
 from autograd.extend import primitive
-from autograd.test_util import check_grads
 from autograd_xla import FallbackWarning, jit_ps
-from helpers import assert_close, check_falls_back
+from helpers import assert_close, check_falls_back, check_grads
 
 rs = onp.random.RandomState(0)
 A, B = rs.randn(3, 4), rs.randn(4, 5)
