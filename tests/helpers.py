@@ -27,6 +27,8 @@ PLATFORM = autograd_xla.default_platform()
 NARROW = PLATFORM not in _backend.FLOAT64_PLATFORMS
 #: Relative tolerances (of the result's scale) there: float64 work done in float32 and float32
 #: work on the chip, against numpy's float64 or float32.
+#: The element type of a float64 value in program text: f32 where it is computed in 32 bits.
+F64_TEXT = "f32" if NARROW else "f64"
 TOL_32 = {onp.dtype("float64"): 1e-4, onp.dtype("complex128"): 1e-4, onp.dtype("float32"): 1e-4,
           onp.dtype("complex64"): 1e-4, onp.dtype("float16"): 2e-3}
 
