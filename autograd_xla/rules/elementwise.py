@@ -223,10 +223,19 @@ def _arith(name, bool_name):
     return body
 
 
+def _float_remainder(ctx, a, b):
+    """C's fmod: XLA's remainder, except that XLA:TPU's gives NaN for a finite `a` over an
+    infinite `b` (a - b * trunc(a / b)), where fmod gives `a` (np.mod(-2.0, -inf) == -2.0)."""
+    rem = ctx.binary("remainder", a, b)
+    if ctx.platform == "cpu":  # (XLA:CPU's is fmod)
+        return rem
+    return ctx.select(ctx.binary("and", _isinf(ctx, b), _isfinite(ctx, a)), a, rem)
+
+
 def _float_divmod(ctx, a, b):
     """numpy's npy_divmod for floats: (floor quotient, remainder with the divisor's sign)."""
     zero, one = ctx.zeros_like(a), _const_like(ctx, 1, a)
-    mod = ctx.binary("remainder", a, b)
+    mod = _float_remainder(ctx, a, b)
     div = ctx.binary("divide", ctx.binary("subtract", a, mod), b)
     mod_nonzero = ctx.compare(mod, zero, "NE")
     wrong_sign = ctx.compare(ctx.compare(b, zero, "LT"), ctx.compare(mod, zero, "LT"), "NE")
@@ -274,7 +283,7 @@ def _remainder(ctx, a, b):
 
 def _fmod(ctx, a, b):
     if _is_float(a):
-        return ctx.binary("remainder", a, b)
+        return _float_remainder(ctx, a, b)
     zero = ctx.zeros_like(a)
     b_zero = ctx.compare(b, zero, "EQ")
     return ctx.select(b_zero, zero, ctx.binary("remainder", a, ctx.select(b_zero, _const_like(ctx, 1, a), b)))
