@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from .. import hlo
 from ..context import result_type
 from ..registry import lowers, register_translation_rule
 
@@ -386,11 +387,23 @@ def _ldexp(ctx, x, e):
 
 
 # ----- bit-level float functions and integer number theory -------------------------------------
+def _width(dtype):
+    """Bits of a value of numpy dtype `dtype` in the module being emitted: a float64 computed in
+    float32 (x64 off, a TPU) has float32's bits, its int64 bit pattern int32's."""
+    return hlo.canonical_dtype(dtype).itemsize * 8
+
+
+def _sign_constant(idt):
+    n = _width(idt)
+    return np.array(1 << (n - 1), dtype=f"u{n // 8}").view(f"i{n // 8}")
+
+
 def _float_bits(dtype):
-    """(signed int dtype of the same width, mantissa bits, exponent bits, exponent bias)."""
+    """(signed int dtype of the same width, mantissa bits, exponent bits, exponent bias), the
+    widths those of the float really computed in (hlo.canonical_dtype)."""
     dtype = np.dtype(dtype)
-    nbits = dtype.itemsize * 8
-    nmant = np.finfo(dtype).nmant
+    nbits = _width(dtype)
+    nmant = np.finfo(hlo.canonical_dtype(dtype)).nmant
     nexp = nbits - 1 - nmant
     return np.dtype(f"i{dtype.itemsize}"), nmant, nexp, 2 ** (nexp - 1) - 1
 
@@ -405,7 +418,7 @@ def _order_key(ctx, x):
     """An integer with the order of the floats x (-0 and +0 equal), from the bits alone:
     XLA's CPU code treats subnormal operands of float comparisons as zero."""
     idt, _, _, _ = _float_bits(x.dtype)
-    nbits = idt.itemsize * 8
+    nbits = _width(idt)
     bits = ctx.bitcast_convert(x, idt)
     mag = ctx.binary("and", bits, ctx.full(x.shape, (1 << (nbits - 1)) - 1, idt))
     negative = ctx.compare(bits, ctx.full(x.shape, 0, idt), "LT")
@@ -414,8 +427,7 @@ def _order_key(ctx, x):
 
 def _sign_bit(ctx, bits):
     idt = bits.dtype
-    sign = np.array(1 << (idt.itemsize * 8 - 1), dtype=f"u{idt.itemsize}").view(idt)
-    return ctx.binary("and", bits, ctx.full(bits.shape, sign, idt))
+    return ctx.binary("and", bits, ctx.full(bits.shape, _sign_constant(idt), idt))
 
 
 def _nextafter(ctx, x, y):
@@ -467,13 +479,13 @@ def _modf(ctx, x):
 def _frexp(ctx, x):
     """Mantissa in [0.5, 1) and exponent from the bits (subnormal inputs included)."""
     idt, nmant, nexp, bias = _float_bits(x.dtype)
-    nbits = idt.itemsize * 8
+    nbits = _width(idt)
 
     def c(v):
         return ctx.full(x.shape, v, idt)
 
     bits = ctx.bitcast_convert(x, idt)
-    sign = ctx.binary("and", bits, c(np.array(1 << (nbits - 1), dtype=f"u{idt.itemsize}").view(idt)))
+    sign = ctx.binary("and", bits, c(_sign_constant(idt)))
     mag = ctx.binary("and", bits, c((1 << (nbits - 1)) - 1))
     exp_field = ctx.binary("shift_right_logical", mag, c(nmant))
     mant = ctx.binary("and", mag, c((1 << nmant) - 1))
