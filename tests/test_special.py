@@ -496,3 +496,17 @@ def test_a_hot_signature_tries_its_merged_calls_apart(monkeypatch):
     assert entry.ladder is None and entry.lowered.variant["merge"] is False
     assert entry.lowered.text.count("stablehlo.while") == 4 * one
     assert_close(f(a, x), first, rtol=1e-10)  # the emitters' last bits, over the difference's h
+
+
+def test_loops_computed_in_32_bits_keep_their_scales():
+    """float64 computed in float32 (x64=False, as a TPU computes it): Miller's recurrence and
+    Lentz's continued fractions rescale within float32's range (their float64 constants, 1e200
+    and 1e-300, were float32's inf and 0: J and Y were NaN for |x| < 5, gammainc and betainc
+    NaN where the fraction's denominators vanish)."""
+    x = onp.array([0.5, 1.0, 1.75, 3.0, 4.5, 10.0])
+    for f in (sp.j0, sp.j1, sp.y0, sp.y1):
+        onp.testing.assert_allclose(jit_ps(f, x64=False)(x), getattr(sc, f.__name__)(x), atol=2e-6)
+    a, b, z = onp.array([0.5, 3.0, 30.0, 2.0]), onp.array([2.0, 0.5, 4.0, 9.0]), onp.array([0.3, 0.9, 0.7, 0.1])
+    for f, args in ((sp.gammainc, (a, 20 * z)), (sp.gammaincc, (a, 20 * z)), (sp.betainc, (a, b, z))):
+        onp.testing.assert_allclose(jit_ps(f, x64=False)(*args), getattr(sc, f.__name__)(*args),
+                                    rtol=1e-4, atol=1e-7)
