@@ -22,7 +22,7 @@ from autograd import grad, hessian_tensor_product, make_jvp
 import autograd.scipy.special as sp
 from autograd_xla import jit_ps, registry, scan, tiering, vmap
 from autograd_xla.rules import special as special_rules
-from helpers import (assert_close, check, check_falls_back, check_grad, check_value, dtypes_of, relative_32,
+from helpers import (NARROW, assert_close, check, check_falls_back, check_grad, check_value, dtypes_of, relative_32,
                      representable_32, scalarize)
 
 F64, F32 = onp.float64, onp.float32
@@ -70,8 +70,16 @@ def check_grads(f, *args, argnums=(0,), both_ways=True):
         assert_close(grad(jit_ps(s), tuple(argnums))(*args), expected, path="grad(jit)", inputs=dtypes_of(*args))
 
 
+def as_computed(a):
+    """A float64 input as the platform computes it: rounded to float32 where float64 is
+    computed in 32 bits (NARROW; near x = 1 betainc's value moves far more than float32's
+    rounding of its result), else itself."""
+    a = onp.asarray(a)
+    return a.astype(onp.float32).astype(a.dtype) if NARROW and a.dtype == onp.float64 else a
+
+
 def sweep_check(f, ref, *args, rtol=1e-12, floor=1e-290):
-    got, expected = jit_ps(f)(*args), ref(*args)
+    got, expected = jit_ps(f)(*args), ref(*map(as_computed, args))
     if isinstance(expected, tuple):
         for g, e in zip(got, expected):
             assert_rel(g, e, rtol, floor)
