@@ -7,10 +7,12 @@ float32, so every floating-point comparison there uses TOL_32 at least (the chip
 transcendentals and its matrix products at HIGHEST precision, after the inputs were rounded
 to float32), while dtypes stay numpy's (results come back float64). On the CPU nothing is
 loosened."""
+import contextlib
 import threading
 
 import numpy as onp
 from autograd import grad
+from autograd import test_util as _autograd_test_util
 from autograd.extend import primitive
 
 import autograd_xla
@@ -25,6 +27,8 @@ PLATFORM = autograd_xla.default_platform()
 NARROW = PLATFORM not in _backend.FLOAT64_PLATFORMS
 #: Relative tolerances (of the result's scale) there: float64 work done in float32 and float32
 #: work on the chip, against numpy's float64 or float32.
+#: The element type of a float64 value in program text: f32 where it is computed in 32 bits.
+F64_TEXT = "f32" if NARROW else "f64"
 TOL_32 = {onp.dtype("float64"): 1e-4, onp.dtype("complex128"): 1e-4, onp.dtype("float32"): 1e-4,
           onp.dtype("complex64"): 1e-4, onp.dtype("float16"): 2e-3}
 
@@ -142,6 +146,40 @@ def check_grad(f, *args, argnums=(0,), rtol=None, atol=None, both_ways=True):
             got = grad(jit_ps(s), argnum)(*args)
             assert_close(got, as_jit_ps_gives(plain, args[argnum], got), rtol, atol,
                          path=f"grad(jit) wrt arg {argnum}", inputs=dts)
+
+
+#: autograd.test_util's finite-difference step and tolerances for a function computed in float32
+#: (NARROW): its step of 1e-6 moves a float32 input by a few ulps and the quotient is rounding
+#: noise (a float32 gamma.cdf's "numeric derivative" came out -103 for -0.098). A step of 1e-2
+#: makes rounding (inputs and outputs to float32, ~1e-7 each, over the step) and truncation
+#: (step**2 / 24 times f''' / f') both ~1e-5 of the derivative, well inside 1e-3.
+STEPS_32 = {"EPS": 1e-2, "TOL": 1e-3, "RTOL": 1e-3}
+
+
+@contextlib.contextmanager
+def _float32_steps():
+    saved = {k: getattr(_autograd_test_util, k) for k in STEPS_32}
+    for k, v in STEPS_32.items():
+        setattr(_autograd_test_util, k, v)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(_autograd_test_util, k, v)
+
+
+def check_grads(f, argnum=0, modes=("fwd", "rev"), order=2):
+    """autograd.test_util.check_grads(f, argnum, modes, order)(*args), autograd's own numeric
+    derivative check; on a 32-bit platform (NARROW) with float32-sized steps (STEPS_32), on
+    the CPU exactly autograd's."""
+    checker = _autograd_test_util.check_grads(f, argnum, list(modes), order)
+    if not NARROW:
+        return checker
+
+    def run(*args, **kwargs):
+        with _float32_steps():
+            return checker(*args, **kwargs)
+    return run
 
 
 def check(f, *args, argnums=(0,), rtol=None, atol=None, grad_rtol=None, both_ways=True):

@@ -24,12 +24,15 @@ from autograd_xla import jit_ps
 from helpers import NARROW, TOL_32
 
 TOL = 1e-10 if not NARROW else TOL_32[onp.dtype("float64")]  # (a 32-bit platform's precision: helpers)
-EXACT_UNITS, SOLVER_UNITS = 5, 30
+# (a 32-bit platform's float32 steps accumulate: the chip's logistic gradient and the nonlinear
+# system were 5.8 and 9.5 units of TOL_32 from the exact values)
+EXACT_UNITS, SOLVER_UNITS = (5 if not NARROW else 20), 30
 
 
 def units(got, ref, tol=TOL):
     """The largest error of got in units of the integration tolerance at ref."""
     got, ref = onp.concatenate([onp.ravel(g) for g in got]), onp.concatenate([onp.ravel(r) for r in ref])
+    tol = max(tol, TOL) if NARROW else tol  # no tighter than the platform computes
     return onp.max(onp.abs(got - ref) / (tol * (1 + onp.abs(ref))))
 
 
@@ -254,7 +257,8 @@ def test_decreasing_and_repeated_times_and_a_single_time():
     f = lambda y0, t: odeint(forced, y0, t, (0.7,))
     compare_with_scipy(f, onp.array([0.3, -0.5]), onp.array([2.0, 1.5, 1.5, 0.0]))
     got = compare_with_scipy(f, onp.array([0.3, -0.5]), onp.array([1.0]))
-    onp.testing.assert_array_equal(got, [[0.3, -0.5]])
+    # the initial value itself, as the platform holds it (float32 on a 32-bit one)
+    onp.testing.assert_array_equal(got, onp.array([[0.3, -0.5]], onp.float32 if NARROW else onp.float64))
 
 
 def test_float32_and_integer_inputs_give_float64_like_scipy():

@@ -12,9 +12,8 @@ import autograd.numpy as np
 import autograd.scipy.stats as stats
 from autograd import grad, make_jvp, value_and_grad
 from autograd.extend import primitive
-from autograd.test_util import check_grads
 from autograd_xla import FallbackWarning, jit_ps
-from helpers import assert_close, check_falls_back
+from helpers import NARROW, assert_close, check_falls_back, check_grads
 
 rs = onp.random.RandomState(0)
 A, B = rs.randn(3, 4), rs.randn(4, 5)
@@ -190,10 +189,14 @@ def test_boolean_mask_arguments_are_static_by_content():
     data = survival_data(200, 0)
     vg = jit_ps(value_and_grad(survival_nll))
     x0 = onp.array([0.1, 0.2])
-    ours = scipy.optimize.minimize(vg, x0, jac=True, args=data, method="BFGS")
-    plain = scipy.optimize.minimize(value_and_grad(survival_nll), x0, jac=True, args=data, method="BFGS")
-    assert ours.nit == plain.nit and ours.nfev == plain.nfev
-    onp.testing.assert_allclose(ours.x, plain.x, rtol=1e-10)
+    # on a 32-bit platform (NARROW) the gradients are float32's: BFGS's default gtol of 1e-5 is
+    # below their rounding (it stopped on "precision loss" after 175 calls), and its path differs
+    opts = {"gtol": 1e-3} if NARROW else {}
+    ours = scipy.optimize.minimize(vg, x0, jac=True, args=data, method="BFGS", options=opts)
+    plain = scipy.optimize.minimize(value_and_grad(survival_nll), x0, jac=True, args=data, method="BFGS",
+                                    options=opts)
+    assert NARROW or (ours.nit == plain.nit and ours.nfev == plain.nfev)
+    onp.testing.assert_allclose(ours.x, plain.x, rtol=1e-2 if NARROW else 1e-10)
     info = vg.cache_info()
     assert info["traces"] == 1 and info["fallbacks"] == 0 and info["hits"] == ours.nfev - 1
     other = survival_data(200, 1)  # another dataset of the same shapes: another trace

@@ -308,6 +308,14 @@ def test_pinv_values(dtype):
     check_value(lambda x: np.linalg.pinv(x, rtol=None), general(3, 3, dtype=dtype))
 
 
+def test_pinv_cutoff_follows_the_precision_computed_in():
+    """float64 computed in float32 (x64=False, a TPU): an rcond under float32's rounding would
+    invert the SVD's noise (a rank-2 matrix's pinv came out 1.9e6 for numpy's 0.076)."""
+    low_rank = general(4, 2) @ general(2, 4, seed=1)
+    narrow = jit_ps(lambda x: np.linalg.pinv(x, rcond=1e-10), x64=False)
+    onp.testing.assert_allclose(narrow(low_rank), onp.linalg.pinv(low_rank, rcond=1e-10), rtol=1e-3, atol=1e-4)
+
+
 def test_pinv_grads():
     check_grad_joint(lambda a, b: cat(np.linalg.pinv(a), np.linalg.pinv(b)), general(4, 3), general(2, 2, 3))
     check_grad(np.linalg.pinv, general(3, 4, dtype=F32), rtol=1e-4, both_ways=False)

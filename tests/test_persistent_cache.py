@@ -4,6 +4,7 @@ eviction, and that it is off by default."""
 import gc
 import json
 import os
+import site
 import subprocess
 import sys
 import warnings
@@ -126,7 +127,9 @@ def test_hit_from_a_script_whose_lines_moved(tmp_path):
 
 def test_off_by_default(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOGRAD_XLA_CACHE")}
-    env.update(HOME=str(tmp_path), PYTHONPATH=ROOT)
+    # a HOME of its own (no cache appears there); the user's site-packages stay where they were
+    # (where benchmarks/tpu_check.sh's .pth file finds autograd and jaxlib)
+    env.update(HOME=str(tmp_path), PYTHONPATH=ROOT, PYTHONUSERBASE=site.getuserbase())
     code = CHILD.format(c=1.5) + "from autograd_xla import persistent_cache; assert persistent_cache.active() is None"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
     assert r.returncode == 0, r.stderr

@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from .. import hlo
 from ..context import result_type
 from ..registry import lowers, register_translation_rule
 
@@ -223,10 +224,19 @@ def _arith(name, bool_name):
     return body
 
 
+def _float_remainder(ctx, a, b):
+    """C's fmod: XLA's remainder, except that XLA:TPU's gives NaN for a finite `a` over an
+    infinite `b` (a - b * trunc(a / b)), where fmod gives `a` (np.mod(-2.0, -inf) == -2.0)."""
+    rem = ctx.binary("remainder", a, b)
+    if ctx.platform == "cpu":  # (XLA:CPU's is fmod)
+        return rem
+    return ctx.select(ctx.binary("and", _isinf(ctx, b), _isfinite(ctx, a)), a, rem)
+
+
 def _float_divmod(ctx, a, b):
     """numpy's npy_divmod for floats: (floor quotient, remainder with the divisor's sign)."""
     zero, one = ctx.zeros_like(a), _const_like(ctx, 1, a)
-    mod = ctx.binary("remainder", a, b)
+    mod = _float_remainder(ctx, a, b)
     div = ctx.binary("divide", ctx.binary("subtract", a, mod), b)
     mod_nonzero = ctx.compare(mod, zero, "NE")
     wrong_sign = ctx.compare(ctx.compare(b, zero, "LT"), ctx.compare(mod, zero, "LT"), "NE")
@@ -274,7 +284,7 @@ def _remainder(ctx, a, b):
 
 def _fmod(ctx, a, b):
     if _is_float(a):
-        return ctx.binary("remainder", a, b)
+        return _float_remainder(ctx, a, b)
     zero = ctx.zeros_like(a)
     b_zero = ctx.compare(b, zero, "EQ")
     return ctx.select(b_zero, zero, ctx.binary("remainder", a, ctx.select(b_zero, _const_like(ctx, 1, a), b)))
@@ -377,11 +387,23 @@ def _ldexp(ctx, x, e):
 
 
 # ----- bit-level float functions and integer number theory -------------------------------------
+def _width(dtype):
+    """Bits of a value of numpy dtype `dtype` in the module being emitted: a float64 computed in
+    float32 (x64 off, a TPU) has float32's bits, its int64 bit pattern int32's."""
+    return hlo.canonical_dtype(dtype).itemsize * 8
+
+
+def _sign_constant(idt):
+    n = _width(idt)
+    return np.array(1 << (n - 1), dtype=f"u{n // 8}").view(f"i{n // 8}")
+
+
 def _float_bits(dtype):
-    """(signed int dtype of the same width, mantissa bits, exponent bits, exponent bias)."""
+    """(signed int dtype of the same width, mantissa bits, exponent bits, exponent bias), the
+    widths those of the float really computed in (hlo.canonical_dtype)."""
     dtype = np.dtype(dtype)
-    nbits = dtype.itemsize * 8
-    nmant = np.finfo(dtype).nmant
+    nbits = _width(dtype)
+    nmant = np.finfo(hlo.canonical_dtype(dtype)).nmant
     nexp = nbits - 1 - nmant
     return np.dtype(f"i{dtype.itemsize}"), nmant, nexp, 2 ** (nexp - 1) - 1
 
@@ -396,7 +418,7 @@ def _order_key(ctx, x):
     """An integer with the order of the floats x (-0 and +0 equal), from the bits alone:
     XLA's CPU code treats subnormal operands of float comparisons as zero."""
     idt, _, _, _ = _float_bits(x.dtype)
-    nbits = idt.itemsize * 8
+    nbits = _width(idt)
     bits = ctx.bitcast_convert(x, idt)
     mag = ctx.binary("and", bits, ctx.full(x.shape, (1 << (nbits - 1)) - 1, idt))
     negative = ctx.compare(bits, ctx.full(x.shape, 0, idt), "LT")
@@ -405,8 +427,7 @@ def _order_key(ctx, x):
 
 def _sign_bit(ctx, bits):
     idt = bits.dtype
-    sign = np.array(1 << (idt.itemsize * 8 - 1), dtype=f"u{idt.itemsize}").view(idt)
-    return ctx.binary("and", bits, ctx.full(bits.shape, sign, idt))
+    return ctx.binary("and", bits, ctx.full(bits.shape, _sign_constant(idt), idt))
 
 
 def _nextafter(ctx, x, y):
@@ -458,13 +479,13 @@ def _modf(ctx, x):
 def _frexp(ctx, x):
     """Mantissa in [0.5, 1) and exponent from the bits (subnormal inputs included)."""
     idt, nmant, nexp, bias = _float_bits(x.dtype)
-    nbits = idt.itemsize * 8
+    nbits = _width(idt)
 
     def c(v):
         return ctx.full(x.shape, v, idt)
 
     bits = ctx.bitcast_convert(x, idt)
-    sign = ctx.binary("and", bits, c(np.array(1 << (nbits - 1), dtype=f"u{idt.itemsize}").view(idt)))
+    sign = ctx.binary("and", bits, c(_sign_constant(idt)))
     mag = ctx.binary("and", bits, c((1 << (nbits - 1)) - 1))
     exp_field = ctx.binary("shift_right_logical", mag, c(nmant))
     mant = ctx.binary("and", mag, c((1 << nmant) - 1))

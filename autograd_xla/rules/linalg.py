@@ -88,6 +88,7 @@ import warnings
 import numpy as np
 from numpy.linalg import LinAlgError
 
+from .. import hlo
 from ..context import kept_shape
 from ..hlo import Value
 from ..registry import LazyModule, lowers, when_imported
@@ -308,6 +309,13 @@ def _pinv(ctx, a, rcond=None, hermitian=False, *, rtol=np._NoValue):
     nb = s.ndim - 1
     rc = rcond if isinstance(rcond, Value) else ctx.const(np.asarray(rcond))
     cdt = np.result_type(rc.dtype, s.dtype)  # numpy: rcond[..., newaxis] is an array, not a weak scalar
+    computed = hlo.canonical_dtype(real_dtype(v.dtype))
+    if computed != real_dtype(v.dtype):
+        # float64 computed in float32 (x64 off, a TPU): singular values below the float32 SVD's
+        # rounding (numpy's default cutoff for the dtype computed in) are its noise, not the
+        # matrix's; a float64 rcond under it inverted that noise (1.9e6 for numpy's 0.076)
+        floor = ctx.const(np.asarray(max(v.shape[-2:]) * np.finfo(computed).eps, rc.dtype))
+        rc = ctx.binary("maximum", rc, ctx.broadcast_to(floor, rc.shape))
     smax = ctx.reduce_with(s, [nb], "maximum", -np.inf)
     cutoff = ctx.binary("multiply", ctx.broadcast_to(ctx.astype(rc, cdt), smax.shape), ctx.astype(smax, cdt))
     large = ctx.compare(ctx.astype(s, cdt), ctx.broadcast_in_dim(cutoff, s.shape, range(nb)), "GT")

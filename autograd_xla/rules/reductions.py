@@ -203,7 +203,10 @@ def _arg_extremum(better):
             init_v = ctx.scalar(complex(extreme, extreme), v.dtype)
         else:
             init_v = ctx.scalar(lowest(v.dtype) if better == "GT" else highest(v.dtype), v.dtype)
-        init_i = ctx.scalar(np.iinfo(np.int64).max, np.int64)
+        # the initial pair never wins, whatever its value compares as: an index of -1 marks it
+        # (XLA:TPU's 64-bit integers are emulated; there int64's lowest read as 0, so the
+        # initial pair beat a row of -1s and argmax gave its index, -1)
+        init_i = ctx.scalar(-1, np.int64)
 
         def beats(b, x, y):
             return complex_order(b, x, y, better) if v.dtype.kind == "c" else b.compare(x, y, better)
@@ -218,6 +221,8 @@ def _arg_extremum(better):
                                   b.binary("and", a_nan, b.binary("or", b.unary("not", b_nan), a_first)), a_wins)
             else:
                 a_wins = b.binary("or", b.compare(av, bv, better), b.binary("and", b.compare(av, bv, "EQ"), a_first))
+            a_wins = b.binary("or", b.compare(bi, b.scalar(0, np.int64), "LT"),
+                              b.binary("and", b.compare(ai, b.scalar(0, np.int64), "GE"), a_wins))
             return b.select(a_wins, av, bv), b.select(a_wins, ai, bi)
 
         _, out_i = ctx.reduce([v, idx], [init_v, init_i], [ax], body)

@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from .. import hlo
 from ..registry import LazyModule
 
 sc = LazyModule("scipy.special")  # imported by then: these kernels serve its functions' rules
@@ -27,6 +28,18 @@ EPS = 2.0 ** -53
 # ----- a Value with operators ----------------------------------------------------------------
 def _deeper(b1, b2):
     return b1 if b1._depth >= b2._depth else b2
+
+
+def in_32_bits(x):
+    """Whether N `x` is computed in 32 bits: a float64 where x64 is off (a TPU), or a float32."""
+    return hlo.canonical_dtype(x.dtype).itemsize <= 4
+
+
+def lentz_tiny(x):
+    """Modified Lentz's stand-in for a zero denominator: small, and its reciprocal finite, in
+    the precision x is really computed in (1e-300 is float32's 0, and 1 / it inf: gammainc's
+    and betainc's continued fractions gave NaN on a TPU)."""
+    return 1e-30 if in_32_bits(x) else 1e-300
 
 
 class N:
@@ -391,7 +404,7 @@ def _igamma_series(b, a, x, active):
 
 def _igamma_cf(b, a, x, active):
     """Legendre's continued fraction, modified Lentz; Q(a, x) = x^a e^-x / Gamma(a) * this."""
-    tiny = 1e-300
+    tiny = lentz_tiny(x)
     bn = x + 1.0 - a
     c = a.like(1.0 / tiny)
     d = 1.0 / where(bn.abs() < tiny, bn.like(tiny), bn)
@@ -466,7 +479,7 @@ def _ibeta_cf(b, a, bb_, x, y, active):
     """Continued fraction of I_x(a, b) (modified Lentz); I = x^a y^b / (a B(a,b)) * this.
     Its first denominator 1 - (a+b) x/(a+1) is formed as (1 - b + (a+b) y)/(a+1): for
     large a and x near 1 the former cancels."""
-    tiny = 1e-300
+    tiny = lentz_tiny(x)
     qab, qap, qam = a + bb_, a + 1.0, a - 1.0
     c = a.like(1.0)
     d = (1.0 - bb_ + qab * y) / qap
@@ -649,6 +662,9 @@ def _miller(b, frac, x, target, active, with_y=False):
     Returns J_{frac+target}(x) and, if with_y (frac = 0), J_0, J_1 and the two Neumann
     sums that give Y_0 and Y_1. `active` marks the elements that need it."""
     one, zero = x.like(1.0), x.like(0.0)
+    # the recurrence grows towards low orders: rescaled past `huge`, which float32 (x64 off,
+    # a TPU) holds squared too (1e200 was its inf, and J, Y came out NaN for |x| < 5)
+    huge = 1e18 if in_32_bits(x) else 1e200
     x = where(active, x, one)
     frac = where(active, frac, zero)
     target = where(active, target, zero)
@@ -691,7 +707,7 @@ def _miller(b, frac, x, target, active, with_y=False):
             coef = where(j.eq(0.0), -one, where(is_odd(j), one, -one) * (2.0 * js + 1.0) / (js * (js + 1.0)))
             t1 = t1 + where(odd & started, coef * cur, zero)
             out += [f0, f1, t0, t1]
-        scale = where(cur.abs() > 1e200, x.like(1e-200), one)
+        scale = where(cur.abs() > huge, x.like(1.0 / huge), one)
         out = [v * scale for v in out]
         return [m - 1.0, cur * scale, p1 * scale, out[0], e] + out[1:]
 
