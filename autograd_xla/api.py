@@ -292,7 +292,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         if entry is None or entry.stage < stage:
             if stage == COMPILED and entry is not None and entry.compiling():
                 return entry  # tiered: its calls run plainly meanwhile, without waiting for the lock
-            if stage == COMPILED and entry is None and (key in self._untraced or self._tiers()):
+            if stage == COMPILED and (entry is None or key in self._untraced) and (key in self._untraced or self._tiers()):
                 untraced = self._untraced.plain(key)
                 if untraced is not None:
                     return untraced  # tiered: plain calls until they have cost a compile
@@ -447,10 +447,14 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
                     self._cache.popitem(last=False)
                     self._forget_fast_paths()  # refilled by the next calls; never holding an evicted entry
                     self.stats.evictions += 1
-            if entry.stage < stage:
-                entry = self._advance(key, entry, stage, background=self._tiers() and self._in_background())
             if built:
                 self._note_recompile(key)
+            if stage == COMPILED and entry.stage == TRACED and entry.graph is not None:
+                held = self._untraced.hold(key, entry.graph.size())  # tiered: the trace kept, for later
+                if held is not None:
+                    return held
+            if entry.stage < stage:
+                entry = self._advance(key, entry, stage, background=self._tiers() and self._in_background())
             if entry.graph is not None and entry.stage >= LOWERED:  # (a warning turned error is the user's, not a fallback)
                 self._warn_32_bit(entry.graph, self._backend())
             return entry
@@ -715,7 +719,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
                                                  (backend_mod.XLA_SCHEDULER, backend.with_xla_scheduler(None) is not None))
                  if wanted]
         entry.seconds += seconds
-        learn = self._untraced.learner(key, entry.seconds)  # a tiered signature's: its cost and saving
+        learn = self._untraced.learner(key, entry.seconds, entry.graph.size())  # a tiered signature's: its cost and saving
         if steps and tiering.UPGRADE_RENT is not None:
             entry.ladder = tiering.Ladder(steps, seconds, weakref.WeakMethod(self._faster_program),
                                           weakref.WeakMethod(self._forget_fast_paths), learn, quick=quickly)
