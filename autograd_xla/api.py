@@ -439,7 +439,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
     def _compile(self, key, spec, leaves, stage=COMPILED):
         with self._lock:
             entry = self._cache.get(key)
-            built = entry is None
+            built, asked = entry is None, key
             if built:
                 key, entry = self._build(key, spec, leaves)
                 self._cache[key] = entry
@@ -450,7 +450,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
             if built:
                 self._note_recompile(key)
             if stage == COMPILED and entry.stage == TRACED and entry.graph is not None:
-                held = self._untraced.hold(key, entry.graph.size())  # tiered: the trace kept, for later
+                held = self._untraced.hold(asked, key, entry.graph.size())  # tiered: the trace kept, for later
                 if held is not None:
                     return held
             if entry.stage < stage:

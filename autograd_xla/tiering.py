@@ -258,17 +258,20 @@ class NewSignatures:
                 self._paid.pop(next(iter(self._paid)))
         return None
 
-    def hold(self, key, eqns):
-        """After the trace of signature `key` (`eqns` primitive calls), before its lowering
-        and compile: None to compile it now, else the Untraced to run its calls plainly with
+    def hold(self, key, traced, eqns):
+        """After the trace of signature `key` (`traced`: its key from now on, which holds the
+        values the trace made static), of `eqns` primitive calls, before its lowering and
+        compile: None to compile it now, else the Untraced to run its calls plainly with
         again, until they have cost HOLD_GROWTH times what they had (its trace is kept: the
         next decision starts from it). Holds where `worth_compiling` says no."""
-        untraced = self._paid.get(key)
-        if untraced is None or PLAIN_SECONDS is not None or worth_compiling((self.shape, key), eqns, untraced):
+        untraced = self._paid.pop(key, None)
+        if untraced is None:
             return None
-        del self._paid[key]
+        if PLAIN_SECONDS is not None or worth_compiling((self.shape, traced), eqns, untraced):
+            self._paid[traced] = untraced  # for learner
+            return None
         untraced.held = HOLD_GROWTH * untraced.spent
-        self._untraced[key] = untraced
+        self._untraced[traced] = untraced
         return untraced
 
     def __contains__(self, key):
