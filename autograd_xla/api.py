@@ -686,8 +686,9 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         (keep_on_device: DeviceArrays), come back 32-bit (x64=False), arguments are donated,
         or the platform is not the CPU (an accelerator's user expects the device's memory
         and speed, and plain autograd runs on the host)."""
-        return (not self.keep_on_device and self.x64 is not False and not self._donate_argnums
-                and self._backend().platform == "cpu")
+        platform = self._platform or (backend_mod.canonical_platform(self.backend) if self.backend
+                                      else backend_mod.default_platform())  # without starting a client (~7 ms)
+        return not self.keep_on_device and self.x64 is not False and not self._donate_argnums and platform == "cpu"
 
     def _in_background(self):
         """Whether a tiered signature's compile goes to the compile thread: asked for (tiered
