@@ -424,6 +424,8 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         """Call the user's function with the original arguments rebuilt from `leaves`
         (containers holding autograd boxes rebuilt as boxes themselves, given `boxing`: see
         `tree.unflatten`)."""
+        if spec is _FLAT_SPECS.get(len(leaves)):  # positional arrays only (__call__'s common case)
+            return self._fun(*leaves)
         treedef, has_kwargs, static_pos, static_kw = spec
         rebuilt = tree.unflatten(treedef, leaves, boxing, plain_levels=2 if has_kwargs else 1)
         args, kwargs = rebuilt if has_kwargs else (rebuilt, {})
@@ -447,14 +449,16 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
                     self._cache.popitem(last=False)
                     self._forget_fast_paths()  # refilled by the next calls; never holding an evicted entry
                     self.stats.evictions += 1
-            if built:
-                self._note_recompile(key)
             if stage == COMPILED and entry.stage == TRACED and entry.graph is not None:
                 held = self._untraced.hold(asked, key, entry.graph.size())  # tiered: the trace kept, for later
                 if held is not None:
+                    if built:
+                        self._note_recompile(key)
                     return held
             if entry.stage < stage:
                 entry = self._advance(key, entry, stage, background=self._tiers() and self._in_background())
+            if built:
+                self._note_recompile(key)
             if entry.graph is not None and entry.stage >= LOWERED:  # (a warning turned error is the user's, not a fallback)
                 self._warn_32_bit(entry.graph, self._backend())
             return entry
