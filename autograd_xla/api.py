@@ -1066,8 +1066,10 @@ def jit_ps(fun=None, *, static_argnums=(), static_argnames=(), fallback="python"
     shape, dtype, structure or static value differs from the closest cached signature) and its
     seconds, on the logger "autograd_xla"; None follows $AUTOGRAD_XLA_LOG_COMPILES=1.
     tiered: a new signature runs as plain autograd, untraced, until its calls have taken
-    what a compile is expected to save (tiering.plain_budget); then it is traced and lowered in
-    the call, and XLA compiles it on a background thread (tiering.py), its calls running as
+    what a compile is expected to save (tiering.plain_budget); then it is traced, and, where
+    its program's size says the compile pays back (tiering.worth_compiling; else it runs
+    plainly on and is judged again later), lowered in the call, and XLA compiles it on a
+    background thread (tiering.py), its calls running as
     plain autograd until that is done, then the executable. Both tiers give plain autograd's
     numbers, and draws from numpy.random stay exactly plain autograd's sequence (the compiled
     program replays the same calls on the same state). A compile error surfaces at the next

@@ -9,8 +9,11 @@ $AUTOGRAD_XLA_TIERED=1 also compile on the compile thread where no core is free,
 cost what making its program is expected to (`plain_budget`: the rent-or-buy rule, so a job
 never costs much more than a few times the better of the two, and a job shorter than that
 costs what plain autograd does: with two cores, a compile running beside the plain calls
-slowed them 2-3x). Then it is traced and lowered in the calling thread
-(milliseconds; tracing runs the user's Python), XLA's compile goes to the one background
+slowed them 2-3x). Then it is traced in the calling thread (milliseconds; tracing runs the
+user's Python) and judged again, by its program's size (`worth_compiling`, the second
+stage): where the compile is not expected to pay back within half as many calls again as
+it has run, its calls run plainly on, the trace kept, until they have cost twice as much
+(then it is judged again). Else it is lowered in the calling thread, XLA's compile goes to the one background
 thread here (by default only where a core is free; else it compiles in the call), and
 calls of that signature run as plain autograd until the executable is ready. Plain autograd
 is the reference the compiled program is checked against, so both tiers give its numbers; XLA's compile releases the GIL (measured: 18 plain MLP gradient
