@@ -292,7 +292,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         if entry is None or entry.stage < stage:
             if stage == COMPILED and entry is not None and entry.compiling():
                 return entry  # tiered: its calls run plainly meanwhile, without waiting for the lock
-            if stage == COMPILED and entry is None and (key in self._untraced or self._tiers()):
+            if stage == COMPILED and (entry is None or key in self._untraced) and (key in self._untraced or self._tiers()):
                 untraced = self._untraced.plain(key)
                 if untraced is not None:
                     return untraced  # tiered: plain calls until they have cost a compile
@@ -424,6 +424,8 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         """Call the user's function with the original arguments rebuilt from `leaves`
         (containers holding autograd boxes rebuilt as boxes themselves, given `boxing`: see
         `tree.unflatten`)."""
+        if spec is _FLAT_SPECS.get(len(leaves)):  # positional arrays only (__call__'s common case)
+            return self._fun(*leaves)
         treedef, has_kwargs, static_pos, static_kw = spec
         rebuilt = tree.unflatten(treedef, leaves, boxing, plain_levels=2 if has_kwargs else 1)
         args, kwargs = rebuilt if has_kwargs else (rebuilt, {})
@@ -439,7 +441,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
     def _compile(self, key, spec, leaves, stage=COMPILED):
         with self._lock:
             entry = self._cache.get(key)
-            built = entry is None
+            built, asked = entry is None, key
             if built:
                 key, entry = self._build(key, spec, leaves)
                 self._cache[key] = entry
@@ -447,6 +449,12 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
                     self._cache.popitem(last=False)
                     self._forget_fast_paths()  # refilled by the next calls; never holding an evicted entry
                     self.stats.evictions += 1
+            if stage == COMPILED and entry.stage == TRACED and entry.graph is not None:
+                held = self._untraced.hold(asked, key, entry.graph.size())  # tiered: the trace kept, for later
+                if held is not None:
+                    if built:
+                        self._note_recompile(key)
+                    return held
             if entry.stage < stage:
                 entry = self._advance(key, entry, stage, background=self._tiers() and self._in_background())
             if built:
@@ -682,8 +690,9 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         (keep_on_device: DeviceArrays), come back 32-bit (x64=False), arguments are donated,
         or the platform is not the CPU (an accelerator's user expects the device's memory
         and speed, and plain autograd runs on the host)."""
-        return (not self.keep_on_device and self.x64 is not False and not self._donate_argnums
-                and self._backend().platform == "cpu")
+        platform = self._platform or (backend_mod.canonical_platform(self.backend) if self.backend
+                                      else backend_mod.default_platform())  # without starting a client (~7 ms)
+        return not self.keep_on_device and self.x64 is not False and not self._donate_argnums and platform == "cpu"
 
     def _in_background(self):
         """Whether a tiered signature's compile goes to the compile thread: asked for (tiered
@@ -715,7 +724,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
                                                  (backend_mod.XLA_SCHEDULER, backend.with_xla_scheduler(None) is not None))
                  if wanted]
         entry.seconds += seconds
-        learn = self._untraced.learner(key, entry.seconds)  # a tiered signature's: its cost and saving
+        learn = self._untraced.learner(key, entry.seconds, entry.graph.size())  # a tiered signature's: its cost and saving
         if steps and tiering.UPGRADE_RENT is not None:
             entry.ladder = tiering.Ladder(steps, seconds, weakref.WeakMethod(self._faster_program),
                                           weakref.WeakMethod(self._forget_fast_paths), learn, quick=quickly)
@@ -1057,8 +1066,10 @@ def jit_ps(fun=None, *, static_argnums=(), static_argnames=(), fallback="python"
     shape, dtype, structure or static value differs from the closest cached signature) and its
     seconds, on the logger "autograd_xla"; None follows $AUTOGRAD_XLA_LOG_COMPILES=1.
     tiered: a new signature runs as plain autograd, untraced, until its calls have taken
-    what a compile is expected to save (tiering.plain_budget); then it is traced and lowered in
-    the call, and XLA compiles it on a background thread (tiering.py), its calls running as
+    what a compile is expected to save (tiering.plain_budget); then it is traced, and, where
+    its program's size says the compile pays back (tiering.worth_compiling; else it runs
+    plainly on and is judged again later), lowered in the call, and XLA compiles it on a
+    background thread (tiering.py), its calls running as
     plain autograd until that is done, then the executable. Both tiers give plain autograd's
     numbers, and draws from numpy.random stay exactly plain autograd's sequence (the compiled
     program replays the same calls on the same state). A compile error surfaces at the next

@@ -147,6 +147,15 @@ class Graph:
     def out_avals(self):
         return [v.aval if isinstance(v, Var) else Aval(np.shape(v), np.result_type(v)) for v in self.outvars]
 
+    def size(self):
+        """Its primitive calls, those of its sub-graphs (the `graphs` of a control-flow
+        equation's parameters: loop bodies, branches) included once each: what making its
+        program costs grows with it (tiering.program_cost)."""
+        def inner(value):
+            graphs = getattr(value, "graphs", None)  # (control_flow's Params: a floor above this one)
+            return sum(g.size() for g in graphs if isinstance(g, Graph)) if isinstance(graphs, list) else 0
+        return sum(1 + sum(map(inner, eqn.args)) for eqn in self.eqns)
+
     def __str__(self):
         return format_graph(self)
 

@@ -9,8 +9,11 @@ $AUTOGRAD_XLA_TIERED=1 also compile on the compile thread where no core is free,
 cost what making its program is expected to (`plain_budget`: the rent-or-buy rule, so a job
 never costs much more than a few times the better of the two, and a job shorter than that
 costs what plain autograd does: with two cores, a compile running beside the plain calls
-slowed them 2-3x). Then it is traced and lowered in the calling thread
-(milliseconds; tracing runs the user's Python), XLA's compile goes to the one background
+slowed them 2-3x). Then it is traced in the calling thread (milliseconds; tracing runs the
+user's Python) and judged again, by its program's size (`worth_compiling`, the second
+stage): where the compile is not expected to pay back within half as many calls again as
+it has run, its calls run plainly on, the trace kept, until they have cost twice as much
+(then it is judged again). Else it is lowered in the calling thread, XLA's compile goes to the one background
 thread here (by default only where a core is free; else it compiles in the call), and
 calls of that signature run as plain autograd until the executable is ready. Plain autograd
 is the reference the compiled program is checked against, so both tiers give its numbers; XLA's compile releases the GIL (measured: 18 plain MLP gradient
@@ -96,11 +99,41 @@ RENT_FACTOR = 2.0
 MAX_RENT_FACTOR = 8.0
 #: A tiered signature's saving is noted once its first program has run this many calls.
 LEARN_CALLS = 10
+#: The second stage (`worth_compiling`): a traced program of n primitive calls (core.Graph.size:
+#: a loop's body counted once) is expected to cost COST_PER_EQN * n ** COST_EXPONENT seconds
+#: to trace, lower and compile before this process has made one, then what the programs made
+#: here say (their geometric mean). Fitted to 14 first programs (trace + lowering + compile,
+#: 2 loaded cores): lifelines 0.30.3's value_and_grad, 51-356 calls, 0.07-1.8 s (SplineFitter
+#: 311: 1.2 s, GeneralizedGamma 356: 1.8 s), the benchmarks' MLP gradient 69: 0.2-0.34 s, a
+#: rolled loop's gradient 41: 0.18-0.26 s and Hessian 2411: 1.1-1.2 s, small gradients and
+#: Hessians 18 and 104: 0.04 and 0.1-0.16 s; within 2-3x of each (a power 1.5 of the size was
+#: 20x off for the loop's Hessian).
+COST_PER_EQN = 7e-3
+COST_EXPONENT = 0.75
+#: A compiled call is expected to take COMPILED_RATIO of a plain one, and CALL_OVERHEAD seconds
+#: at least (jit_ps's Python path, the arguments' signature, XLA's dispatch). Measured,
+#: compiled / plain: lifelines' value_and_grad 0.02-0.24 (ExponentialFitter's 0.9: 240 µs
+#: against 270, its calls taking the Python path at 80-420 µs), its Hessians 0.01-0.2, the
+#: MLP gradient 0.14-0.2, loops 0.01-0.02.
+COMPILED_RATIO = 0.25
+CALL_OVERHEAD = 150e-6
+#: The future a decision counts on, as a fraction of the calls run so far: a half, so that
+#: a short job whose program pays back only just does not compile (SplineFitter's gradient,
+#: 689 calls of 3 ms, decided at ~400: its 1.2 s compile would save 2.8 ms a call, 0.8 s in
+#: the ~290 left) and a long one compiles at most one HOLD_GROWTH later.
+HORIZON = 0.5
+#: The least saving assumed, as a fraction of the plain call: a held signature is decided
+#: again, and so compiled at last, however wrong the estimate.
+MIN_SAVING = 0.1
+#: A held signature is decided again once its plain calls have cost this many times what
+#: they had at the decision.
+HOLD_GROWTH = 2.0
 LEARNED_KEPT = 1024  # signatures' savings and costs kept, the least recently noted forgotten first
 _savings = collections.OrderedDict()  # (function shape, signature) -> a compiled call's seconds over a plain one's
 _costs = collections.OrderedDict()  # (function shape, signature) -> seconds its program took to make
 _learned_lock = threading.Lock()
 _made = [0, 0.0]  # tiered programs made, the sum of their costs in plain calls
+_sized = [0, 0.0]  # ... and the sum of log(seconds / eqns ** COST_EXPONENT) over them
 
 
 def plain_budget(learned=None, call=None):
@@ -143,25 +176,55 @@ def note_saving(learned, plain, compiled):
     _remember(_savings, learned, compiled / plain)
 
 
-def note_cost(learned, seconds, plain):
-    """Note, for plain_budget, that making the program of signature `learned` took `seconds`
-    (trace, lowering and compile), where its plain calls took `plain` (their mean) each."""
+def note_cost(learned, seconds, plain, eqns=None):
+    """Note, for plain_budget, that making the program of signature `learned` (of `eqns`
+    primitive calls) took `seconds` (trace, lowering and compile), where its plain calls took
+    `plain` (their mean) each."""
     _remember(_costs, learned, seconds)
     with _learned_lock:
         _made[0] += 1
         _made[1] += seconds / plain
+        if eqns:
+            _sized[0] += 1
+            _sized[1] += math.log(seconds / eqns ** COST_EXPONENT)
+
+
+def program_cost(eqns):
+    """Seconds a traced program of `eqns` primitive calls is expected to take to make (trace,
+    lowering and compile, as note_cost is told): COST_PER_EQN's prior, counted as one program, and
+    the programs this process made, by the geometric mean of their seconds / eqns**COST_EXPONENT."""
+    n, logs = _sized
+    return math.exp((math.log(COST_PER_EQN) + logs) / (n + 1)) * eqns ** COST_EXPONENT
+
+
+def worth_compiling(learned, eqns, untraced):
+    """The second stage of rent or buy, once a signature's plain budget is spent and it is
+    traced: whether its program (its cost learned, else program_cost(eqns)) pays back within
+    HORIZON times as many calls as it has run plainly (`untraced`), each saving its plain
+    call's time less the compiled call's (the saving learned, else COMPILED_RATIO and
+    CALL_OVERHEAD; MIN_SAVING at least)."""
+    plain = untraced.spent / untraced.calls
+    try:
+        cost, ratio = _costs.get(learned), _savings.get(learned)
+    except TypeError:  # an unhashable shape: nothing learned
+        cost = ratio = None
+    if cost is None:
+        cost = program_cost(eqns)
+    compiled = max(COMPILED_RATIO * plain, CALL_OVERHEAD) if ratio is None else ratio * plain
+    return cost <= HORIZON * untraced.calls * max(plain - compiled, MIN_SAVING * plain)
 
 
 class Untraced:
     """A new signature of a tiered function, run as plain autograd without being traced until
-    its calls have taken plain_budget() seconds (`spent`, over `calls`). It stands in for a
-    cache entry that is not compiled yet (`stage`)."""
+    its calls have taken plain_budget() seconds (`spent`, over `calls`), or `held` seconds
+    where its trace said its compile would not pay back yet (`worth_compiling`). It stands in
+    for a cache entry that is not compiled yet (`stage`)."""
 
-    __slots__ = ("spent", "calls")
+    __slots__ = ("spent", "calls", "held", "due")
     stage, python_fallback, impure = 0, False, False
 
     def __init__(self):
-        self.spent, self.calls = 0.0, 0
+        self.spent, self.calls, self.held, self.due = 0.0, 0, 0.0, 0.0
 
     def run(self, call):
         """call(), its seconds counted."""
@@ -189,25 +252,49 @@ class NewSignatures:
             untraced = self._untraced.setdefault(key, Untraced())
             if len(self._untraced) > self.limit:
                 self._untraced.pop(next(iter(self._untraced)), None)
-        if untraced.spent < plain_budget((self.shape, key), untraced.spent / untraced.calls if untraced.calls else None):
+        spent = untraced.spent
+        if spent < untraced.due and PLAIN_SECONDS is None:  # (a fixed budget may be set at any time: tests do)
+            return untraced
+        budget = max(untraced.held, plain_budget((self.shape, key), spent / untraced.calls if untraced.calls else None))
+        if spent < budget:
+            # asked again halfway there (the budget moves with the calls' mean): a tiny call's
+            # plain tier cost 7 µs more than plain autograd with the budget computed at each
+            untraced.due = (spent + budget) / 2 if 1e-3 < budget - spent < math.inf else 0.0
             return untraced
         if self._untraced.pop(key, None) is not None and untraced.calls:
-            self._paid[key] = untraced.spent / untraced.calls
+            self._paid[key] = untraced
             while len(self._paid) > self.limit:
                 self._paid.pop(next(iter(self._paid)))
         return None
 
+    def hold(self, key, traced, eqns):
+        """After the trace of signature `key` (`traced`: its key from now on, which holds the
+        values the trace made static), of `eqns` primitive calls, before its lowering and
+        compile: None to compile it now, else the Untraced to run its calls plainly with
+        again, until they have cost HOLD_GROWTH times what they had (its trace is kept: the
+        next decision starts from it). Holds where `worth_compiling` says no."""
+        untraced = self._paid.pop(key, None)
+        if untraced is None:
+            return None
+        if PLAIN_SECONDS is not None or worth_compiling((self.shape, traced), eqns, untraced):
+            self._paid[traced] = untraced  # for learner
+            return None
+        untraced.held = untraced.due = HOLD_GROWTH * untraced.spent
+        self._untraced[traced] = untraced
+        return untraced
+
     def __contains__(self, key):
         return key in self._untraced
 
-    def learner(self, key, seconds):
-        """For the Ladder of signature `key`, compiled after plain calls, its program made in
-        `seconds`: notes that cost (note_cost) and returns note_saving with the key, for its
+    def learner(self, key, seconds, eqns):
+        """For the Ladder of signature `key`, compiled after plain calls, its program (of
+        `eqns` primitive calls) made in `seconds`: notes that cost (note_cost) and returns note_saving with the key, for its
         compiled calls' mean seconds (None if it ran no plain calls)."""
-        paid = self._paid.pop(key, None)
-        if paid is None:
+        untraced = self._paid.pop(key, None)
+        if untraced is None:
             return None
-        note_cost((self.shape, key), seconds, paid)
+        paid = untraced.spent / untraced.calls
+        note_cost((self.shape, key), seconds, paid, eqns)
         return functools.partial(note_saving, (self.shape, key), paid)
 
     def clear(self):

@@ -105,9 +105,12 @@ def test_plain_and_untraced_until_the_calls_have_cost_a_compile(monkeypatch):
 
 @pytest.fixture
 def fresh_learning(monkeypatch):
-    """The plain budget from this process's learning alone, with nothing learned yet."""
+    """The plain budget from this process's learning alone, with nothing learned yet (and a
+    traced signature compiled at once: no second stage, but where a test says)."""
     monkeypatch.setattr(tiering, "PLAIN_SECONDS", None)
+    monkeypatch.setattr(tiering, "HORIZON", float("inf"))
     monkeypatch.setattr(tiering, "_made", [0, 0.0])
+    monkeypatch.setattr(tiering, "_sized", [0, 0.0])
     monkeypatch.setattr(tiering, "_costs", tiering.collections.OrderedDict())
     monkeypatch.setattr(tiering, "_savings", tiering.collections.OrderedDict())
 
@@ -171,6 +174,48 @@ def test_a_signature_s_saving_sets_the_budget_of_the_next_function_of_its_shape(
     untraced = again._untraced.plain(learned[1])
     untraced.spent, untraced.calls = (factor + tiering.RENT_FACTOR) / 2 * cost, 1  # between the two budgets
     assert (again._untraced.plain(learned[1]) is None) == (factor < tiering.RENT_FACTOR)
+
+
+def head_loss(W, b, x, n):
+    return loss(W, b, x[:int(n)])
+
+
+@pytest.mark.parametrize("f", [loss, head_loss])  # head_loss: the trace makes n static, the key then holding its value
+def test_a_traced_signature_whose_compile_would_not_pay_back_runs_plainly_until_it_would(fresh_learning, monkeypatch, f):
+    """The second stage: once its plain budget is spent a signature is traced, and compiled
+    only if its program's expected cost (program_cost of its size) is saved within HORIZON
+    times the calls run so far; else its calls run plainly, giving plain autograd's results,
+    until they have cost HOLD_GROWTH times as much, and the decision is taken again on the
+    trace kept."""
+    monkeypatch.setattr(tiering, "plain_budget", lambda learned, call: 0.0 if call is not None else float("inf"))
+    monkeypatch.setattr(tiering, "HORIZON", 0.5)
+    monkeypatch.setattr(tiering, "COST_PER_EQN", 1e6)  # no program pays back
+    g = grad(f, argnum=(0, 1))
+    extra = (onp.array(3),) if f is head_loss else ()
+    jf = jit_ps(g, tiered=True)
+    for k in range(6):
+        assert_close(jf(W, B + k, X, *extra), g(W, B + k, X, *extra))
+        assert compile_thread.wait(60)  # (a compile, had one started)
+    assert (jf.stats.traces, jf.stats.compiles, jf.stats.plain_tier_calls) == (1, 0, 6)
+    monkeypatch.setattr(tiering, "COST_PER_EQN", 1e-12)  # every program pays back
+    for k in range(100):
+        jf(W, B + k, X, *extra)
+        assert compile_thread.wait(60)
+        if jf.stats.compiles:
+            break
+    assert (jf.stats.traces, jf.stats.compiles) == (1, 1)  # the trace kept
+    assert_close(jf(W, B, X, *extra), g(W, B, X, *extra), rtol=1e-12)
+
+
+def test_program_size_counts_a_rolled_loop_s_body():
+    def f(x):
+        for i in range(40):
+            x = np.sin(x) * 0.5 + i
+        return np.sum(x)
+    jf = jit_ps(f, tiered=False)
+    jf(onp.ones(3))
+    graph = next(iter(jf._cache.values())).graph
+    assert (len(graph.eqns), graph.size()) == (2, 2 + 3)  # rolled: the loop and the sum; the body's sin, multiply, add
 
 
 def test_off_compiles_in_the_call():
