@@ -52,6 +52,8 @@ MIN_EQNS = 48
 CANDIDATES = 8
 #: Levels of nesting rolled (layers x time steps: two).
 MAX_LEVELS = 4
+#: Whether a run's differing first and last steps are made steps of the loop (_absorb_ends).
+ABSORB_ENDS = True
 #: Numeric constant arrays up to this many elements may differ between steps (per-step inputs).
 WILD_ARRAY_ELEMENTS = 1024
 
@@ -263,14 +265,31 @@ def _roll_level(graph):
     eqns = graph.eqns
     if len(eqns) < MIN_EQNS:
         return None
+    sites, tokens = _sites(eqns)
+    runs = find_runs(tokens)
+    if not runs:
+        return None
+    longer = _absorb_ends(sites, tokens, runs) if ABSORB_ENDS else None
+    plain = _roll_runs(graph, eqns, sites, runs)
+    if longer is None:
+        return plain
+    sites, tokens = _sites(longer)
+    absorbed = _roll_runs(graph, longer, sites, find_runs(tokens))
+    if absorbed is None or (plain is not None and len(absorbed.eqns) >= len(plain.eqns)):
+        return plain  # (the steps absorbed broke the loop's pattern: the loop as found)
+    return absorbed
+
+
+def _sites(eqns):
     table, sites, tokens = {}, [], []
     for eqn in eqns:
         site = _Site(eqn)
         tokens.append(_token(eqn, site, table))
         sites.append(site)
-    runs = find_runs(tokens)
-    if not runs:
-        return None
+    return sites, tokens
+
+
+def _roll_runs(graph, eqns, sites, runs):
     last_use = {}
     for k, site in enumerate(sites):
         for x in site.leaves:
@@ -291,6 +310,241 @@ def _roll_level(graph):
     rolled = Graph(graph.invars, new_eqns, [level.subst.get(v, v) if isinstance(v, Var) else v for v in graph.outvars],
                    graph.in_tree, graph.out_tree, graph.captured, graph.arg_names, graph.guards)
     return lowering.prune(rolled)
+
+
+# ----- a run's differing first and last steps ------------------------------------------------
+def _absorb_ends(sites, tokens, runs):
+    """The level's equations with the first and last steps of its runs rewritten into steps of
+    the same shape as the body, or None where none is. autograd's backward pass over a loop
+    starts each accumulation with the first gradient itself (the body's `add(acc, g)` is absent
+    from its first step), and its last step leaves out what nothing reads (the gradient of an
+    initial state that is a constant). The first step gets the missing `add(-0.0, g)` (exactly
+    g for every g: -0.0 is the identity of IEEE addition, +0.0 is not: 0.0 + -0.0 == +0.0), and
+    equations of its that make values from constants alone (autograd's zeros) move before it;
+    the last step gets the missing equations, computed from the values the body would read
+    and read by nothing. The run may then start at another of its equations (its rotation)."""
+    out, done, changed = [], 0, False
+    for r, (start, p, k) in enumerate(runs):
+        hi = runs[r + 1][0] if r + 1 < len(runs) else len(sites)
+        got = _front(sites, tokens, start, p, done)
+        if got is None:
+            j, head, lo, rep0 = 0, [], start, {}
+        else:
+            j, head, lo, rep0 = got
+        end = start + k * p
+        tail = _tail(sites, tokens, start, p, k, j, end, hi)
+        if got is None and tail is None:
+            continue
+        changed = True
+        made, after, stop = tail if tail is not None else ([], [], end)
+        out += [s.eqn for s in sites[done:lo]] + made + head  # (made: constants, before the run)
+        out += [rep0.get(i, sites[i].eqn) for i in range(start, end)] + after
+        done = stop
+    if not changed:
+        return None
+    return out + [s.eqn for s in sites[done:]]
+
+
+def _producers(sites, start, p, reps):
+    """Var -> (repetition, position, output) for the first `reps` repetitions of a run."""
+    made = {}
+    for idx in range(reps * p):
+        for o, v in enumerate(sites[start + idx].eqn.outvars):
+            if v is not None:
+                made[v] = divmod(idx, p) + (o,)
+    return made
+
+
+def _kinds(sites, start, p, r, made):
+    """Per position of repetition r of the run: its leaves as ("l", q, o) (this repetition's),
+    ("c", q, o) (the previous one's) or the leaf itself (a value from before, a constant)."""
+    kinds = []
+    for q in range(p):
+        row = []
+        for x in sites[start + r * p + q].leaves:
+            src = made.get(x) if type(x) is Var else None
+            if src is None or src[0] < r - 1:
+                row.append(x)
+            else:
+                row.append(("l" if src[0] == r else "c", src[1], src[2]))
+        kinds.append(row)
+    return kinds
+
+
+def _front(sites, tokens, start, p, lo):
+    """The run's step before `start` with the body's missing `add`s put in: (rotation j, its
+    equations, where they begin, {index: equation of the run's first repetition rewritten}),
+    or None. The step is matched backwards against body positions p-1, p-2, ..., j."""
+    body = [sites[start + q] for q in range(p)]
+    matched, missing, extra = {}, [], []
+    i, q = start - 1, p - 1
+    while q >= 0 and i >= lo:
+        if tokens[i] == tokens[start + q]:
+            matched[q] = i
+            i, q = i - 1, q - 1
+        elif _accumulates(body[q].eqn):
+            missing.append(q)
+            q -= 1
+        elif not any(type(x) is Var for x in sites[i].leaves):
+            extra.append(i)
+            i -= 1
+        else:
+            break
+    if not matched or not missing:
+        return None
+    j = q + 1
+    missing = [q for q in missing if q >= j]
+    first = min(matched.values())
+    extra = [i for i in extra if i > first]
+    made = _producers(sites, start, p, 2)
+    kinds = _kinds(sites, start, p, 1, made)
+    step = {q: sites[i] for q, i in matched.items()}
+    leaves = {q: list(s.leaves) for q, s in step.items()}
+    inside = {v for s in step.values() for v in s.eqn.outvars if v is not None}
+    rep0 = {}  # index of an equation of the run's first repetition -> its leaves rewritten
+    adds, before = {}, []
+    for q in sorted(missing, reverse=True):
+        eqn = body[q].eqn
+        # what the step reads where the body reads the add's result: z
+        reads = []
+        for q2 in range(q + 1, p):
+            for s, kind in enumerate(kinds[q2]):
+                if type(kind) is tuple and kind == ("l", q, 0) and q2 in leaves:
+                    reads.append((q2, s, leaves[q2][s]))
+        for q2 in range(p):
+            for s, kind in enumerate(kinds[q2]):
+                if type(kind) is tuple and kind == ("c", q, 0):
+                    reads.append((-1 - q2, s, sites[start + q2].leaves[s]))
+        z = reads[0][2] if reads else None
+        if type(z) is not Var or z.aval != eqn.outvars[0].aval or any(x is not z for _, _, x in reads):
+            if q < min(matched):  # (an add before the step's first equation: the step starts after it)
+                j = q + 1
+                break
+            return None
+        ops = kinds[q]
+
+        def carried(kind):  # (a value of the previous step once the run starts at the step)
+            return type(kind) is tuple and (kind[0] == "c" or (kind[0] == "l" and kind[1] not in step))
+
+        zero_slot = None
+        for s in sorted((0, 1), key=lambda s: not (type(ops[s]) is tuple and ops[s] == ("c", q, 0))):  # (its own sum first)
+            other = ops[1 - s]
+            if not carried(ops[s]):
+                continue
+            if type(other) is tuple and other[0] == "l" and other[1] in step:  # a value of the step
+                ok = step[other[1]].eqn.outvars[other[2]] is z
+            else:
+                ok = carried(other) and z not in inside  # z is where that carry starts
+            if ok:
+                zero_slot = s
+                before.extend(kind[1] for kind in ops if kind[0] == "l" and kind[1] not in step)
+                break
+        if zero_slot is None:
+            if q < min(matched):
+                j = q + 1
+                break
+            return None
+        aval = eqn.outvars[0].aval
+        zero = np.full(aval.shape, complex(-0.0, -0.0) if aval.dtype.kind == "c" else -0.0, aval.dtype)
+        args = [None, None]
+        args[zero_slot], args[1 - zero_slot] = zero, z
+        new = Eqn(eqn.prim, tuple(args), {}, [_new_var(aval)], eqn.out_tree, eqn.source)
+        adds[q] = new
+        got = new.outvars[0]
+        for q2, s, _ in reads:
+            if q2 >= 0:
+                leaves[q2][s] = got
+            else:
+                idx = start - 1 - q2
+                rep0.setdefault(idx, list(sites[idx].leaves))[s] = got
+        inside.add(got)
+    if not adds or any(t >= j for t in before):
+        return None
+    eqns = []
+    for q in range(j, p):
+        if q in adds:
+            eqns.append(adds[q])
+        else:
+            site = step[q]
+            eqns.append(_with_leaves(site.eqn, leaves[q], site.n_args) if leaves[q] != site.leaves else site.eqn)
+    moved = [sites[i].eqn for i in sorted(extra)]
+    return j, moved + eqns, first, {i: _with_leaves(sites[i].eqn, ls, sites[i].n_args) for i, ls in rep0.items()}
+
+
+def _accumulates(eqn):
+    """Whether `eqn` may be a sum's step that a first step leaves out: `add` of two values of
+    its result's type (floating or complex: -0.0 is their additive identity)."""
+    if eqn.prim is not np.add or eqn.kwargs or len(eqn.args) != 2 or len(eqn.outvars) != 1:
+        return False
+    aval = eqn.outvars[0] and eqn.outvars[0].aval
+    return (aval is not None and not aval.weak_type and aval.dtype.kind in "fc"
+            and all(type(x) is Var and x.aval == aval for x in eqn.args))
+
+
+def _tail(sites, tokens, start, p, k, j, end, hi):
+    """The step after the run (body positions 0 .. j-1, or a whole step where j is 0), with
+    the equations it lacks computed and read by nothing: (equations of constants to put before
+    the run, its equations, the index after it), or None. Equations between that make nothing the step reads move after it."""
+    n = j or p
+    last = start + (k - 1) * p
+    made = _producers(sites, start + (k - 2) * p, p, 2)
+    kinds = _kinds(sites, start + (k - 2) * p, p, 1, made)
+    step, extra, synth, made_here = {}, [], 0, []
+    outs = {}  # body position -> the tail step's outvars
+    body_tokens = tokens[start:start + n]
+    i, q, stop = end, 0, end
+    while q < n:
+        if i < hi and tokens[i] == tokens[start + q]:
+            step[q] = _as_body_reads(sites[i], kinds[q], made_here)
+            outs[q] = sites[i].eqn.outvars
+            i, q, stop = i + 1, q + 1, i + 1
+            continue
+        if i < hi and tokens[i] not in body_tokens[q + 1:]:
+            mine = {v for o in outs.values() for v in o if v is not None}
+            if not any(type(x) is Var and x in mine for x in sites[i].leaves):
+                extra.append(i)
+                i += 1
+                continue
+        site = sites[last + q]  # (the missing equation: computed from what the body would read)
+        leaves = []
+        for kind in kinds[q]:
+            if type(kind) is not tuple:  # a value from before the run or a constant: the run's
+                leaves.append(kind)      # last step's (what it would be in this step matters
+                continue                 # not: nothing reads what it makes)
+            got = outs.get(kind[1]) if kind[0] == "l" else sites[last + kind[1]].eqn.outvars
+            if got is None or got[kind[2]] is None:
+                return None
+            leaves.append(got[kind[2]])
+        new = _with_leaves(site.eqn, leaves, site.n_args)
+        outvars = [None if v is None else _new_var(v.aval) for v in site.eqn.outvars]
+        step[q] = Eqn(new.prim, new.args, new.kwargs, outvars, new.out_tree, new.source)
+        outs[q] = outvars
+        synth += 1
+        q += 1
+    extra = [i for i in extra if i < stop]  # (those after the step's last equation stay)
+    if not synth or synth * 2 > n:
+        return None
+    read = {x for q in step for x in step[q].invars()}
+    if any(v in read for i in extra for v in sites[i].eqn.outvars if v is not None):
+        return None
+    return made_here, [step[q] for q in range(n)] + [sites[i].eqn for i in extra], stop
+
+
+def _as_body_reads(site, kinds, made):
+    """`site`'s equation reading, where the body reads a value from before the run and this
+    step a constant array of its type (autograd's backward pass over a loop's first step
+    reads the initial state np.zeros(n) where later steps read the forward pass's values), a
+    Var holding that constant (a reshape to its own shape, appended to `made`)."""
+    leaves, before = list(site.leaves), len(made)
+    for s, (kind, x) in enumerate(zip(kinds, leaves)):
+        if (type(kind) is Var and type(x) is np.ndarray and not kind.aval.weak_type
+                and x.shape == kind.aval.shape and x.dtype == kind.aval.dtype):
+            eqn = _bind(np.reshape, (x, x.shape), {}, site.eqn.source)
+            made.append(eqn)
+            leaves[s] = eqn.outvars[0]
+    if len(made) == before:
+        return site.eqn
+    return _with_leaves(site.eqn, leaves, site.n_args)
 
 
 class _Level:
