@@ -265,31 +265,41 @@ def _roll_level(graph):
     eqns = graph.eqns
     if len(eqns) < MIN_EQNS:
         return None
-    sites, tokens = _sites(eqns)
+    sites, tokens, table = _sites(eqns)
     runs = find_runs(tokens)
     if not runs:
         return None
     longer = _absorb_ends(sites, tokens, runs) if ABSORB_ENDS else None
-    plain = _roll_runs(graph, eqns, sites, runs)
     if longer is None:
-        return plain
-    sites, tokens = _sites(longer)
-    absorbed = _roll_runs(graph, longer, sites, find_runs(tokens))
+        return _roll_runs(graph, eqns, sites, runs)[0]
+    sites2, tokens2, _ = _sites(longer, table, {id(s.eqn): (s, t) for s, t in zip(sites, tokens)})
+    runs2 = find_runs(tokens2)
+    absorbed, steps = _roll_runs(graph, longer, sites2, runs2)
+    if absorbed is not None and steps == sum(k for _, _, k in runs2):
+        return absorbed  # (every run found rolled whole)
+    plain = _roll_runs(graph, eqns, _sites(eqns)[0], runs)[0]  # (the sites above are rewritten)
     if absorbed is None or (plain is not None and len(absorbed.eqns) >= len(plain.eqns)):
         return plain  # (the steps absorbed broke the loop's pattern: the loop as found)
     return absorbed
 
 
-def _sites(eqns):
-    table, sites, tokens = {}, [], []
+def _sites(eqns, table=None, known=None):
+    """(a _Site per equation, their tokens, the token table); `known`: id(eqn) -> (site,
+    token) of equations tokenized before with `table`."""
+    table = {} if table is None else table
+    sites, tokens = [], []
     for eqn in eqns:
-        site = _Site(eqn)
-        tokens.append(_token(eqn, site, table))
-        sites.append(site)
-    return sites, tokens
+        got = known.get(id(eqn)) if known else None
+        if got is None:
+            site = _Site(eqn)
+            got = site, _token(eqn, site, table)
+        sites.append(got[0])
+        tokens.append(got[1])
+    return sites, tokens, table
 
 
 def _roll_runs(graph, eqns, sites, runs):
+    """(`graph` with `runs` of its equations `eqns` rolled, or None; repetitions rolled)."""
     last_use = {}
     for k, site in enumerate(sites):
         for x in site.leaves:
@@ -306,10 +316,10 @@ def _roll_runs(graph, eqns, sites, runs):
         done = start + period * reps
     new_eqns.extend(level.renamed(sites[done:]))
     if not level.rolled:
-        return None
+        return None, 0
     rolled = Graph(graph.invars, new_eqns, [level.subst.get(v, v) if isinstance(v, Var) else v for v in graph.outvars],
                    graph.in_tree, graph.out_tree, graph.captured, graph.arg_names, graph.guards)
-    return lowering.prune(rolled)
+    return lowering.prune(rolled), level.steps
 
 
 # ----- a run's differing first and last steps ------------------------------------------------
@@ -402,7 +412,7 @@ def _front(sites, tokens, start, p, lo):
     leaves = {q: list(s.leaves) for q, s in step.items()}
     inside = {v for s in step.values() for v in s.eqn.outvars if v is not None}
     rep0 = {}  # index of an equation of the run's first repetition -> its leaves rewritten
-    adds, before = {}, []
+    adds, before, zeros, changed = {}, [], [], set()
     for q in sorted(missing, reverse=True):
         eqn = body[q].eqn
         # what the step reads where the body reads the add's result: z
@@ -444,16 +454,19 @@ def _front(sites, tokens, start, p, lo):
                 j = q + 1
                 break
             return None
-        aval = eqn.outvars[0].aval
-        zero = np.full(aval.shape, complex(-0.0, -0.0) if aval.dtype.kind == "c" else -0.0, aval.dtype)
+        aval = eqn.outvars[0].aval  # (a Var, not a constant: a constant's token is its value)
+        zero = _bind(np.full, (aval.shape, complex(-0.0, -0.0) if aval.dtype.kind == "c" else -0.0),
+                     {"dtype": aval.dtype}, eqn.source)
+        zeros.append(zero)
         args = [None, None]
-        args[zero_slot], args[1 - zero_slot] = zero, z
+        args[zero_slot], args[1 - zero_slot] = zero.outvars[0], z
         new = Eqn(eqn.prim, tuple(args), {}, [_new_var(aval)], eqn.out_tree, eqn.source)
         adds[q] = new
         got = new.outvars[0]
         for q2, s, _ in reads:
             if q2 >= 0:
                 leaves[q2][s] = got
+                changed.add(q2)
             else:
                 idx = start - 1 - q2
                 rep0.setdefault(idx, list(sites[idx].leaves))[s] = got
@@ -466,8 +479,8 @@ def _front(sites, tokens, start, p, lo):
             eqns.append(adds[q])
         else:
             site = step[q]
-            eqns.append(_with_leaves(site.eqn, leaves[q], site.n_args) if leaves[q] != site.leaves else site.eqn)
-    moved = [sites[i].eqn for i in sorted(extra)]
+            eqns.append(_with_leaves(site.eqn, leaves[q], site.n_args) if q in changed else site.eqn)
+    moved = [sites[i].eqn for i in sorted(extra)] + zeros
     return j, moved + eqns, first, {i: _with_leaves(sites[i].eqn, ls, sites[i].n_args) for i, ls in rep0.items()}
 
 
@@ -556,6 +569,7 @@ class _Level:
         self.subst = {}
         self.sliced = {}  # Var of Y[i] made here -> (Y, i): a later loop may read Y itself
         self.rolled = 0
+        self.steps = 0  # repetitions rolled
 
     def renamed(self, sites):
         out = []
@@ -619,6 +633,7 @@ class _Level:
             out.extend(self.renamed(sites[emitted * p:a * p]))
             out.extend(made)
             self.rolled += 1
+            self.steps += b - a
             emitted = a = b
         out.extend(self.renamed(sites[emitted * p:]))
 
