@@ -275,8 +275,8 @@ def _roll_level(graph):
     sites2, tokens2, _ = _sites(longer, table, {id(s.eqn): (s, t) for s, t in zip(sites, tokens)})
     runs2 = find_runs(tokens2)
     absorbed, steps = _roll_runs(graph, longer, sites2, runs2)
-    if absorbed is not None and steps == sum(k for _, _, k in runs2):
-        return absorbed  # (every run found rolled whole)
+    if absorbed is not None and steps == sum(k for _, _, k in runs2) > sum(k for _, _, k in runs):
+        return absorbed  # (every run found rolled whole, with more steps than before)
     plain = _roll_runs(graph, eqns, _sites(eqns)[0], runs)[0]  # (the sites above are rewritten)
     if absorbed is None or (plain is not None and len(absorbed.eqns) >= len(plain.eqns)):
         return plain  # (the steps absorbed broke the loop's pattern: the loop as found)
@@ -384,7 +384,8 @@ def _kinds(sites, start, p, r, made):
 def _front(sites, tokens, start, p, lo):
     """The run's step before `start` with the body's missing `add`s put in: (rotation j, its
     equations, where they begin, {index: equation of the run's first repetition rewritten}),
-    or None. The step is matched backwards against body positions p-1, p-2, ..., j."""
+    or None. The step is matched backwards against body positions p-1, p-2, ..., j (where
+    it matches without a missing add, the run only starts earlier: at body position j)."""
     body = [sites[start + q] for q in range(p)]
     matched, missing, extra = {}, [], []
     i, q = start - 1, p - 1
@@ -400,7 +401,7 @@ def _front(sites, tokens, start, p, lo):
             i -= 1
         else:
             break
-    if not matched or not missing:
+    if not matched:
         return None
     j = q + 1
     missing = [q for q in missing if q >= j]
@@ -471,7 +472,7 @@ def _front(sites, tokens, start, p, lo):
                 idx = start - 1 - q2
                 rep0.setdefault(idx, list(sites[idx].leaves))[s] = got
         inside.add(got)
-    if not adds or any(t >= j for t in before):
+    if any(t >= j for t in before):
         return None
     eqns = []
     for q in range(j, p):
@@ -497,14 +498,15 @@ def _accumulates(eqn):
 def _tail(sites, tokens, start, p, k, j, end, hi):
     """The step after the run (body positions 0 .. j-1, or a whole step where j is 0), with
     the equations it lacks computed and read by nothing: (equations of constants to put before
-    the run, its equations, the index after it), or None. Equations between that make nothing the step reads move after it."""
+    the run, its equations, the index after it), or None. Equations among its that read
+    nothing of it and that it does not read move after it."""
     n = j or p
     last = start + (k - 1) * p
     made = _producers(sites, start + (k - 2) * p, p, 2)
     kinds = _kinds(sites, start + (k - 2) * p, p, 1, made)
     step, extra, synth, made_here = {}, [], 0, []
     outs = {}  # body position -> the tail step's outvars
-    body_tokens = tokens[start:start + n]
+    latest = {t: q for q, t in enumerate(tokens[start:start + n])}  # token -> its last body position
     i, q, stop = end, 0, end
     while q < n:
         if i < hi and tokens[i] == tokens[start + q]:
@@ -512,7 +514,7 @@ def _tail(sites, tokens, start, p, k, j, end, hi):
             outs[q] = sites[i].eqn.outvars
             i, q, stop = i + 1, q + 1, i + 1
             continue
-        if i < hi and tokens[i] not in body_tokens[q + 1:]:
+        if i < hi and latest.get(tokens[i], -1) <= q and len(extra) < n:  # (not the step's: an extra?)
             mine = {v for o in outs.values() for v in o if v is not None}
             if not any(type(x) is Var and x in mine for x in sites[i].leaves):
                 extra.append(i)
@@ -535,7 +537,7 @@ def _tail(sites, tokens, start, p, k, j, end, hi):
         synth += 1
         q += 1
     extra = [i for i in extra if i < stop]  # (those after the step's last equation stay)
-    if not synth or synth * 2 > n:
+    if not synth or synth * 2 > p:  # (most of the step is there)
         return None
     read = {x for q in step for x in step[q].invars()}
     if any(v in read for i in extra for v in sites[i].eqn.outvars if v is not None):
