@@ -15,9 +15,11 @@ repetitions in the equation list and replaces each run of them by one `scan_p` e
 3. A run's dataflow is checked repetition by repetition: every operand of a body position
    must come from the same position of the same repetition, or of the previous one (a
    carry), or from before the run (a value the loop closes over, or one per step, stacked).
-   Where the pattern breaks, the run is cut; a first or last repetition that differs (the
-   backward pass's first step, which has no gradient to accumulate yet) is left out of the
-   loop and stays as it was traced.
+   Where the pattern breaks, the run is cut; a first or last repetition that differs stays
+   as it was traced, unless it differs only as autograd's backward pass makes it differ
+   (`_absorb_ends`): its first step lacks the body's `add(acc, g)`s (no gradient accumulated
+   yet), which it gets as `add(-0.0, g)`, exactly g; its last step lacks what nothing reads,
+   which it computes and drops. Both then run as steps of the loop.
 4. Values of the loop that the rest of the program reads (the forward pass's values that the
    backward pass uses, the results) are the scan's stacked outputs, read back by index; a
    later loop that reads them step by step (the backward pass) takes the stacked array
