@@ -15,9 +15,11 @@ repetitions in the equation list and replaces each run of them by one `scan_p` e
 3. A run's dataflow is checked repetition by repetition: every operand of a body position
    must come from the same position of the same repetition, or of the previous one (a
    carry), or from before the run (a value the loop closes over, or one per step, stacked).
-   Where the pattern breaks, the run is cut; a first or last repetition that differs (the
-   backward pass's first step, which has no gradient to accumulate yet) is left out of the
-   loop and stays as it was traced.
+   Where the pattern breaks, the run is cut; a first or last repetition that differs stays
+   as it was traced, unless it differs only as autograd's backward pass makes it differ
+   (`_absorb_ends`): its first step lacks the body's `add(acc, g)`s (no gradient accumulated
+   yet), which it gets as `add(-0.0, g)`, exactly g; its last step lacks what nothing reads,
+   which it computes and drops. Both then run as steps of the loop.
 4. Values of the loop that the rest of the program reads (the forward pass's values that the
    backward pass uses, the results) are the scan's stacked outputs, read back by index; a
    later loop that reads them step by step (the backward pass) takes the stacked array
@@ -52,6 +54,8 @@ MIN_EQNS = 48
 CANDIDATES = 8
 #: Levels of nesting rolled (layers x time steps: two).
 MAX_LEVELS = 4
+#: Whether a run's differing first and last steps are made steps of the loop (_absorb_ends).
+ABSORB_ENDS = True
 #: Numeric constant arrays up to this many elements may differ between steps (per-step inputs).
 WILD_ARRAY_ELEMENTS = 1024
 
@@ -263,14 +267,41 @@ def _roll_level(graph):
     eqns = graph.eqns
     if len(eqns) < MIN_EQNS:
         return None
-    table, sites, tokens = {}, [], []
-    for eqn in eqns:
-        site = _Site(eqn)
-        tokens.append(_token(eqn, site, table))
-        sites.append(site)
+    sites, tokens, table = _sites(eqns)
     runs = find_runs(tokens)
     if not runs:
         return None
+    longer = _absorb_ends(sites, tokens, runs) if ABSORB_ENDS else None
+    if longer is None:
+        return _roll_runs(graph, eqns, sites, runs)[0]
+    sites2, tokens2, _ = _sites(longer, table, {id(s.eqn): (s, t) for s, t in zip(sites, tokens)})
+    runs2 = find_runs(tokens2)
+    absorbed, steps = _roll_runs(graph, longer, sites2, runs2)
+    if absorbed is not None and steps == sum(k for _, _, k in runs2) > sum(k for _, _, k in runs):
+        return absorbed  # (every run found rolled whole, with more steps than before)
+    plain = _roll_runs(graph, eqns, _sites(eqns)[0], runs)[0]  # (the sites above are rewritten)
+    if absorbed is None or (plain is not None and len(absorbed.eqns) >= len(plain.eqns)):
+        return plain  # (the steps absorbed broke the loop's pattern: the loop as found)
+    return absorbed
+
+
+def _sites(eqns, table=None, known=None):
+    """(a _Site per equation, their tokens, the token table); `known`: id(eqn) -> (site,
+    token) of equations tokenized before with `table`."""
+    table = {} if table is None else table
+    sites, tokens = [], []
+    for eqn in eqns:
+        got = known.get(id(eqn)) if known else None
+        if got is None:
+            site = _Site(eqn)
+            got = site, _token(eqn, site, table)
+        sites.append(got[0])
+        tokens.append(got[1])
+    return sites, tokens, table
+
+
+def _roll_runs(graph, eqns, sites, runs):
+    """(`graph` with `runs` of its equations `eqns` rolled, or None; repetitions rolled)."""
     last_use = {}
     for k, site in enumerate(sites):
         for x in site.leaves:
@@ -287,10 +318,250 @@ def _roll_level(graph):
         done = start + period * reps
     new_eqns.extend(level.renamed(sites[done:]))
     if not level.rolled:
-        return None
+        return None, 0
     rolled = Graph(graph.invars, new_eqns, [level.subst.get(v, v) if isinstance(v, Var) else v for v in graph.outvars],
                    graph.in_tree, graph.out_tree, graph.captured, graph.arg_names, graph.guards)
-    return lowering.prune(rolled)
+    return lowering.prune(rolled), level.steps
+
+
+# ----- a run's differing first and last steps ------------------------------------------------
+def _absorb_ends(sites, tokens, runs):
+    """The level's equations with the first and last steps of its runs rewritten into steps of
+    the same shape as the body, or None where none is. autograd's backward pass over a loop
+    starts each accumulation with the first gradient itself (the body's `add(acc, g)` is absent
+    from its first step), and its last step leaves out what nothing reads (the gradient of an
+    initial state that is a constant). The first step gets the missing `add(-0.0, g)` (exactly
+    g for every g: -0.0 is the identity of IEEE addition, +0.0 is not: 0.0 + -0.0 == +0.0), and
+    equations of its that make values from constants alone (autograd's zeros) move before it;
+    the last step gets the missing equations, computed from the values the body would read
+    and read by nothing. The run may then start at another of its equations (its rotation)."""
+    out, done, changed = [], 0, False
+    for r, (start, p, k) in enumerate(runs):
+        hi = runs[r + 1][0] if r + 1 < len(runs) else len(sites)
+        got = _front(sites, tokens, start, p, done)
+        if got is None:
+            j, head, lo, rep0 = 0, [], start, {}
+        else:
+            j, head, lo, rep0 = got
+        end = start + k * p
+        tail = _tail(sites, tokens, start, p, k, j, end, hi)
+        if got is None and tail is None:
+            continue
+        changed = True
+        made, after, stop = tail if tail is not None else ([], [], end)
+        out += [s.eqn for s in sites[done:lo]] + made + head  # (made: constants, before the run)
+        out += [rep0.get(i, sites[i].eqn) for i in range(start, end)] + after
+        done = stop
+    if not changed:
+        return None
+    return out + [s.eqn for s in sites[done:]]
+
+
+def _producers(sites, start, p, reps):
+    """Var -> (repetition, position, output) for the first `reps` repetitions of a run."""
+    made = {}
+    for idx in range(reps * p):
+        for o, v in enumerate(sites[start + idx].eqn.outvars):
+            if v is not None:
+                made[v] = divmod(idx, p) + (o,)
+    return made
+
+
+def _kinds(sites, start, p, r, made):
+    """Per position of repetition r of the run: its leaves as ("l", q, o) (this repetition's),
+    ("c", q, o) (the previous one's) or the leaf itself (a value from before, a constant)."""
+    kinds = []
+    for q in range(p):
+        row = []
+        for x in sites[start + r * p + q].leaves:
+            src = made.get(x) if type(x) is Var else None
+            if src is None or src[0] < r - 1:
+                row.append(x)
+            else:
+                row.append(("l" if src[0] == r else "c", src[1], src[2]))
+        kinds.append(row)
+    return kinds
+
+
+def _front(sites, tokens, start, p, lo):
+    """The run's step before `start` with the body's missing `add`s put in: (rotation j, its
+    equations, where they begin, {index: equation of the run's first repetition rewritten}),
+    or None. The step is matched backwards against body positions p-1, p-2, ..., j (where
+    it matches without a missing add, the run only starts earlier: at body position j)."""
+    body = [sites[start + q] for q in range(p)]
+    matched, missing, extra = {}, [], []
+    i, q = start - 1, p - 1
+    while q >= 0 and i >= lo:
+        if tokens[i] == tokens[start + q]:
+            matched[q] = i
+            i, q = i - 1, q - 1
+        elif _accumulates(body[q].eqn):
+            missing.append(q)
+            q -= 1
+        elif not any(type(x) is Var for x in sites[i].leaves):
+            extra.append(i)
+            i -= 1
+        else:
+            break
+    if not matched:
+        return None
+    j = q + 1
+    missing = [q for q in missing if q >= j]
+    first = min(matched.values())
+    extra = [i for i in extra if i > first]
+    made = _producers(sites, start, p, 2)
+    kinds = _kinds(sites, start, p, 1, made)
+    step = {q: sites[i] for q, i in matched.items()}
+    leaves = {q: list(s.leaves) for q, s in step.items()}
+    inside = {v for s in step.values() for v in s.eqn.outvars if v is not None}
+    rep0 = {}  # index of an equation of the run's first repetition -> its leaves rewritten
+    adds, before, zeros, changed = {}, [], [], set()
+    for q in sorted(missing, reverse=True):
+        eqn = body[q].eqn
+        # what the step reads where the body reads the add's result: z
+        reads = []
+        for q2 in range(q + 1, p):
+            for s, kind in enumerate(kinds[q2]):
+                if type(kind) is tuple and kind == ("l", q, 0) and q2 in leaves:
+                    reads.append((q2, s, leaves[q2][s]))
+        for q2 in range(p):
+            for s, kind in enumerate(kinds[q2]):
+                if type(kind) is tuple and kind == ("c", q, 0):
+                    reads.append((-1 - q2, s, sites[start + q2].leaves[s]))
+        z = reads[0][2] if reads else None
+        if type(z) is not Var or z.aval != eqn.outvars[0].aval or any(x is not z for _, _, x in reads):
+            if q < min(matched):  # (an add before the step's first equation: the step starts after it)
+                j = q + 1
+                break
+            return None
+        ops = kinds[q]
+
+        def carried(kind):  # (a value of the previous step once the run starts at the step)
+            return type(kind) is tuple and (kind[0] == "c" or (kind[0] == "l" and kind[1] not in step))
+
+        zero_slot = None
+        for s in sorted((0, 1), key=lambda s: not (type(ops[s]) is tuple and ops[s] == ("c", q, 0))):  # (its own sum first)
+            other = ops[1 - s]
+            if not carried(ops[s]):
+                continue
+            if type(other) is tuple and other[0] == "l" and other[1] in step:  # a value of the step
+                ok = step[other[1]].eqn.outvars[other[2]] is z
+            else:
+                ok = carried(other) and z not in inside  # z is where that carry starts
+            if ok:
+                zero_slot = s
+                before.extend(kind[1] for kind in ops if kind[0] == "l" and kind[1] not in step)
+                break
+        if zero_slot is None:
+            if q < min(matched):
+                j = q + 1
+                break
+            return None
+        aval = eqn.outvars[0].aval  # (a Var, not a constant: a constant's token is its value)
+        zero = _bind(np.full, (aval.shape, complex(-0.0, -0.0) if aval.dtype.kind == "c" else -0.0),
+                     {"dtype": aval.dtype}, eqn.source)
+        zeros.append(zero)
+        args = [None, None]
+        args[zero_slot], args[1 - zero_slot] = zero.outvars[0], z
+        new = Eqn(eqn.prim, tuple(args), {}, [_new_var(aval)], eqn.out_tree, eqn.source)
+        adds[q] = new
+        got = new.outvars[0]
+        for q2, s, _ in reads:
+            if q2 >= 0:
+                leaves[q2][s] = got
+                changed.add(q2)
+            else:
+                idx = start - 1 - q2
+                rep0.setdefault(idx, list(sites[idx].leaves))[s] = got
+        inside.add(got)
+    if any(t >= j for t in before):
+        return None
+    eqns = []
+    for q in range(j, p):
+        if q in adds:
+            eqns.append(adds[q])
+        else:
+            site = step[q]
+            eqns.append(_with_leaves(site.eqn, leaves[q], site.n_args) if q in changed else site.eqn)
+    moved = [sites[i].eqn for i in sorted(extra)] + zeros
+    return j, moved + eqns, first, {i: _with_leaves(sites[i].eqn, ls, sites[i].n_args) for i, ls in rep0.items()}
+
+
+def _accumulates(eqn):
+    """Whether `eqn` may be a sum's step that a first step leaves out: `add` of two values of
+    its result's type (floating or complex: -0.0 is their additive identity)."""
+    if eqn.prim is not np.add or eqn.kwargs or len(eqn.args) != 2 or len(eqn.outvars) != 1:
+        return False
+    aval = eqn.outvars[0] and eqn.outvars[0].aval
+    return (aval is not None and not aval.weak_type and aval.dtype.kind in "fc"
+            and all(type(x) is Var and x.aval == aval for x in eqn.args))
+
+
+def _tail(sites, tokens, start, p, k, j, end, hi):
+    """The step after the run (body positions 0 .. j-1, or a whole step where j is 0), with
+    the equations it lacks computed and read by nothing: (equations of constants to put before
+    the run, its equations, the index after it), or None. Equations among its that read
+    nothing of it and that it does not read move after it."""
+    n = j or p
+    last = start + (k - 1) * p
+    made = _producers(sites, start + (k - 2) * p, p, 2)
+    kinds = _kinds(sites, start + (k - 2) * p, p, 1, made)
+    step, extra, synth, made_here = {}, [], 0, []
+    outs = {}  # body position -> the tail step's outvars
+    latest = {t: q for q, t in enumerate(tokens[start:start + n])}  # token -> its last body position
+    i, q, stop = end, 0, end
+    while q < n:
+        if i < hi and tokens[i] == tokens[start + q]:
+            step[q] = _as_body_reads(sites[i], kinds[q], made_here)
+            outs[q] = sites[i].eqn.outvars
+            i, q, stop = i + 1, q + 1, i + 1
+            continue
+        if i < hi and latest.get(tokens[i], -1) <= q and len(extra) < n:  # (not the step's: an extra?)
+            mine = {v for o in outs.values() for v in o if v is not None}
+            if not any(type(x) is Var and x in mine for x in sites[i].leaves):
+                extra.append(i)
+                i += 1
+                continue
+        site = sites[last + q]  # (the missing equation: computed from what the body would read)
+        leaves = []
+        for kind in kinds[q]:
+            if type(kind) is not tuple:  # a value from before the run or a constant: the run's
+                leaves.append(kind)      # last step's (what it would be in this step matters
+                continue                 # not: nothing reads what it makes)
+            got = outs.get(kind[1]) if kind[0] == "l" else sites[last + kind[1]].eqn.outvars
+            if got is None or got[kind[2]] is None:
+                return None
+            leaves.append(got[kind[2]])
+        new = _with_leaves(site.eqn, leaves, site.n_args)
+        outvars = [None if v is None else _new_var(v.aval) for v in site.eqn.outvars]
+        step[q] = Eqn(new.prim, new.args, new.kwargs, outvars, new.out_tree, new.source)
+        outs[q] = outvars
+        synth += 1
+        q += 1
+    extra = [i for i in extra if i < stop]  # (those after the step's last equation stay)
+    if not synth or synth * 2 > p:  # (most of the step is there)
+        return None
+    read = {x for q in step for x in step[q].invars()}
+    if any(v in read for i in extra for v in sites[i].eqn.outvars if v is not None):
+        return None
+    return made_here, [step[q] for q in range(n)] + [sites[i].eqn for i in extra], stop
+
+
+def _as_body_reads(site, kinds, made):
+    """`site`'s equation reading, where the body reads a value from before the run and this
+    step a constant array of its type (autograd's backward pass over a loop's first step
+    reads the initial state np.zeros(n) where later steps read the forward pass's values), a
+    Var holding that constant (a reshape to its own shape, appended to `made`)."""
+    leaves, before = list(site.leaves), len(made)
+    for s, (kind, x) in enumerate(zip(kinds, leaves)):
+        if (type(kind) is Var and type(x) is np.ndarray and not kind.aval.weak_type
+                and x.shape == kind.aval.shape and x.dtype == kind.aval.dtype):
+            eqn = _bind(np.reshape, (x, x.shape), {}, site.eqn.source)
+            made.append(eqn)
+            leaves[s] = eqn.outvars[0]
+    if len(made) == before:
+        return site.eqn
+    return _with_leaves(site.eqn, leaves, site.n_args)
 
 
 class _Level:
@@ -302,6 +573,7 @@ class _Level:
         self.subst = {}
         self.sliced = {}  # Var of Y[i] made here -> (Y, i): a later loop may read Y itself
         self.rolled = 0
+        self.steps = 0  # repetitions rolled
 
     def renamed(self, sites):
         out = []
@@ -365,6 +637,7 @@ class _Level:
             out.extend(self.renamed(sites[emitted * p:a * p]))
             out.extend(made)
             self.rolled += 1
+            self.steps += b - a
             emitted = a = b
         out.extend(self.renamed(sites[emitted * p:]))
 

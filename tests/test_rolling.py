@@ -5,9 +5,11 @@ import numpy as onp
 import pytest
 from autograd import grad, hessian
 
-from autograd_xla import jit_ps, rolling
+from autograd.scipy.special import logsumexp
+
+from autograd_xla import jit_ps, rolling, tree
 from autograd_xla.control_flow.scans import scan_p
-from autograd_xla.core import Var
+from autograd_xla.core import UfuncMethod, Var, map_vars
 
 from helpers import assert_close
 
@@ -52,7 +54,7 @@ def euler(w, x, n):
 def test_an_euler_loop_rolls_forward_and_backward_and_its_program_does_not_grow():
     graphs = [check_rolled(euler, W, X0, n) for n in (30, 60)]
     assert [len(scans(g)) for g in graphs] == [2, 2]  # the forward pass and the backward pass
-    assert [p.length for p in scans(graphs[1])] == [60, 58]  # (the backward's first and last steps differ)
+    assert [p.length for p in scans(graphs[1])] == [60, 60]  # (the backward's first and last steps absorbed)
     assert scans(graphs[1])[1].reverse  # the backward pass reads the forward's values backwards
     assert size(graphs[0]) == size(graphs[1])
     assert "stablehlo.while" in jit_ps(grad(euler), static_argnums=2).stablehlo(W, X0, 60)
@@ -171,6 +173,132 @@ def test_float32_stays_float32():
     assert scans(g.graph(w, x, 30))
 
 
+# ----- the first and last steps of a loop: the same operations as plain autograd -------------
+def interpret(graph, args):
+    """`graph`'s results computed by numpy: each equation's primitive (the function plain
+    autograd calls) on numpy values, a rolled scan as a Python loop over its body. Equal to
+    plain autograd's results bit for bit where the program makes the same calls on the same
+    values in the same order (XLA's own tanh, exp and dot round differently from numpy's, so
+    the compiled program is compared within tolerances)."""
+    return tree.unflatten(graph.out_tree, _interpret(graph, tree.flatten(args)[0], []))
+
+
+def _interpret(graph, invals, captured):
+    env = dict(zip(graph.invars, invals))
+    env.update((inner, v) for (inner, _), v in zip(graph.captured, captured))
+    for eqn in graph.eqns:
+        if eqn.prim is scan_p:
+            out = _interpret_scan(eqn.args[0], map_vars(list(eqn.args[1:]), env.__getitem__))
+        else:
+            args, kwargs = map_vars((eqn.args, eqn.kwargs), env.__getitem__)
+            if type(eqn.prim) is UfuncMethod and eqn.prim.method == "at":  # (functional: a copy updated)
+                out = onp.array(args[0])
+                eqn.prim(out, *args[1:], **kwargs)
+            else:
+                out = eqn.prim(*args, **kwargs)
+        for v, x in zip(eqn.outvars, tree.flatten(out)[0]):
+            if v is not None:
+                env[v] = x
+    return [env[v] if isinstance(v, Var) else v for v in graph.outvars]
+
+
+def _interpret_scan(params, operands):
+    carry, rest = operands[:params.n_carry], operands[params.n_carry:]
+    xs, captured = rest[:params.n_xs], rest[params.n_xs:]
+    ys = None
+    for i in (reversed if params.reverse else iter)(range(params.length)):
+        out = _interpret(params.graphs[0], [i] + carry + [x[i] for x in xs], captured)
+        carry, y = out[:params.n_carry], out[params.n_carry:]
+        if ys is None:
+            ys = [onp.empty((params.length,) + onp.shape(v), onp.asarray(v).dtype) for v in y]
+        for buf, v in zip(ys, y):
+            buf[i] = v
+    return carry + (ys or [])
+
+
+def hmm(params, obs):
+    log_alpha = params["log_pi"] + obs[0]
+    for t in range(1, obs.shape[0]):
+        log_alpha = logsumexp(log_alpha[:, None] + params["log_A"], axis=0) + obs[t]
+    return logsumexp(log_alpha)
+
+
+def mlp(params, x):
+    for layer in range(params["W"].shape[0]):
+        x = np.tanh(np.dot(x, params["W"][layer]) + params["b"][layer])
+    return np.sum(x ** 2)
+
+
+LOOPS = {  # loop, its arguments
+    "euler": (euler, lambda: (W, X0, 40)),
+    "lstm": (lstm, lambda: ({"W": RNG.randn(3, 7), "b": RNG.randn(3), "U": RNG.randn(3, 7), "v": RNG.randn(3)},
+                            RNG.randn(16, 4))),
+    "hmm": (hmm, lambda: ({"log_A": onp.log(RNG.dirichlet(onp.ones(5), 5)), "log_pi": onp.log(RNG.dirichlet(onp.ones(5)))},
+                          RNG.randn(30, 5))),
+    "mlp": (mlp, lambda: ({"W": RNG.randn(12, 6, 6) * 0.4, "b": RNG.randn(12, 6) * 0.1}, RNG.randn(5, 6))),
+}
+
+
+def _cast(args, dtype):
+    return tree.unflatten(tree.flatten(args)[1], [a.astype(dtype) if isinstance(a, onp.ndarray) else a
+                                                  for a in tree.flatten(args)[0]])
+
+
+@pytest.mark.parametrize("dtype", [onp.float64, onp.float32])
+@pytest.mark.parametrize("name", sorted(LOOPS))
+def test_absorbed_first_and_last_steps_compute_plain_autograds_gradient_bit_for_bit(monkeypatch, name, dtype):
+    """The backward pass's first step (no gradient accumulated yet) and last step (without
+    what nothing reads) become steps of the loop: the rolled program makes plain autograd's
+    calls on plain autograd's values (its numpy run equals autograd's gradient bit for bit,
+    and the unrolled program's), has fewer equations outside loops, and compiles to
+    autograd's gradient within the suite's tolerance."""
+    f, make = LOOPS[name]
+    args = _cast(make(), dtype)
+    static = tuple(i for i, a in enumerate(args) if isinstance(a, int))
+    want = grad(f)(*args)
+    rolled = jit_ps(grad(f), static_argnums=static)
+    graph = rolled.graph(*args)
+    unrolled = jit_ps(grad(f), static_argnums=static, roll_loops=False).graph(*args)
+    got, plain_trace = interpret(graph, args), interpret(unrolled, args)
+    for a, b in zip(tree.flatten(got)[0], tree.flatten(plain_trace)[0]):
+        onp.testing.assert_array_equal(a, b, strict=True)
+    if not (name == "hmm" and dtype == onp.float32):  # (the trace's float32 logsumexp gradient
+        for a, b in zip(tree.flatten(got)[0], tree.flatten(want)[0]):  # keeps float32 where numpy
+            onp.testing.assert_array_equal(a, b, strict=True)         # divides by an int64 count)
+    assert_close(rolled(*args), want)
+    monkeypatch.setattr(rolling, "ABSORB_ENDS", False)
+    before = jit_ps(grad(f), static_argnums=static).graph(*args)
+    assert len(graph.eqns) < len(before.eqns)
+    forward = max(p.length for p in scans(graph) if not p.reverse)
+    assert [p.length for p in scans(graph) if p.reverse] == [forward]  # every backward step
+
+
+def elementwise(w, x, c):
+    for _ in range(30):
+        x = x + 0.5 * (w * x)
+    return np.sum(x * c)
+
+
+@pytest.mark.parametrize("dtype", [onp.float64, onp.float32])
+def test_signed_zeros_infinities_and_nans_through_an_absorbed_first_step(dtype):
+    """The first step's missing add(acc, g) is add(-0.0, g): exactly g for g = -0.0 too (where
+    +0.0 + -0.0 would be +0.0), inf and NaN. A loop of correctly rounded operations only, so
+    the compiled program, too, equals plain autograd bit for bit."""
+    w = onp.array([0.5, 1.0, -0.25, 2.0, 0.0, -0.0, onp.inf, 0.3], dtype)
+    x = onp.array([1.0, -0.0, 0.0, onp.inf, 2.0, -1.0, 1.0, onp.nan], dtype)
+    c = onp.array([-0.0, 1.0, -0.0, 1.0, -1.0, 0.0, 1.0, 1.0], dtype)
+    for argnum in (0, 1):
+        want = grad(elementwise, argnum)(w, x, c)
+        g = jit_ps(grad(elementwise, argnum))
+        graph = g.graph(w, x, c)
+        assert [p.length for p in scans(graph)] == [30] * (2 - argnum)  # (every backward step; the
+        # gradient with respect to x of this linear loop needs no forward pass)
+        for got in (g(w, x, c), interpret(graph, (w, x, c))):
+            onp.testing.assert_array_equal(got, want, strict=True)
+            onp.testing.assert_array_equal(onp.signbit(got), onp.signbit(want))
+    assert onp.signbit(want[0]) and onp.signbit(grad(elementwise)(w, x, c)[0])  # (a -0.0 to keep)
+
+
 # ----- finding runs --------------------------------------------------------------------------
 @pytest.mark.parametrize("tokens, runs", [
     ([9] + [1, 2, 3] * 5 + [7], [(1, 3, 5)]),
@@ -241,7 +369,7 @@ def test_dict_parameter_gradients_are_summed_in_plain_autograds_order():
     graph = check_rolled(f, {"W": W}, X0)
     forward, backward, total = [e for e in graph.eqns if e.prim is scan_p]
     assert backward.args[0].reverse and not total.args[0].reverse
-    assert total.args[0].length == backward.args[0].length + 1  # (with the backward pass's peeled last step)
+    assert total.args[0].length == backward.args[0].length == 60  # (the backward pass's first and last steps absorbed)
     stacked, made = backward.outvars[-1], {v: e for e in graph.eqns for v in e.outvars}
-    reads = [a for a in total.args if type(a) is Var]  # the stacked gradients, after the peeled step's
+    reads = [a for a in total.args if type(a) is Var]  # the stacked gradients
     assert any(a is stacked or (a in made and any(x is stacked for x in made[a].args[0])) for a in reads)
