@@ -25,6 +25,9 @@ import platform
 import statistics
 import sys
 
+# first calls here are compiles: a tiered signature (jit_ps's default on the CPU) would run plainly
+os.environ.setdefault("AUTOGRAD_XLA_TIERED", "0")
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import autograd.numpy as np  # noqa: E402
