@@ -292,7 +292,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         if entry is None or entry.stage < stage:
             if stage == COMPILED and entry is not None and entry.compiling():
                 return entry  # tiered: its calls run plainly meanwhile, without waiting for the lock
-            if stage == COMPILED and (entry is None or key in self._untraced) and (key in self._untraced or self._tiers()):
+            if stage == COMPILED and (key in self._untraced or (entry is None and self._tiers())):
                 untraced = self._untraced.plain(key)
                 if untraced is not None:
                     return untraced  # tiered: plain calls until they have cost a compile
@@ -680,9 +680,9 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         if self.tiered is not None:
             return bool(self.tiered)
         default = tiering.default_tiered()
-        if default is None and not self._plain_is_alike():
+        if default is False or self.fallback == "error":
             return False
-        return self.fallback != "error" and default is not False
+        return default or self._plain_is_alike()
 
     def _plain_is_alike(self):
         """Whether a plain call returns what this function's compiled calls do, so that tiering

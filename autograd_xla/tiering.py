@@ -146,10 +146,7 @@ def plain_budget(learned=None, call=None):
     COST_FLOOR_SECONDS and COST_CAP_SECONDS."""
     if PLAIN_SECONDS is not None:
         return PLAIN_SECONDS
-    try:
-        ratio, cost = _savings.get(learned), _costs.get(learned)
-    except TypeError:  # an unhashable shape: nothing learned
-        ratio = cost = None
+    ratio, cost = _learned(learned)
     factor = RENT_FACTOR if ratio is None else 1.0 / max(1.0 - ratio, 1.0 / MAX_RENT_FACTOR)
     if cost is None:
         if call is None:
@@ -157,6 +154,14 @@ def plain_budget(learned=None, call=None):
         n, total = _made
         cost = min(max(call * (COST_IN_CALLS + total) / (n + 1), COST_FLOOR_SECONDS), COST_CAP_SECONDS)
     return factor * cost
+
+
+def _learned(learned):
+    """(saving, cost) noted for `learned` (a (function shape, signature)), None where not."""
+    try:
+        return _savings.get(learned), _costs.get(learned)
+    except TypeError:  # an unhashable shape: nothing learned
+        return None, None
 
 
 def _remember(table, learned, value):
@@ -204,10 +209,7 @@ def worth_compiling(learned, eqns, untraced):
     call's time less the compiled call's (the saving learned, else COMPILED_RATIO and
     CALL_OVERHEAD; MIN_SAVING at least)."""
     plain = untraced.spent / untraced.calls
-    try:
-        cost, ratio = _costs.get(learned), _savings.get(learned)
-    except TypeError:  # an unhashable shape: nothing learned
-        cost = ratio = None
+    ratio, cost = _learned(learned)
     if cost is None:
         cost = program_cost(eqns)
     compiled = max(COMPILED_RATIO * plain, CALL_OVERHEAD) if ratio is None else ratio * plain
@@ -288,8 +290,9 @@ class NewSignatures:
 
     def learner(self, key, seconds, eqns):
         """For the Ladder of signature `key`, compiled after plain calls, its program (of
-        `eqns` primitive calls) made in `seconds`: notes that cost (note_cost) and returns note_saving with the key, for its
-        compiled calls' mean seconds (None if it ran no plain calls)."""
+        `eqns` primitive calls) made in `seconds`: notes that cost (note_cost) and returns
+        note_saving with the key, for its compiled calls' mean seconds (None if it ran no
+        plain calls)."""
         untraced = self._paid.pop(key, None)
         if untraced is None:
             return None

@@ -8,6 +8,10 @@ transcendentals and its matrix products at HIGHEST precision, after the inputs w
 to float32), while dtypes stay numpy's (results come back float64). On the CPU nothing is
 loosened."""
 import contextlib
+import json
+import os
+import subprocess
+import sys
 import threading
 
 import numpy as onp
@@ -257,3 +261,20 @@ def placed(shape, dtype=onp.float64, offset=0):
     out = raw[start:start + n * itemsize].view(dtype).reshape(shape)
     out[:] = _placed_rs.rand(*shape)
     return out
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_with_a_persistent_cache(tmp_path, *children):
+    """Run each script in `children` in a fresh Python process, one after the other, sharing a
+    persistent cache in `tmp_path` (every program stored); the JSON each prints last."""
+    env = dict(os.environ, PYTHONPATH=ROOT, AUTOGRAD_XLA_CACHE_DIR=str(tmp_path / "cache"),
+               AUTOGRAD_XLA_CACHE_MIN_COMPILE_SECONDS="0", AUTOGRAD_XLA_CACHE_KEY_FILE=str(tmp_path / "key"))
+    runs = []
+    for child in children:
+        r = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                           env=env)
+        assert r.returncode == 0, r.stderr
+        runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    return runs

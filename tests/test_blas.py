@@ -3,7 +3,6 @@ are numpy's in every form a program reaches them (closed over, an argument read 
 any offset, in derivatives, loops, vmap, threads, a second process's cached executable), and
 that the handler refuses what it was not made for. Where the C handlers are built, the file
 runs again with the Python ones (test_the_python_handlers_pass_this_file_too)."""
-import json
 import os
 import subprocess
 import sys
@@ -14,7 +13,7 @@ import pytest
 import autograd.numpy as np
 from autograd import grad, hessian_vector_product, value_and_grad
 from autograd_xla import backend, blas, fori_loop, jit_ps, lowering, tiering, vmap
-from helpers import assert_close, placed, run_threads
+from helpers import assert_close, placed, run_threads, run_with_a_persistent_cache
 
 pytestmark = pytest.mark.usefixtures("on_the_cpu")  # features of the CPU runtime (conftest)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -487,14 +486,7 @@ print(json.dumps({"blas": "autograd_xla_gemv_rows" in f.stablehlo(x), "error": f
 
 def test_a_second_process_loads_the_cached_program_and_multiplies(tmp_path):
     """The cached executable names the targets; a new process registers them before it loads."""
-    env = dict(os.environ, PYTHONPATH=ROOT, AUTOGRAD_XLA_CACHE_DIR=str(tmp_path / "cache"),
-               AUTOGRAD_XLA_CACHE_MIN_COMPILE_SECONDS="0", AUTOGRAD_XLA_CACHE_KEY_FILE=str(tmp_path / "key"))
-    runs = []
-    for _ in range(2):
-        r = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=120, cwd=ROOT,
-                           env=env)
-        assert r.returncode == 0, r.stderr
-        runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    runs = run_with_a_persistent_cache(tmp_path, CHILD, CHILD)
     assert all(r["blas"] and r["error"] < 1e-12 for r in runs)
     assert (runs[0]["compiles"], runs[0]["hits"]) == (1, 0) and (runs[1]["compiles"], runs[1]["hits"]) == (0, 1)
 

@@ -17,6 +17,7 @@ from jaxlib import xla_client as xc
 
 import autograd_xla
 from autograd_xla import api, backend, jit_ps, persistent_cache
+from helpers import run_with_a_persistent_cache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 X = np.linspace(-1.0, 1.0, 5)
@@ -111,15 +112,8 @@ print(json.dumps({{"out": [a.tolist() for a in out[1]], "compiles": info["compil
 def test_hit_from_a_script_whose_lines_moved(tmp_path):
     """An edit above the call moves the lines a program's ops carry (hlo.Locations); the
     entry is found all the same (hlo.without_source_lines)."""
-    env = dict(os.environ, PYTHONPATH=ROOT, AUTOGRAD_XLA_CACHE_DIR=str(tmp_path / "cache"),
-               AUTOGRAD_XLA_CACHE_MIN_COMPILE_SECONDS="0", AUTOGRAD_XLA_CACHE_KEY_FILE=str(tmp_path / "key"))
-    runs = []
-    for pad in ("", "\n\n# an edit\n"):
-        r = subprocess.run([sys.executable, "-c", MOVED_CHILD.format(pad=pad)], capture_output=True, text=True,
-                           timeout=120, cwd=ROOT, env=env)
-        assert r.returncode == 0, r.stderr
-        runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
-    first, moved = runs
+    first, moved = run_with_a_persistent_cache(tmp_path, *(MOVED_CHILD.format(pad=pad)
+                                                             for pad in ("", "\n\n# an edit\n")))
     assert first["text"] != moved["text"]
     assert (first["compiles"], first["hits"]) == (1, 0) and (moved["compiles"], moved["hits"]) == (0, 1)
     assert moved["out"] == first["out"]

@@ -3,10 +3,6 @@ SCIPY_LOOPS): every function gives plain scipy's result bit for bit (0 ulps) ove
 its domain, in float64 and float32, under grad and vmap; where the loops cannot be called
 (the C module not built, FORCE_PORTABLE) the portable algorithms are lowered instead
 (test_special.py measures those)."""
-import json
-import os
-import subprocess
-import sys
 import warnings
 
 import numpy as onp
@@ -18,6 +14,7 @@ import autograd.numpy as anp
 import autograd.scipy.special as sp
 from autograd_xla import jit_ps, ufunc_loops, vmap
 from autograd_xla.rules import special as special_rules
+from helpers import run_with_a_persistent_cache
 
 
 def _grid(*axes):
@@ -190,14 +187,6 @@ print(json.dumps({"exact": bool((out == sc.gammainc(a, x) * sc.gammaln(a) + sc.i
 def test_a_program_from_the_persistent_cache_calls_the_loops(tmp_path):
     """The cached executable names the targets; a new process registers them while lowering,
     before the cache (keyed by the program's text) loads it."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=root, AUTOGRAD_XLA_CACHE_DIR=str(tmp_path / "cache"),
-               AUTOGRAD_XLA_CACHE_MIN_COMPILE_SECONDS="0", AUTOGRAD_XLA_CACHE_KEY_FILE=str(tmp_path / "key"))
-    runs = []
-    for _ in range(2):
-        r = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=120, cwd=root,
-                           env=env)
-        assert r.returncode == 0, r.stderr
-        runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    runs = run_with_a_persistent_cache(tmp_path, CHILD, CHILD)
     assert all(r["exact"] for r in runs)
     assert (runs[0]["compiles"], runs[0]["hits"]) == (1, 0) and (runs[1]["compiles"], runs[1]["hits"]) == (0, 1)
