@@ -13,7 +13,11 @@
 #   PY (python3)  END (520: seconds for the step)  MEM_GB (24: the host memory at which the
 #   tests are stopped)  WHEELS (.whl-tpu: autograd 1.9.1 as a wheel, pip download --no-deps
 #   --only-binary=:all: autograd==1.9.1 -d .whl-tpu)  BENCH_ONLY (workloads of benchmarks/tpu.py)
-#   PYTEST_ARGS (-q; -v names each test as it runs, for a run that may be stopped)
+#   PYTEST_ARGS (-v: each test named as it runs, so that a run stopped by its time still says
+#   which ran: ran_NAME.txt)  TEST_TIMEOUT (120: seconds a test may run; then it fails and the
+#   stacks of all threads go to hangs_NAME.log)  DONE (a file of node ids that this run leaves
+#   out, one a line: the ran_*.txt of earlier commands, concatenated, so that the suite goes on
+#   across commands: `tests 1/1` with DONE runs what is left of the whole suite)
 #
 # Host memory is watched all along (the sum of this user's processes' resident memory, every
 # quarter second, into memory.log): past MEM_GB the test run is stopped, so a test can never take the
@@ -104,12 +108,17 @@ run_tests() {  # $1: a name for the logs; the rest: pytest's selection
     local name=$1; shift
     local T=$(( $(left) - 15 ))
     stamp "tests $name, the TPU as the default platform, at most ${T}s: $*" | tee -a "$out/tests_$name.txt"
-    AUTOGRAD_XLA_PLATFORM=tpu timeout -s INT -k 20 $T $PY -m pytest ${PYTEST_ARGS:--q} -p no:cacheprovider -rfEs --tb=line \
+    AUTOGRAD_XLA_PLATFORM=tpu AUTOGRAD_XLA_TEST_TIMEOUT=${TEST_TIMEOUT:-120} AUTOGRAD_XLA_TEST_TIMEOUT_LOG="$out/hangs_$name.log" \
+        AUTOGRAD_XLA_TESTS_DONE=${DONE:+$(realpath "$DONE")} \
+        timeout -s INT -k 20 $T $PY -m pytest ${PYTEST_ARGS:--v} -p no:cacheprovider -rfEs --tb=line \
         --durations=20 --junitxml="$out/junit_$name.xml" "$@" > "$out/tests_$name.log" 2>&1 &
     local pid=$!
     watch_memory $pid &
     wait $pid; echo "pytest rc=$?" >> "$out/tests_$name.txt"
     wait
+    grep -E "^tests/.* (PASSED|FAILED|SKIPPED|XFAIL|XPASS|ERROR) +\[" "$out/tests_$name.log" \
+        | sed -E 's/ (PASSED|FAILED|SKIPPED|XFAIL|XPASS|ERROR) +\[.*$//' > "$out/ran_$name.txt"
+    echo "$(wc -l < "$out/ran_$name.txt") tests ran (ran_$name.txt)" >> "$out/tests_$name.txt"
     grep -E "^(FAILED|ERROR|SKIPPED)|passed|failed" "$out/tests_$name.log" | cut -c1-240 | tail -150 >> "$out/tests_$name.txt"
     cat "$out/memory.log" >> "$out/tests_$name.txt"
     tail -160 "$out/tests_$name.txt"

@@ -58,8 +58,11 @@ def test_the_first_program_compiles_fast_and_the_default_is_tried_once_the_rent_
     # with LLVM's optimisations (backend.QUICK_STEP), the default options' program, then the one
     # in use with XLA's own scheduler (backend.XLA_SCHEDULER)
     assert (info["compiles"], info["upgrades"], info["traces"]) == (1, 3, 1) and info["upgrade_seconds"] > 0
+    # the trials keep whichever ran faster: on a loaded or many-core machine (a TPU host's 13)
+    # the quick first program's calls of 300 elements may win
     assert entry.options is None or entry.options.env_option_overrides in (
-        [], backend.FAST_COMPILE_OVERRIDES, backend.FAST_COMPILE_OVERRIDES + backend.SCHEDULER_OVERRIDES)
+        [], backend.FAST_COMPILE_OVERRIDES, backend.FAST_COMPILE_OVERRIDES + backend.SCHEDULER_OVERRIDES,
+        backend.FAST_COMPILE_OVERRIDES + backend.QUICK_COMPILE_OVERRIDES + backend.SCHEDULER_OVERRIDES)
     want = grad(lambda x: np.sum(np.tanh(x) * np.exp(-x * x)))(x)
     for got in results:  # the programs ran, in turn, during the trials
         assert_close(got, want)
