@@ -244,6 +244,14 @@ def _cast(args, dtype):
                                                   for a in tree.flatten(args)[0]])
 
 
+#: The compiled loops' tolerance on a 32-bit platform (NARROW): a chip's float32 tanh and cosh are
+#: not numpy's, and a recurrence carries their rounding on. Measured on the CPU: the 16-step
+#: LSTM's gradient moves by up to 15x (median 1.3x, 30 draws) a relative error given to every
+#: tanh and its derivative, of the gradient's scale; on a TPU v5e its float32 gradient came
+#: 1.6e-4 of that scale from numpy's (TOL_32 is 1e-4), the float64 one within TOL_32.
+RECURRENCE_RTOL_32 = 1e-3
+
+
 @pytest.mark.parametrize("dtype", [onp.float64, onp.float32])
 @pytest.mark.parametrize("name", sorted(LOOPS))
 def test_absorbed_first_and_last_steps_compute_plain_autograds_gradient_bit_for_bit(monkeypatch, name, dtype):
@@ -265,7 +273,7 @@ def test_absorbed_first_and_last_steps_compute_plain_autograds_gradient_bit_for_
     if not (name == "hmm" and dtype == onp.float32):  # (the trace's float32 logsumexp gradient
         for a, b in zip(tree.flatten(got)[0], tree.flatten(want)[0]):  # keeps float32 where numpy
             onp.testing.assert_array_equal(a, b, strict=True)         # divides by an int64 count)
-    assert_close(rolled(*args), want)
+    assert_close(rolled(*args), want, rtol=RECURRENCE_RTOL_32 if NARROW else None)
     monkeypatch.setattr(rolling, "ABSORB_ENDS", False)
     before = jit_ps(grad(f), static_argnums=static).graph(*args)
     assert len(graph.eqns) < len(before.eqns)
