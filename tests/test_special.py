@@ -128,6 +128,17 @@ def test_unary(name):
     check_grad(f, v.reshape(2, 3))
 
 
+def test_a_32_bit_platform_compares_near_zeros_at_the_results_scale(monkeypatch):
+    """assert_rel on a 32-bit platform (helpers.relative_32): TOL_32 of the largest finite
+    result float32 holds, as assert_close's tolerance; on the CPU the test's own."""
+    import helpers
+    monkeypatch.setattr(helpers, "NARROW", True)
+    rtol, floor = relative_32(1e-12, onp.array([0.0365, -3.5, onp.inf, 1e39]), onp.full(4, 1e-290))
+    assert rtol == TOL_32[onp.dtype(F64)] and (floor == 3.5).all()
+    monkeypatch.setattr(helpers, "NARROW", False)
+    assert relative_32(1e-12, onp.array([0.0365, -3.5]), 1e-290) == (1e-12, 1e-290)
+
+
 # scipy.special functions that autograd does not wrap: called on traced values they compile
 # too (values only: autograd has no derivative for them)
 UNWRAPPED = {
