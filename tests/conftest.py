@@ -94,6 +94,10 @@ CPU_TESTS = {
         "test_bit_level_functions_follow_the_precision_computed_in)"),
     "test_reliability_inputs.py::test_in_place_reads_never_leak_between_threads": (
         "arguments are read in place during a synchronous call on the CPU alone"),
+    "test_library_patterns.py::test_a_hessian_by_central_differences_of_gammainc": (
+        "its Hessian divides differences of gammainc by a float64-sized step (~2e-5) twice: it agrees only "
+        "with scipy's own loops, bit for bit, which XLA:CPU calls (rules/special.py); float32's rounding "
+        "over that step squared is ~1e2, and the [0, 0] entry came out 168287 for 46.6"),
     "test_tiered.py::test_the_plain_budget_is_the_rent_factor_times_the_mean_compile_so_far": (
         "quick compile options (backend.fast_compile_options) exist for XLA:CPU alone: elsewhere every compile counts"),
     "test_tiered.py::test_a_signature_s_saving_sets_the_budget_of_the_next_function_of_its_shape": (

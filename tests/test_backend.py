@@ -68,11 +68,27 @@ def test_set_default_platform_roundtrip():
         autograd_xla.set_default_platform(None)
 
 
-def test_environment_variable_selects_the_platform():
+def without_libtpu(tmp_path):
+    """The environment of a child process in which libtpu cannot start: TPU_LIBRARY_PATH unset,
+    and a package `libtpu` ahead of the real one on the path that leaves a file `tried`
+    behind when imported (the TPU client's first step, clients.tpu_client) and then refuses.
+    On a TPU machine, where this suite's process holds the chip, a child asking for another
+    platform must never reach it (libtpu reserves gigabytes of host memory when it starts)."""
+    stub = tmp_path / "stub" / "libtpu"
+    stub.mkdir(parents=True)
+    (stub / "__init__.py").write_text(f"open({str(tmp_path / 'tried')!r}, 'w').close()\n"
+                                      "raise ImportError('libtpu is stubbed out in this test')\n")
+    env = {k: v for k, v in os.environ.items() if k != "TPU_LIBRARY_PATH"}
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "stub"), ROOT] + env.get("PYTHONPATH", "").split(os.pathsep))
+    return env
+
+
+def test_environment_variable_selects_the_platform(tmp_path):
+    """A process asked for the CPU (or an absent GPU) runs there without trying libtpu."""
     code = ("import autograd_xla, numpy as np; print(autograd_xla.default_platform()); "
             "f = autograd_xla.jit_ps(lambda x: x + 1)\n"
             "try:\n    f(np.ones(2))\nexcept autograd_xla.PlatformUnavailableError as e:\n    print('unavailable', e)")
-    env = dict(os.environ, AUTOGRAD_XLA_PLATFORM="cpu")
+    env = dict(without_libtpu(tmp_path), AUTOGRAD_XLA_PLATFORM="cpu")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.split()[0] == "cpu", out.stderr
     if not HAS_GPU:
@@ -80,6 +96,18 @@ def test_environment_variable_selects_the_platform():
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
         expected = "no usable GPU" if HAS_PLUGIN else "cuda12"
         assert "gpu" in out.stdout and "unavailable" in out.stdout and expected in out.stdout, out.stdout + out.stderr
+    assert not (tmp_path / "tried").exists()
+
+
+def test_the_stub_of_libtpu_records_a_try(tmp_path):
+    """without_libtpu's stub does record a process that starts the TPU client (so that the
+    test above can fail)."""
+    code = ("import autograd_xla\n"
+            "try:\n    autograd_xla.devices('tpu')\nexcept autograd_xla.PlatformUnavailableError as e:\n    print(e)")
+    out = subprocess.run([sys.executable, "-c", code], env=without_libtpu(tmp_path), capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and "libtpu is not installed" in out.stdout, out.stdout + out.stderr
+    assert (tmp_path / "tried").exists()
 
 
 @pytest.mark.skipif(not memory.glibc(), reason="glibc's malloc thresholds")

@@ -11,7 +11,7 @@ from autograd_xla import jit_ps, rolling, tree
 from autograd_xla.control_flow.scans import scan_p
 from autograd_xla.core import UfuncMethod, Var, map_vars
 
-from helpers import assert_close
+from helpers import NARROW, assert_close
 
 RNG = onp.random.RandomState(0)
 W = RNG.randn(4, 4) * 0.5
@@ -244,6 +244,14 @@ def _cast(args, dtype):
                                                   for a in tree.flatten(args)[0]])
 
 
+#: The compiled loops' tolerance on a 32-bit platform (NARROW): a chip's float32 tanh and cosh are
+#: not numpy's, and a recurrence carries their rounding on. Measured on the CPU: the 16-step
+#: LSTM's gradient moves by up to 15x (median 1.3x, 30 draws) a relative error given to every
+#: tanh and its derivative, of the gradient's scale; on a TPU v5e its float32 gradient came
+#: 1.6e-4 of that scale from numpy's (TOL_32 is 1e-4), the float64 one within TOL_32.
+RECURRENCE_RTOL_32 = 1e-3
+
+
 @pytest.mark.parametrize("dtype", [onp.float64, onp.float32])
 @pytest.mark.parametrize("name", sorted(LOOPS))
 def test_absorbed_first_and_last_steps_compute_plain_autograds_gradient_bit_for_bit(monkeypatch, name, dtype):
@@ -265,7 +273,7 @@ def test_absorbed_first_and_last_steps_compute_plain_autograds_gradient_bit_for_
     if not (name == "hmm" and dtype == onp.float32):  # (the trace's float32 logsumexp gradient
         for a, b in zip(tree.flatten(got)[0], tree.flatten(want)[0]):  # keeps float32 where numpy
             onp.testing.assert_array_equal(a, b, strict=True)         # divides by an int64 count)
-    assert_close(rolled(*args), want)
+    assert_close(rolled(*args), want, rtol=RECURRENCE_RTOL_32 if NARROW else None)
     monkeypatch.setattr(rolling, "ABSORB_ENDS", False)
     before = jit_ps(grad(f), static_argnums=static).graph(*args)
     assert len(graph.eqns) < len(before.eqns)
@@ -277,6 +285,16 @@ def elementwise(w, x, c):
     for _ in range(30):
         x = x + 0.5 * (w * x)
     return np.sum(x * c)
+
+
+def computed_as_the_platform(f, *args):
+    """Plain f(*args) in the precision the suite's platform computes them in: float64 arrays
+    in float32 on a 32-bit platform (NARROW), the result handed back as float64 (as jit_ps
+    does there); elsewhere plain f(*args). Correctly rounded float32 arithmetic gives numpy's
+    float32 bits."""
+    if not NARROW or not any(a.dtype == onp.float64 for a in args):
+        return f(*args)
+    return onp.asarray(f(*[a.astype(onp.float32) if a.dtype == onp.float64 else a for a in args])).astype(onp.float64)
 
 
 @pytest.mark.parametrize("dtype", [onp.float64, onp.float32])
@@ -293,9 +311,10 @@ def test_signed_zeros_infinities_and_nans_through_an_absorbed_first_step(dtype):
         graph = g.graph(w, x, c)
         assert [p.length for p in scans(graph)] == [30] * (2 - argnum)  # (every backward step; the
         # gradient with respect to x of this linear loop needs no forward pass)
-        for got in (g(w, x, c), interpret(graph, (w, x, c))):
-            onp.testing.assert_array_equal(got, want, strict=True)
-            onp.testing.assert_array_equal(onp.signbit(got), onp.signbit(want))
+        for got, expected in ((g(w, x, c), computed_as_the_platform(grad(elementwise, argnum), w, x, c)),
+                              (interpret(graph, (w, x, c)), want)):
+            onp.testing.assert_array_equal(got, expected, strict=True)
+            onp.testing.assert_array_equal(onp.signbit(got), onp.signbit(expected))
     assert onp.signbit(want[0]) and onp.signbit(grad(elementwise)(w, x, c)[0])  # (a -0.0 to keep)
 
 

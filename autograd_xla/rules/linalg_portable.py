@@ -668,11 +668,16 @@ def portable_schur(ctx, a):
 
 
 def triangular_eigenvectors(ctx, t):
-    """x upper triangular with unit diagonal and t x = x diag(t): back substitution, one row
-    per iteration (bottom up) for all columns at once; as LAPACK's ztrevc, a divisor
-    t_ii - t_jj smaller than eps |t_jj| (repeated eigenvalues) is replaced by that bound."""
+    """x upper triangular with t x = x diag(t): back substitution, one row per iteration
+    (bottom up) for all columns at once; as LAPACK's ztrevc, a divisor t_ii - t_jj smaller
+    than eps |t_jj| (repeated eigenvalues) is replaced by that bound, and the columns are
+    rescaled as they grow: a Jordan block's column grows by 1 / eps per row (in float32 a
+    4 x 4 block's reached 7e19, whose square overflowed its norm), so each column is divided
+    by its largest modulus whenever that exceeds 1, on t / max |t_ij| (the quotients then stay
+    below n^2 / tiny)."""
     batch, n = t.shape[:-2], t.shape[-1]
     nb = len(batch)
+    t, _ = _scaled(ctx, t)
     rdt = real_dtype(t.dtype)
     lam = diagonal(ctx, t, 0, nb, nb + 1)
     eps = _eps(rdt)
@@ -695,9 +700,19 @@ def triangular_eigenvectors(ctx, t):
         val = _neg(b, _div(b, acc, den))
         old = b.reshape(b.dynamic_slice(x, [z] * nb + [i, z], batch + (1, n)), batch + (n,))
         new = b.select(b.compare(cols, iv, "GT"), val, old)
-        return (b.dynamic_update_slice(x, b.reshape(new, batch + (1, n)), [z] * nb + [i, z]),)
+        x = b.dynamic_update_slice(x, b.reshape(new, batch + (1, n)), [z] * nb + [i, z])
+        return (_bounded_columns(b, x),)
 
     return counted_loop(ctx, n - 1, [eye(ctx, t.shape, t.dtype)], step)[0]
+
+
+def _bounded_columns(b, x):
+    """x (batch..., n, n) with each column whose largest modulus m exceeds 1 divided by m."""
+    nb = x.ndim - 2
+    m = b.reduce_with(abs_value(b, x), [nb], "maximum", 0)
+    big = b.compare(m, _like(b, m, 1), "GT")
+    inv = _div(b, _like(b, m, 1), b.select(big, m, _like(b, m, 1)))
+    return _mul(b, x, _last(b, _to(b, inv, x.dtype), x.shape))
 
 
 def portable_eig(ctx, a, vectors=True):

@@ -35,6 +35,14 @@ def in_32_bits(x):
     return hlo.canonical_dtype(x.dtype).itemsize <= 4
 
 
+def eps_of(x):
+    """The unit roundoff of the precision N `x` is computed in, which the loops' convergence
+    tests compare with: float64's EPS asked of float32 arithmetic is never met by a continued
+    fraction, whose factor delta hovers an ulp from 1 (gammaincc(3.3, 8) then ran all
+    _IGAMMA_MAX_ITER steps and drifted 1.5e-4 off on a TPU)."""
+    return 2.0 ** -24 if in_32_bits(x) else EPS
+
+
 def lentz_tiny(x):
     """Modified Lentz's stand-in for a zero denominator: small, and its reciprocal finite, in
     the precision x is really computed in (1e-300 is float32's 0, and 1 / it inf: gammainc's
@@ -288,12 +296,42 @@ def _digamma_root_series():
     return [DIGAMMA_AT_ROOT] + [(-1) ** (k + 1) * float(sc.zeta(k + 1, DIGAMMA_ROOT)) for k in range(1, 36)]
 
 
-def digamma_near_root(x):
-    """digamma(x), from its Taylor series within 0.3 of its positive zero (1.4616...), where
-    XLA's digamma keeps only an absolute accuracy (1e-12 relative 5e-4 away from it)."""
+def _digamma_root_taylor(x):
+    """(digamma(x) from its Taylor series about its positive zero, where |x - root| < 0.3)."""
     d = x - DIGAMMA_ROOT
     near = d.abs() < 0.3
-    return where(near, polyval(_digamma_root_series(), where(near, d, x.like(0.0))), x.digamma())
+    return near, polyval(_digamma_root_series(), where(near, d, x.like(0.0)))
+
+
+def digamma_near_root(x):
+    """digamma(x), from its Taylor series within 0.3 of its positive zero (1.4616...), where
+    XLA's digamma keeps only an absolute accuracy (1e-12 relative 5e-4 away from it); for
+    x within 0.3 of 1 - root, where XLA reflects to digamma(1 - x) near the root, by the
+    reflection digamma(1 - x) - pi cot(pi x) with that series (on a TPU, digamma(-0.5) =
+    0.036 came 5e-6 off from XLA's)."""
+    near, series = _digamma_root_taylor(x)
+    reflected, series_1mx = _digamma_root_taylor(1.0 - x)
+    cos_pi, sin_pi = cos_sin_pi(where(reflected, x, x.like(-0.5)))
+    out = where(reflected, series_1mx - math.pi * cos_pi / sin_pi, x.digamma())
+    return where(near, series, out)
+
+
+def cos_sin_pi(x):
+    """(cos(pi x), sin(pi x)) from x's distance r to the nearest half-integer, exact in
+    floating point, and Taylor polynomials in it on |pi r| <= pi / 4 (|term| < 1e-17 past
+    the 19th power): no trigonometric function of XLA, so cos(pi / 2) is exactly 0."""
+    n = x.floor()
+    r = x - n                                       # [0, 1), exact
+    low, high = r <= 0.25, r > 0.75
+    u = where(low, r, where(high, 1.0 - r, 0.5 - r))  # |u| <= 1/4, each difference exact
+    t = math.pi * u
+    t2 = t * t
+    s = t * polyval([(-1) ** k / math.factorial(2 * k + 1) for k in range(10)], t2)   # sin(pi u)
+    c = polyval([(-1) ** k / math.factorial(2 * k) for k in range(11)], t2)           # cos(pi u)
+    sin_r = where(low | high, s, c)                 # sin(pi r): sin(pi (1 - r)) = sin(pi r)
+    cos_r = where(low, c, where(high, -c, s))       # cos(pi r): cos(pi (1/2 - u)) = sin(pi u)
+    sign = where(is_odd(n), x.like(-1.0), x.like(1.0))
+    return sign * cos_r, sign * sin_r
 
 
 def stirling_corr(x):
@@ -396,7 +434,7 @@ def _igamma_series(b, a, x, active):
         n = n + 1.0
         term = term * x / (a + n)
         total = total + term
-        return [n, term, total], term > total * EPS
+        return [n, term, total], term > total * eps_of(x)
     one = a.like(1.0)
     _, _, total = converge(b, active, [a.like(0.0), one, one], step, _IGAMMA_MAX_ITER)
     return total
@@ -421,7 +459,7 @@ def _igamma_cf(b, a, x, active):
         c = where(c.abs() < tiny, c.like(tiny), c)
         d = 1.0 / d
         delta = d * c
-        return [i, bn, c, d, h * delta], (delta - 1.0).abs() > EPS
+        return [i, bn, c, d, h * delta], (delta - 1.0).abs() > eps_of(x)
     *_, h = converge(b, active, [a.like(0.0), bn, c, d, h], step, _IGAMMA_MAX_ITER)
     return h
 
@@ -434,7 +472,7 @@ def _igamma_q_small(b, a, x, active):
         n = n + 1.0
         term = -term * x / n
         add = term / (a + n)
-        return [n, term, total + add], add.abs() > total.abs() * EPS
+        return [n, term, total + add], add.abs() > total.abs() * eps_of(x)
     zero = a.like(0.0)
     _, _, total = converge(b, active, [zero, a.like(1.0), zero], step, 200)
     u = a * x.log() - lgamma1p(a)
@@ -501,7 +539,7 @@ def _ibeta_cf(b, a, bb_, x, y, active):
         d = 1.0 / fix(1.0 + aa * d)
         c = fix(1.0 + aa / c)
         delta = d * c
-        return [m, c, d, h * delta], (delta - 1.0).abs() > EPS
+        return [m, c, d, h * delta], (delta - 1.0).abs() > eps_of(x)
     *_, h = converge(b, active, [a.like(0.0), c, d, h], step, _IBETA_MAX_ITER)
     return h
 
@@ -514,7 +552,7 @@ def _ibeta_series(b, a, bb_, x, active):
         j = j + 1.0
         t = t * (j - bb_) * x / j
         add = a * t / (a + j)
-        return [j, t, total + add], add.abs() > total.abs() * EPS
+        return [j, t, total + add], add.abs() > total.abs() * eps_of(x)
     one = a.like(1.0)
     _, _, total = converge(b, active, [a.like(0.0), one, one], step, _IBETA_MAX_ITER)
     return total
@@ -817,7 +855,10 @@ def _ive_series(b, v, x, active):
     x = where(active, x, one)
     v = where(active, v, zero)
     q = 0.25 * x * x
-    big, big_log = 1e280, 280.0 * math.log(10.0)
+    # the rescaling threshold, and its product with a step's factor, within the precision's
+    # range (1e280 is float32's inf: ive(30, 150) came out inf computed in 32 bits)
+    power = 30 if in_32_bits(x) else 280
+    big, big_log = 10.0 ** power, power * math.log(10.0)
 
     def step(bb, st):
         k, r, total, count = st
@@ -828,7 +869,7 @@ def _ive_series(b, v, x, active):
         r = where(scale, r * (1.0 / big), r)
         total = where(scale, total * (1.0 / big), total)
         count = where(scale, count + 1.0, count)
-        return [k, r, total, count], (k <= -v) | (r.abs() > total.abs() * EPS)
+        return [k, r, total, count], (k <= -v) | (r.abs() > total.abs() * eps_of(x))
     _, _, total, count = converge(b, active, [zero, one, one, zero], step, 20000)
     log_mag = v * (0.5 * x).log() - x - (v + 1.0).lgamma() + total.abs().log() + count * big_log
     return log_mag, gammasgn(v + 1.0) * total.sign()
