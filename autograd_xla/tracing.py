@@ -1363,9 +1363,10 @@ class TracerVSpace(VSpace):
     source = None  # the user's line its ones() are attributed to (SeedVSpace), else the caller's
 
     def __init__(self, value):
-        self.shape = value.shape
-        self.dtype = value.dtype
-        self.iscomplex = value.dtype.kind == "c"
+        aval = value._var.aval  # (autograd makes one per vspace() call: several per node)
+        self.shape = aval.shape
+        self.dtype = aval.dtype
+        self.iscomplex = aval.dtype.kind == "c"
 
     @property
     def size(self):
@@ -1566,6 +1567,7 @@ def _primitive_code():
 
 def _make_interceptor(f_wrapped, raw):
     traces = state
+    found = []  # raw's registry entry, once it has one (an entry, once made, stays raw's)
 
     def f_raw(*args, **kwargs):
         if not traces.traces or _has_box(args):
@@ -1579,7 +1581,12 @@ def _make_interceptor(f_wrapped, raw):
                 if not registry.has_rule(raw):
                     raise
                 return bind(raw, args, kwargs)
-        entry = registry.lookup(raw)
+        if found:
+            entry = found[0]
+        else:
+            entry = registry.lookup(raw)
+            if entry is not None:
+                found.append(entry)
         if entry is not None and (entry.lowering is not None or entry.trace is not None):
             return bind(raw, args, kwargs, entry)
         return trace_through(raw, f_wrapped, raw, args, kwargs)
