@@ -1107,8 +1107,9 @@ class Tracer:
         return out if isinstance(out, tuple) and len(out) > 1 else outs[0]
 
     def __array_function__(self, func, types_, args, kwargs):
-        if any(t in box_types for t in types_):
-            return NotImplemented
+        for t in types_:  # (a loop, not any() of a generator: autograd's VJPs ask np.shape and such per node)
+            if t in box_types:
+                return NotImplemented
         entry = registry.lookup(func)
         if entry is not None:
             if entry.metadata is not None:
@@ -1434,7 +1435,8 @@ def _box_tracer(value, trace, node):
     A reverse-mode node's VJP keeps the user's line of this forward operation, the line its
     backward-pass equations are attributed to (errors.user_frame). Forward mode needs nothing:
     a JVPNode computes its tangent as it is made, on the forward line."""
-    if not value.shape and value.dtype.kind in "biu":
+    aval = value._var.aval
+    if not aval.shape and aval.dtype.kind in "biu":
         caller = sys._getframe(2)  # autograd's f_wrapped, which called new_box, which called us
         if caller.f_locals.get("f_wrapped") not in _CONTAINER_PRIMITIVES:
             raise TypeError(f"Can't differentiate w.r.t. type {int if value.aval.weak_type else value.dtype.type}")
