@@ -19,12 +19,13 @@ class Aval:
     are also the protocol jaxlib's runtime reads (`shape`, `dtype`, `weak_type`).
     """
 
-    __slots__ = ("shape", "dtype", "weak_type")
+    __slots__ = ("shape", "dtype", "weak_type", "_hash")
 
     def __init__(self, shape, dtype, weak_type=False):
         self.shape = tuple(int(d) for d in shape)
         self.dtype = np.dtype(dtype)
         self.weak_type = weak_type
+        self._hash = None
 
     @property
     def ndim(self):
@@ -38,11 +39,14 @@ class Aval:
         return Aval(self.shape, self.dtype) if self.weak_type else self
 
     def __eq__(self, other):
-        return (isinstance(other, Aval) and self.shape == other.shape and self.dtype == other.dtype
-                and self.weak_type == other.weak_type)
+        return other is self or (isinstance(other, Aval) and self.shape == other.shape and self.dtype == other.dtype
+                                 and self.weak_type == other.weak_type)
 
-    def __hash__(self):
-        return hash((self.shape, self.dtype, self.weak_type))
+    def __hash__(self):  # kept: an Aval is in every abstract-evaluation key and rolling token (a dtype hashes slowly)
+        h = self._hash
+        if h is None:
+            h = self._hash = hash((self.shape, self.dtype, self.weak_type))
+        return h
 
     def __str__(self):
         return f"{short_dtype(self.dtype)}[{','.join(map(str, self.shape))}]" + ("~" if self.weak_type else "")

@@ -72,16 +72,41 @@ def user_frame(depth=1):
     made from a traced value carries it: tracing._box_tracer). User code the VJP itself
     calls (a user-defined primitive's VJP) is found first."""
     f = sys._getframe(depth)
+    known = _is_library
     while f is not None:
         code = f.f_code
         if code is _BACKWARD_PASS:
             vjp = getattr(f.f_locals.get("node"), "vjp", None)
             if type(vjp) is ForwardVJP:
                 return vjp.source
-        elif not library_file(code.co_filename):
-            return SourceInfo(code.co_filename, f.f_lineno, code.co_name)
+        else:
+            filename = code.co_filename
+            library = known.get(filename)  # (library_file's table read inline: a walk visits 3-8 frames)
+            if library is None:
+                library = library_file(filename)
+            if not library:
+                return _source_info(code, f.f_lineno)
         f = f.f_back
     return None
+
+
+_sources = {}
+
+
+def _source_info(code, lineno):
+    """The SourceInfo of line `lineno` of `code`, one object per line: equations traced from a
+    loop share it, and rolling compares equal lines."""
+    key = code.co_filename, lineno, code.co_name
+    info = _sources.get(key)
+    if info is None:
+        if len(_sources) >= SOURCES_KEPT:
+            _sources.clear()
+        info = _sources[key] = SourceInfo(*key)
+    return info
+
+
+#: SourceInfos kept for reuse (_source_info), at most.
+SOURCES_KEPT = 1 << 16
 
 
 class JitError(Exception):

@@ -167,17 +167,31 @@ def when_imported(name):
     def deco(register):
         with _waiting_lock:
             _WAITING.setdefault(name, []).append(register)
-        run_waiting()
+        _run_ready()
         return register
     return deco
+
+
+_checked = -1  # len(sys.modules) when run_waiting last found no waiting module imported
 
 
 def run_waiting():
     """Run the registrations whose module has been imported; True if some ran or were
     running (in another thread: this waits for them), so that a look-up is worth retrying."""
+    global _checked
+    if not _running:
+        modules = len(sys.modules)
+        if modules == _checked:
+            return False  # nothing imported since: the common case (a look-up of autograd's own
+            #               container primitives, which have no entry, misses once per call)
+        if not any(name in sys.modules for name in tuple(_WAITING)):
+            _checked = modules
+            return False
+    return _run_ready()
+
+
+def _run_ready():
     global _running
-    if not _running and not any(name in sys.modules for name in tuple(_WAITING)):
-        return False  # the common case: a dict look-up per waiting module
     with _waiting_lock:
         ready = [(name, _WAITING.pop(name)) for name in tuple(_WAITING) if name in sys.modules]
         _running += 1

@@ -587,34 +587,40 @@ class _Level:
     def roll_run(self, sites, start, p, k, out):
         """Roll the consistent stretches of one run (k repetitions of period p from `start`),
         appending the resulting equations to `out`."""
-        produced = {}
+        produced = {}  # Var -> (repetition, its kind where read in it, where read in the next)
+        kinds = {}     # (q, o) -> (("l", q, o), ("c", q, o)), one pair per run: descriptions share them
         for idx, site in enumerate(sites):
             r, q = divmod(idx, p)
             for o, v in enumerate(site.eqn.outvars):
                 if v is not None:
-                    produced[v] = (r, q, o)
+                    pair = kinds.get((q, o))
+                    if pair is None:
+                        pair = kinds[q, o] = ("l", q, o), ("c", q, o)
+                    produced[v] = (r,) + pair
         descs = {}
 
         def desc(r, first=False):
             key = (r, first)
             if key not in descs:
                 out_ = []
-                for q in range(p):
-                    for x in sites[r * p + q].leaves:
-                        if type(x) is not Var:
-                            out_.append(("k", type(x)) if type(x) in _PY_DTYPES else ("k", type(x), x.dtype, np.shape(x)))
+                append, source = out_.append, produced.get
+                for site in sites[r * p:(r + 1) * p]:
+                    for x in site.leaves:
+                        t = type(x)
+                        if t is not Var:
+                            append(("k", t) if t in _PY_DTYPES else ("k", t, x.dtype, np.shape(x)))
                             continue
-                        src = produced.get(x)
+                        src = source(x)
                         if src is None:
-                            out_.append("e")
+                            append("e")
                         elif src[0] == r:
-                            out_.append(("l", src[1], src[2]))
+                            append(src[1])
                         elif first:  # from before the stretch rolled: an outside value
-                            out_.append("e")
+                            append("e")
                         elif src[0] == r - 1:
-                            out_.append(("c", src[1], src[2]))
+                            append(src[2])
                         else:
-                            out_.append("far")
+                            append("far")
                 descs[key] = tuple(out_)
             return descs[key]
 
@@ -726,8 +732,11 @@ class _Loop:
         level, p, a, b, ref = self.level, self.p, self.a, self.b, self.ref
         n = b - a
         subst = level.subst  # (values of a stretch of this run rolled before)
-        flat = {r: [subst.get(x, x) if type(x) is Var else x for q in range(p) for x in self.sites[r * p + q].leaves]
-                for r in range(a, b)}
+        if subst:
+            flat = {r: [subst.get(x, x) if type(x) is Var else x for site in self.sites[r * p:(r + 1) * p]
+                        for x in site.leaves] for r in range(a, b)}
+        else:
+            flat = {r: [x for site in self.sites[r * p:(r + 1) * p] for x in site.leaves] for r in range(a, b)}
         # compatibility of the first repetition: locals where the others have locals; carries
         # all started from one value each
         inits = {}
@@ -744,16 +753,16 @@ class _Loop:
             elif kind != k0:
                 return None
         end = self.start + b * p  # the level's first equation after the loop
-        rep_vars = {}  # (q, o) -> Vars per repetition
-        for r in range(a, b):
-            for q in range(p):
-                for o, v in enumerate(self.sites[r * p + q].eqn.outvars):
-                    if v is not None:
-                        rep_vars.setdefault((q, o), []).append(v)
-        last_use = level.last_use
+        rep_vars = {}  # (q, o) -> Vars per repetition (the repetitions' tokens are equal: so are their Nones)
+        for q in range(p):
+            column = [self.sites[r * p + q].eqn.outvars for r in range(a, b)]
+            for o, v in enumerate(column[0]):
+                if v is not None:
+                    rep_vars[q, o] = [outs[o] for outs in column]
+        used = level.last_use.get
 
         def outside(v):
-            return last_use.get(v, -1) >= end
+            return used(v, -1) >= end
 
         carries = list(inits)  # (q, o) in order of first use
         for qo in carries:
@@ -761,16 +770,17 @@ class _Loop:
                 return None
         ys, lasts = [], []
         for qo, vs in rep_vars.items():
-            if any(outside(v) for v in vs[:-1]):
+            if any(used(v, -1) >= end for v in vs[:-1]):
                 ys.append(qo)
             elif qo not in inits and outside(vs[-1]):
                 lasts.append(qo)
         # per-step and invariant operands
         captured, per_step, const_steps = {}, {}, {}  # outer Var -> inner; sequence -> slots
         slot_input = {}
+        columns = list(zip(*flat.values()))  # slot -> its leaves, a repetition each
         for slot, kind in enumerate(ref):
             if kind == "e":
-                seq = tuple(flat[r][slot] for r in range(a, b))
+                seq = columns[slot]
                 if all(v is seq[0] for v in seq):
                     if seq[0] not in captured:
                         captured[seq[0]] = _new_var(seq[0].aval)
@@ -779,7 +789,7 @@ class _Loop:
                     per_step.setdefault(seq, []).append(slot)
                     slot_input[slot] = ("x", seq)
             elif kind[0] == "k":
-                seq = tuple(flat[r][slot] for r in range(a, b))
+                seq = columns[slot]
                 if not all(_same(x, seq[0]) for x in seq[1:]):
                     key = tuple(map(_const_key, seq))
                     const_steps.setdefault(key, (seq, []))[1].append(slot)

@@ -221,17 +221,18 @@ def bind(prim, args, kwargs, entry=None, source=None):
     """Record one call of `prim` on traced arguments; returns traced results. `entry`:
     prim's registry entry, when the caller has looked it up already; `source`: the user's
     line to attribute the equation to, when not the one calling (user_frame)."""
-    trace = current_trace()
-    if trace is None:
+    traces = state.traces
+    if not traces:
         raise TracerLeakError(f"'{prim_name(prim)}' was called on a traced array outside of any trace:\n"
                               f"{user_frame(2)}")
+    trace = traces[-1]
     entry = entry or registry.lookup(prim)
     if entry is None or entry.lowering is None:
         if entry is not None and entry.trace is not None:
             return entry.trace(*args, **kwargs)
         raise unsupported(prim)
     given = args, kwargs
-    flat = _flat_operands(args, trace) if type(args) is tuple and type(kwargs) is dict and not kwargs else None
+    flat = _flat_operands(args, trace, prim) if type(args) is tuple and type(kwargs) is dict and not kwargs else None
     if flat is None:
         args, kwargs = _replace_tracers((args, kwargs), trace)
     else:
@@ -254,21 +255,23 @@ def bind(prim, args, kwargs, entry=None, source=None):
                 pass
         src = user_frame(2)
         raise annotate(e, f"in primitive '{prim_name(prim)}'" + (f", traced from\n{src}" if src else ""))
-    outs, outvars = [], []
+    outs, outvars, made = [], [], False
+    counter = trace._counter
     for aval, same_as in zip(leaves, passthrough):
         if same_as is not None:
             outs.append(Tracer(same_as, trace))
             outvars.append(None)
         else:
-            var = trace.new_var(aval)
+            var = Var(aval, next(counter))
             outs.append(Tracer(var, trace))
             outvars.append(var)
-    if any(v is not None for v in outvars):
+            made = True
+    if made:
         trace.eqns.append(Eqn(prim, args, kwargs, outvars, out_tree, source or user_frame(2)))
     if trace.kinds and _has_kind(given):
         for out, kind in zip(outs, kinds_of(prim, given, len(outs))):
             _SET_KIND(out, kind)
-    return tree.unflatten(out_tree, outs)
+    return outs[0] if out_tree is tree.LEAF else tree.unflatten(out_tree, outs)
 
 
 #: abstract_eval's results by (rule, operands' signature), ABSTRACT_KEPT at most. Rules emit
@@ -295,11 +298,13 @@ def abstract_eval(rule, args, kwargs):
     return _abstract_eval_keyed(rule, args, kwargs, operands, inputs)
 
 
-def _flat_operands(args, trace):
-    """bind's common call in one pass: a tuple of this trace's Tracers and Python numbers, no
-    keywords. (The tuple with each Tracer's Var, _operands_key((that, {}), inputs), inputs),
-    or None for any other operands (map_structure and _operands_key then walk them). The two
-    walks were a third of bind's time (Euler 500's gradient: 12,509 calls)."""
+def _flat_operands(args, trace, prim):
+    """bind's common call in one pass: a tuple of this trace's Tracers, Python numbers and
+    static values without Tracers, no keywords. (The tuple with each Tracer's Var,
+    _operands_key((that, {}), inputs), inputs), or None for any other operands (map_structure
+    and _operands_key then walk them). The two walks were a third of bind's time (Euler 500's
+    gradient: 12,509 calls). `x[i]` of an integer i in range is keyed without i's value
+    (_index_key)."""
     out, keys, inputs = [], [], []
     changed = False
     for x in args:
@@ -320,9 +325,26 @@ def _flat_operands(args, trace):
         elif t is float or t is int or t is bool:
             out.append(x)
             keys.append((t, x))
-        else:
-            return None
+        else:  # a static operand (autograd's VJPs pass shapes, dtypes and flags): keyed by value
+            try:
+                keys.append(_operands_key(x, inputs))  # (a TypeError for a Tracer inside it)
+            except TypeError:
+                return None
+            out.append(x)
+    if prim is operator.getitem and len(keys) == 2 and type(args[1]) is int and inputs:
+        keys[1] = _index_key(args[0], args[1], keys[1])
     return (tuple(out) if changed else args), (tuple, ((tuple, tuple(keys)), (dict, ()))), inputs
+
+
+_IN_RANGE = (int, "in range")  # (never an int's own key: that holds the int)
+
+
+def _index_key(x, i, key):
+    """The key of index `i` of `x[i]`: the same for every i in range of x's first axis (the
+    result's type is x's row's, whichever row: the rule need not run again per row, a
+    legacy loop's `xs[t]` reads each t once), `key` (i's value) otherwise."""
+    shape = x._var.aval.shape if type(x) is Tracer else ()
+    return _IN_RANGE if shape and -shape[0] <= i < shape[0] else key
 
 
 def _abstract_eval_keyed(rule, args, kwargs, operands, inputs):
@@ -331,13 +353,16 @@ def _abstract_eval_keyed(rule, args, kwargs, operands, inputs):
     known = _abstract.get(key) if key is not None else None
     if known is not None:
         avals, out_tree, through = known
+        if type(through) is tuple:  # (no result passed through: the Nones themselves, shared)
+            return avals, out_tree, through
         return avals, out_tree, [None if k is None else inputs[k] for k in through]
     avals, out_tree, passthrough = _run_rule(rule, args, kwargs)
     if key is not None:
         if len(_abstract) >= ABSTRACT_KEPT:
             _abstract.clear()
         position = {id(v): k for k, v in enumerate(inputs)}
-        _abstract[key] = avals, out_tree, [None if v is None else position[id(v)] for v in passthrough]
+        through = [None if v is None else position[id(v)] for v in passthrough]
+        _abstract[key] = avals, out_tree, through if any(k is not None for k in through) else (None,) * len(through)
     return avals, out_tree, passthrough
 
 
@@ -488,7 +513,10 @@ def _has_tracer(args, kwargs):
 
 
 def _has_box(args):
-    return any(type(a) in box_types for a in args)
+    for a in args:  # (a loop, not any() of a generator: once per primitive call)
+        if type(a) in box_types:
+            return True
+    return False
 
 
 # ----- the Tracer ----------------------------------------------------------------------------
@@ -1079,8 +1107,9 @@ class Tracer:
         return out if isinstance(out, tuple) and len(out) > 1 else outs[0]
 
     def __array_function__(self, func, types_, args, kwargs):
-        if any(t in box_types for t in types_):
-            return NotImplemented
+        for t in types_:  # (a loop, not any() of a generator: autograd's VJPs ask np.shape and such per node)
+            if t in box_types:
+                return NotImplemented
         entry = registry.lookup(func)
         if entry is not None:
             if entry.metadata is not None:
@@ -1239,13 +1268,24 @@ for _name, _uf in {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.l
 
 def result_type(*xs):
     """np.result_type with traced weak values behaving like the Python scalars they stand for."""
+    if len(xs) == 1 and type(xs[0]) is Tracer:  # (autograd's metadata asks it of each operand it unbroadcasts to)
+        aval = xs[0]._var.aval
+        key = aval.dtype, aval.weak_type
+        found = _RESULT_TYPES.get(key)
+        if found is None:
+            found = _RESULT_TYPES[key] = np.result_type(_WEAK_AS[aval.dtype.kind] if aval.weak_type else aval.dtype)
+        return found
     args = []
     for x in xs:
         if type(x) is Tracer:
-            args.append({"b": False, "i": 0, "u": 0, "f": 0.0, "c": 0j}[x.dtype.kind] if x.aval.weak_type else x.dtype)
+            args.append(_WEAK_AS[x.dtype.kind] if x.aval.weak_type else x.dtype)
         else:
             args.append(x)
     return np.result_type(*args)
+
+
+_WEAK_AS = {"b": False, "i": 0, "u": 0, "f": 0.0, "c": 0j}  # the Python scalar a weak value of a kind stands for
+_RESULT_TYPES = {}  # (dtype, weak) -> result_type of one traced value of them
 
 
 # numpy queries a Tracer answers from its shape and dtype, with no equation
@@ -1338,9 +1378,10 @@ class TracerVSpace(VSpace):
     source = None  # the user's line its ones() are attributed to (SeedVSpace), else the caller's
 
     def __init__(self, value):
-        self.shape = value.shape
-        self.dtype = value.dtype
-        self.iscomplex = value.dtype.kind == "c"
+        aval = value._var.aval  # (autograd makes one per vspace() call: several per node)
+        self.shape = aval.shape
+        self.dtype = aval.dtype
+        self.iscomplex = aval.dtype.kind == "c"
 
     @property
     def size(self):
@@ -1394,7 +1435,8 @@ def _box_tracer(value, trace, node):
     A reverse-mode node's VJP keeps the user's line of this forward operation, the line its
     backward-pass equations are attributed to (errors.user_frame). Forward mode needs nothing:
     a JVPNode computes its tangent as it is made, on the forward line."""
-    if not value.shape and value.dtype.kind in "biu":
+    aval = value._var.aval
+    if not aval.shape and aval.dtype.kind in "biu":
         caller = sys._getframe(2)  # autograd's f_wrapped, which called new_box, which called us
         if caller.f_locals.get("f_wrapped") not in _CONTAINER_PRIMITIVES:
             raise TypeError(f"Can't differentiate w.r.t. type {int if value.aval.weak_type else value.dtype.type}")
@@ -1431,8 +1473,9 @@ def dtype_of(x):
     """The numpy dtype of an array, box or Tracer; None for anything else and for a weakly
     typed Tracer (a Python number, which widens nothing)."""
     x = getval(x)
-    if type(x) is Tracer and x.aval.weak_type:
-        return None
+    if type(x) is Tracer:
+        aval = x._var.aval
+        return None if aval.weak_type else aval.dtype
     dtype = getattr(x, "dtype", None)
     return dtype if isinstance(dtype, np.dtype) else None  # not a class's descriptor (np.float32.dtype)
 
@@ -1449,7 +1492,10 @@ def in_dtype(g, dtype):
 
 def narrower(dtype):
     """Whether some float (complex) dtype is wider than `dtype`: float16/32, complex64."""
-    return dtype is not None and dtype.itemsize < {"f": 8, "c": 16}.get(dtype.kind, 0)
+    return dtype is not None and dtype.itemsize < _WIDEST_ITEMSIZE.get(dtype.kind, 0)
+
+
+_WIDEST_ITEMSIZE = {"f": 8, "c": 16}
 
 
 def widest(dtype, incoming):
@@ -1472,15 +1518,18 @@ def _precision(dtype):
     return dtype.itemsize // 2 if dtype.kind == "c" else dtype.itemsize
 
 
-def in_primal_dtypes(vjp, primals, operands):
+def in_primal_dtypes(vjp, primals, result, args):
     """A VJP whose cotangents are in_dtype of their `primals`' dtypes, or of the incoming
-    cotangent's or of one of the operation's `operands` (its arguments and result, which the
-    VJP reads) where wider (`widest`); vjp itself where no primal is narrower than float64 or
+    cotangent's or of one of the operation's operands (its `result` and `args`, which the VJP
+    reads) where wider (`widest`); vjp itself where no primal is narrower than float64 or
     complex128."""
     dtypes = [dtype_of(x) for x in primals]
-    if not any(map(narrower, dtypes)):
+    for dtype in dtypes:  # (a loop, once per node of autograd's graph)
+        if narrower(dtype):
+            break
+    else:
         return vjp
-    read = [dtype_of(x) for x in operands]
+    read = [dtype_of(x) for x in (result, *args)]
 
     def narrowed(g):
         incoming = read + [dtype_of(x) for x in (g if type(getval(g)) in (tuple, list) else (g,))]
@@ -1534,6 +1583,7 @@ def _primitive_code():
 
 def _make_interceptor(f_wrapped, raw):
     traces = state
+    found = []  # raw's registry entry, once it has one (an entry, once made, stays raw's)
 
     def f_raw(*args, **kwargs):
         if not traces.traces or _has_box(args):
@@ -1547,7 +1597,12 @@ def _make_interceptor(f_wrapped, raw):
                 if not registry.has_rule(raw):
                     raise
                 return bind(raw, args, kwargs)
-        entry = registry.lookup(raw)
+        if found:
+            entry = found[0]
+        else:
+            entry = registry.lookup(raw)
+            if entry is not None:
+                found.append(entry)
         if entry is not None and (entry.lowering is not None or entry.trace is not None):
             return bind(raw, args, kwargs, entry)
         return trace_through(raw, f_wrapped, raw, args, kwargs)

@@ -1,6 +1,7 @@
 """tracing.py: how autograd's primitives are intercepted (only while a trace is active,
 only in the tracing thread), what a trace records, and what its errors say. Graphs are
 also lowered and run, and compared with numpy and plain autograd."""
+import operator
 import threading
 
 import autograd.numpy as anp
@@ -10,7 +11,7 @@ from autograd import grad
 from autograd.extend import defvjp, primitive
 from autograd.tracer import trace_primitives_map
 
-from autograd_xla import backend, jit_ps, lowering, register_translation_rule, tracing
+from autograd_xla import backend, jit_ps, lowering, register_translation_rule, registry, tracing
 from autograd_xla.core import Aval, prim_name
 from autograd_xla.errors import ConcretizationError, TracerLeakError, UnsupportedPrimitiveError
 
@@ -308,3 +309,30 @@ def test_abstract_evaluations_are_remembered_per_operands_signature():
     expected = f(x, y, y4)
     for got, want in zip(jit_ps(f, fallback="error")(x, y, y4), expected):
         assert onp.allclose(got, want, rtol=1e-15)
+
+
+def test_rows_read_by_constant_index_share_one_abstract_evaluation(monkeypatch):
+    """x[i] of an int i in range of x's first axis: getitem's rule runs once for every such i
+    (the result's type is a row's, whichever row), and still runs, and raises, for an index
+    out of range."""
+    rule = registry.lookup(operator.getitem).lowering
+    runs = []
+    real = tracing._run_rule
+
+    def counted(r, args, kwargs):
+        runs.append(r is rule)
+        return real(r, args, kwargs)
+
+    monkeypatch.setattr(tracing, "_run_rule", counted)
+    xs = onp.arange(12.0).reshape(4, 3)
+
+    def f(xs):
+        return sum(xs[i] * (i + 1) for i in range(4)) + xs[-1]
+
+    tracing._abstract.clear()
+    assert onp.array_equal(jit_ps(f, fallback="error")(xs), f(xs))
+    assert sum(runs) == 1
+    with pytest.raises(IndexError):
+        jit_ps(lambda xs: xs[4], fallback="error")(xs)
+    with pytest.raises(IndexError):
+        jit_ps(lambda xs: xs[-5], fallback="error")(xs)

@@ -183,7 +183,7 @@ def _vjp_node_init(original):
     def __init__(self, value, fun, args, kwargs, parent_argnums, parents):
         original(self, value, fun, args, kwargs, parent_argnums, parents)
         if tracing.state.traces:
-            self.vjp = tracing.in_primal_dtypes(self.vjp, [args[i] for i in parent_argnums], (value,) + tuple(args))
+            self.vjp = tracing.in_primal_dtypes(self.vjp, [args[i] for i in parent_argnums], value, args)
     return __init__
 
 
