@@ -173,6 +173,9 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
             hit = self._simple.get(tuple([(a.shape, a.dtype) if type(a) is np.ndarray else None for a in args]))
             if hit is not None:
                 entry, key = hit
+                if entry is None:  # plain autograd's for good (_run_plain_tier)
+                    self.stats.plain_tier_calls += 1
+                    return self._fun(*args)
                 self.stats.hits += 1
                 try:
                     self._cache.move_to_end(key)  # least recently used signatures are evicted first
@@ -238,7 +241,14 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         if not self._waiting:
             self._waiting = PLAIN_TIER  # no fast path to be had: calls skip C++'s miss and _fastpath meanwhile
         call = functools.partial(self._apply, spec, leaves, autodiff.BOXING)
-        return entry.run(call) if type(entry) is tiering.Untraced else call()
+        if type(entry) is not tiering.Untraced:
+            return call()
+        if entry.for_good() and spec is _FLAT_SPECS.get(len(leaves)) and not self._auto_static[spec] and all(
+                type(x) is np.ndarray and x.dtype in _SUPPORTED for x in leaves):
+            # its later calls go straight to the function from _call_python's simple path
+            # (`x + 1.0` on 3 elements: 7.7-9.4 µs a call through here, 4.2-5.3 from there, numpy's 1.1-2.3)
+            self._simple[tuple([(x.shape, x.dtype) for x in leaves])] = (None, tiering.PLAIN)
+        return entry.run(call)
 
     def _differentiate_plainly(self, spec, leaves):
         """A function whose compiled form replays random draws (or draws in a way that cannot

@@ -194,6 +194,16 @@ def note_saving(learned, plain, compiled, plain_kept=False):
     return ratio
 
 
+def learned(key, plain, plain_least, compiled, compiled_least):
+    """A Ladder's first compiled calls, their mean `compiled` and quickest `compiled_least`
+    seconds, against the plain calls before (`plain`, `plain_least`): the means' ratio noted
+    (note_saving), and the quickest calls' returned (what Ladder.consider_plain weighs: a
+    burst of other work moves a mean, `x + 1.0` on 10^6 float32 under load 10 on 2 cores:
+    plain calls of median 92 µs and mean 333 against compiled ones of mean 157)."""
+    note_saving(key, plain, compiled)
+    return compiled_least / plain_least
+
+
 def note_cost(learned, seconds, plain, eqns=None):
     """Note, for plain_budget, that making the program of signature `learned` (of `eqns`
     primitive calls) took `seconds` (trace, lowering and compile), where its plain calls took
@@ -235,11 +245,16 @@ class Untraced:
     where its trace said its compile would not pay back yet (`worth_compiling`). It stands in
     for a cache entry that is not compiled yet (`stage`)."""
 
-    __slots__ = ("spent", "calls", "held", "due")
+    __slots__ = ("spent", "calls", "least", "held", "due")
     stage, python_fallback, impure = 0, False, False
 
     def __init__(self):
         self.spent, self.calls, self.held, self.due = 0.0, 0, 0.0, 0.0
+        self.least = math.inf  # its quickest call's seconds
+
+    def for_good(self):
+        """Whether it runs plainly for good (a plain trial kept plain autograd: plain_budget)."""
+        return self.due == math.inf
 
     def run(self, call):
         """call(), its seconds counted."""
@@ -247,8 +262,11 @@ class Untraced:
         try:
             return call()
         finally:
-            self.spent += time.perf_counter() - t0
+            seconds = time.perf_counter() - t0
+            self.spent += seconds
             self.calls += 1
+            if seconds < self.least:
+                self.least = seconds
 
 
 class NewSignatures:
@@ -305,7 +323,7 @@ class NewSignatures:
 
     def pending(self):
         """How many of these signatures are still to be traced and compiled (not plain for good)."""
-        return sum(untraced.due < math.inf for untraced in list(self._untraced.values()))
+        return sum(not untraced.for_good() for untraced in list(self._untraced.values()))
 
     def decided(self, key, plain, compiled, plain_kept):
         """A plain trial of compiled signature `key` (Ladder) found its calls taking `compiled`
@@ -322,14 +340,14 @@ class NewSignatures:
     def learner(self, key, seconds, eqns):
         """For the Ladder of signature `key`, compiled after plain calls, its program (of
         `eqns` primitive calls) made in `seconds`: notes that cost (note_cost) and returns
-        note_saving with the key, for its compiled calls' mean seconds (None if it ran no
-        plain calls)."""
+        `learned` with the key and its plain calls, for its compiled calls' mean and quickest
+        seconds (None if it ran no plain calls)."""
         untraced = self._paid.pop(key, None)
         if untraced is None:
             return None
         paid = untraced.spent / untraced.calls
         note_cost((self.shape, key), seconds, paid, eqns)
-        return functools.partial(note_saving, (self.shape, key), paid)
+        return functools.partial(learned, (self.shape, key), paid, untraced.least)
 
     def clear(self):
         self._untraced.clear()
@@ -446,8 +464,8 @@ TURN_WARM_CALLS = 1
 #: Python path for all 1000 (160 µs a call) before, where C++ runs them in 107.
 HANDOFF_CALLS = LEARN_CALLS
 #: A tiered signature whose compiled calls took PLAIN_TRIAL_RATIO of its plain calls or more
-#: (compiled / plain, its first LEARN_CALLS compiled calls against the plain calls before:
-#: note_saving) tries plain autograd against the program its ladder settles on (`PlainStep`,
+#: (compiled / plain, the quickest of its first LEARN_CALLS compiled calls against the quickest
+#: plain call before: `learned`) tries plain autograd against the program its ladder settles on (`PlainStep`,
 #: the last step), where a plain call returns what a compiled one does
 #: (api.JittedFunction._plain_is_alike). Measured on the CPU: `x + 1.0` on 10^6 float32, 402
 #: µs a call compiled against numpy's 282 (XLA splits a 4 MB elementwise loop over two
@@ -460,10 +478,11 @@ PLAIN_TRIAL_RATIO = 0.7
 #: interquartile mean of the paired differences (`faster`): the trial times the compiled
 #: program on the Python path (backend.Executable's call, 12.5 µs on a 3-element array against
 #: 5.0-5.3 through C++'s, which takes the calls once the ladder settles: dispatch.py) and
-#: the plain calls without the plain tier's lookup of the signature (`x + 1.0` on 3 elements,
-#: plain for good: 7.7-9.4 µs a call against numpy's 1.1-2.3, 2 loaded cores).
+#: the plain calls without jit_ps's own work (`x + 1.0` on 3 elements, plain for good,
+#: api.JittedFunction._call_python's simple path: 4.2-5.3 µs a call against numpy's 2.0-2.3,
+#: load 8 on 2 cores).
 PLAIN_MARGIN = 0.05
-PLAIN_MARGIN_SECONDS = 15e-6
+PLAIN_MARGIN_SECONDS = 10e-6
 #: The step of a ladder that tries plain autograd (api.JittedFunction's PlainStep).
 PLAIN = "plain autograd"
 
@@ -484,7 +503,7 @@ class Ladder:
     weakref.WeakMethods: the entry is the owner's, and a cycle back to it would keep its
     executables alive until the garbage collector runs. A step that fails leaves the
     program in use, with a warning. `learn` (NewSignatures.learner) is given the first
-    program's mean call after LEARN_CALLS calls. `quick`: the first program was compiled
+    program's mean and quickest call after LEARN_CALLS calls. `quick`: the first program was compiled
     quickly, and its first step rents QUICK_RENT of the rent.
 
     While it rents (`renting`), C++'s call path may take the signature's calls (`hand`):
@@ -502,14 +521,15 @@ class Ladder:
     never had them after the trial began. A ladder whose plain step is yet to be considered
     stays, its calls on the Python path (not `renting`), until `learn` has had its calls."""
 
-    __slots__ = ("steps", "cost", "make", "settled", "spent", "calls", "trial", "learn", "handed", "due", "ready",
-                 "refused", "rent", "plain", "_started", "_lock")
+    __slots__ = ("steps", "cost", "make", "settled", "spent", "calls", "least", "trial", "learn", "handed", "due",
+                 "ready", "refused", "rent", "plain", "_started", "_lock")
 
     def __init__(self, steps, cost, make, settled, learn=None, quick=False, plain=None):
         self.steps, self.cost, self.make, self.settled, self.spent = list(steps), cost, make, settled, 0.0
         self.plain = plain  # the PlainStep tried last (`consider_plain`), or None
         self.rent = QUICK_RENT if quick else 1.0  # the next step's share of the rent
         self.calls, self.trial, self.learn, self._started, self._lock = 0, None, learn, False, threading.Lock()
+        self.least = math.inf  # the quickest of `calls`
         self.handed = self.due = self.ready = None
         self.refused = False  # C++ has no fast path for the program in use (api.JittedFunction._fastpath)
 
@@ -522,21 +542,25 @@ class Ladder:
             return trial.run(self, entry, args, keep_on_device)
         t0 = time.perf_counter()
         outs = entry.executable(args, keep_on_device)
-        self.spent += time.perf_counter() - t0
+        seconds = time.perf_counter() - t0
+        self.spent += seconds
         self.calls += 1
+        if seconds < self.least:
+            self.least = seconds
         if not self._started and UPGRADE_RENT is not None and (
                 self.spent >= self.cost * UPGRADE_RENT * self.rent
                 or self.calls >= CHEAP_CALLS and self.spent < self.calls * CHEAP_CALL_SECONDS):
             self.start(entry)
         if self.learn is not None and self.calls >= LEARN_CALLS:  # against the plain calls before
             learn, self.learn = self.learn, None
-            self.consider_plain(entry, learn(self.spent / self.calls))
+            self.consider_plain(entry, learn(self.spent / self.calls, self.least))
         return outs
 
     def consider_plain(self, entry, ratio):
-        """After the first program's LEARN_CALLS calls, which took `ratio` of the plain calls
-        before them: plain autograd (`plain`) is the last step where that is PLAIN_TRIAL_RATIO
-        or more. A ladder with no program left to make goes on to it, or settles."""
+        """After LEARN_CALLS compiled calls, the quickest of which took `ratio` of the quickest
+        plain call before them (`learned`): plain autograd (`plain`) is the last step where that
+        is PLAIN_TRIAL_RATIO or more. A ladder with no program left to make goes on to it, or
+        settles."""
         if self.plain is None:
             return
         if ratio < PLAIN_TRIAL_RATIO:
@@ -666,7 +690,7 @@ class Ladder:
 
     def _next(self, entry):
         with self._lock:
-            self.trial, self.spent, self.calls, self._started = None, 0.0, 0, False
+            self.trial, self.spent, self.calls, self._started, self.least = None, 0.0, 0, False, math.inf
             self.rent = 1.0
             self.handed = self.due = self.ready = None
             self.refused = False

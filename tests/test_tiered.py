@@ -560,6 +560,7 @@ def test_a_signature_whose_plain_calls_are_faster_runs_plainly_for_good(timed, c
     for k in range(3):
         assert onp.array_equal(jf(x + k), f(x + k))  # plain autograd's own results
     assert jf.stats.plain_tier_calls == info["plain_tier_calls"] + 3 and jf.stats.traces == 1
+    assert list(jf._simple.values()) == [(None, tiering.PLAIN)]  # straight to the function from now on
     (learned, ratio), = tiering._savings.items()
     assert ratio >= 1
     monkeypatch.setattr(tiering, "PLAIN_SECONDS", None)
