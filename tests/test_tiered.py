@@ -618,3 +618,21 @@ def test_plain_autograd_is_kept_only_where_faster_by_the_margin():
     assert not tiering.faster(compiled, [0.999e-3] * 8, margin)
     assert not tiering.faster(compiled, [(1 - tiering.PLAIN_MARGIN) * 1e-3] * 8, margin)
     assert tiering.faster(compiled, [0.9e-3] * 8, margin)
+
+
+def test_a_plain_trial_ends_once_plain_autograd_is_not_even_ahead(monkeypatch):
+    """A trial whose contender must win by a margin (plain autograd's) ends after
+    TRIAL_CALLS pairs where the contender is behind, without waiting for TRIAL_SECONDS; one
+    ahead runs on until those have passed (a program's trial, without a margin, too)."""
+    monkeypatch.setattr(tiering, "TRIAL_CALLS", 4)
+    monkeypatch.setattr(tiering, "TRIAL_SECONDS", 1.0)
+    margin = (tiering.PLAIN_MARGIN, tiering.PLAIN_MARGIN_SECONDS)
+
+    def complete(margin, compiled, plain, pairs):
+        trial = tiering.Trial((None, None, None), 0.0, margin)
+        trial.times[0].extend([compiled] * pairs)
+        trial.times[1].extend([plain] * pairs)
+        return trial.complete()
+    assert complete(margin, 1e-3, 2e-3, 4) and not complete(margin, 1e-3, 2e-3, 3)
+    assert not complete(margin, 2e-3, 1e-3, 4) and complete(margin, 2e-3, 1e-3, 1000)
+    assert not complete((0.0, 0.0), 1e-3, 2e-3, 4)
