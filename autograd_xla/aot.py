@@ -191,11 +191,13 @@ class CacheStats:
     `persistent_hits` counts executables loaded from the on-disk cache instead (persistent_cache.py),
     in `persistent_load_seconds`; `host_to_device` / `device_to_host` count arrays moved by calls;
     `plain_tier_calls` counts calls run as plain autograd while their signature compiled in the
-    background (tiered=True), which `hits` does not count."""
+    background (tiered=True), or before, or for good, which `hits` does not count; `plain_kept`
+    counts the compiled signatures that run as plain autograd from then on, their plain calls
+    measured faster (tiering.PlainStep)."""
 
     FIELDS = ("hits", "traces", "compiles", "trace_seconds", "lower_seconds", "compile_seconds", "fallbacks",
               "evictions", "host_to_device", "device_to_host", "persistent_hits", "persistent_load_seconds",
-              "plain_tier_calls", "upgrades", "upgrade_seconds")
+              "plain_tier_calls", "upgrades", "upgrade_seconds", "plain_kept")
     COUNTED = ("hits", "host_to_device", "device_to_host")  # kept by `counts`, in C for C++'s hits
     __slots__ = tuple(set(FIELDS) - set(COUNTED)) + ("counts",)
 

@@ -67,8 +67,8 @@ class FastPaths:
                            else self._sequences_hit(args))
         if hit is not None:
             entry, key = hit
-            if entry is None:
-                return None  # not compiled yet (tiered), or not on the simple path: not counted
+            if entry is None:  # not compiled yet (tiered), or not on the simple path: not counted;
+                return False if key is tiering.PLAIN else None  # or plain autograd's for good: never
             ladder = entry.ladder
             if ladder is not None and entry.fastpath is None:  # timed while it may move to a faster program
                 if not (ladder.renting() and not dispatch.needs_python(entry.executable)):

@@ -16,8 +16,11 @@ same math written in jax.numpy, workloads.py). Each makes the same seeded inputs
 
 1. first calls: one call of a freshly built function in each (jit_ps and jax alternately
    first); the parent compares jit_ps's and jax's results with plain autograd's;
-2. jit_ps runs until its signature has settled on its program (timing.settle);
-3. steady state: the parent asks the processes for one sample each per turn, in balanced
+2. a second jit_ps function, tiered (jit_ps's default; the first calls' function compiles at
+   its first call, timing.py), runs until its signature has settled (timing.settle): on the
+   program its ladder kept, or on plain autograd's calls where a plain trial measured those
+   faster (autograd_xla.tiering.PlainStep);
+3. steady state of that function: the parent asks the processes for one sample each per turn, in balanced
    orders (timing.balanced_orders); a sample is a batch of calls of at least --target-ms,
    after --lead-ms of the contender's own untimed calls;
 4. --first-calls - 1 more first calls of jit_ps and of jax, each in a fresh process.
@@ -62,9 +65,13 @@ def cases(kind, workload, dtype, seed=0, backend="cpu", align="numpy"):
         return {"autograd": Case(wl.build_autograd(), inputs)}
     if kind == "jit_ps":
         from autograd_xla import jit_ps
-        jf = jit_ps(wl.build_autograd(), backend=backend, fallback="error")
+        jf = jit_ps(wl.build_autograd(), backend=backend, fallback="error")  # compiled at its first call
+        # run.py's steady state: tiered, as by default (this process's default is off: timing.py),
+        # so that a signature whose plain calls were measured faster runs them (tiering.PlainStep)
+        steady = jit_ps(wl.build_autograd(), backend=backend, tiered=True)
         return {"jit_ps": Case(jf, inputs, settle=True, hlo=lambda: settled_hlo(jf, inputs),
-                               stablehlo=lambda: jf.stablehlo(*inputs))}
+                               stablehlo=lambda: jf.stablehlo(*inputs)),
+                "jit_ps_steady": Case(steady, inputs, settle=True, plain_kept=lambda: steady.stats.plain_kept)}
     import jax
     jitted = jax.jit(wl.build_jax(jax, jax.numpy))
     tree_map, asarray = jax.tree_util.tree_map, onp.asarray
@@ -171,8 +178,11 @@ def run_row(wl, dtype, args, index):
         bad = {k: v for k, v in row["errors"].items() if not v <= tol}
         if bad:
             raise AssertionError(f"results differ from plain autograd's beyond {tol:g} (relative): {bad}")
-        row["settled"] = ws["jit_ps"].request("settle", "jit_ps")
-        contenders = {"autograd": (ws["autograd"], "autograd"), "jit_ps": (ws["jit_ps"], "jit_ps")}
+        row["settled"] = ws["jit_ps"].request("settle", "jit_ps_steady")
+        row["plain_kept"] = ws["jit_ps"].extra("jit_ps_steady", "plain_kept")
+        if args.hlo_dir or args.diagnose:  # the compiled function's settled program, beside jax's
+            ws["jit_ps"].request("settle", "jit_ps")
+        contenders = {"autograd": (ws["autograd"], "autograd"), "jit_ps": (ws["jit_ps"], "jit_ps_steady")}
         if args.jax:
             contenders.update(jax=(ws["jax"], "jax"), jax_dev=(ws["jax"], "jax_dev"))
             if args.diagnose:
@@ -246,7 +256,7 @@ def report(rows, failures, env, args):
     lines += ["", f"## First call: trace + compile + one run of a freshly built function, in {n} fresh "
                   "process(es) each (median and range; the library's client made beforehand)", ""]
     head = ["workload", "dtype", "jit_ps", "jit_ps trace / lower / XLA compile"] + \
-        (["jax.jit", "jit_ps / jax.jit"] if has_jax else []) + ["jit_ps settled after (calls, s)"]
+        (["jax.jit", "jit_ps / jax.jit"] if has_jax else []) + ["jit_ps settled after (calls, s), on"]
     out = []
     for r in rows:
         fc = r["first_call"]
@@ -257,7 +267,8 @@ def report(rows, failures, env, args):
             line += [procs.spread([t for t, _ in fc["jax"]]),
                      fmt_ratio(first_median(r, "jit_ps") / first_median(r, "jax"))]
         calls, seconds = r["settled"]
-        out.append(line + [f"{calls}, {seconds:.2f} s"])
+        on = "plain autograd" if r.get("plain_kept") else "its program"
+        out.append(line + [f"{calls}, {seconds:.2f} s, {on}"])
     lines += table(head, out)
 
     lines += ["", "## Workloads (what one timed call does)", ""]

@@ -17,6 +17,7 @@ import autograd.numpy as np
 from autograd import grad, hessian
 from autograd_xla import (CompileError, backend, DeviceArray, FallbackWarning, jit_ps,
                           set_default_tiered, tiering)
+from autograd_xla.aot import COMPILED
 from helpers import assert_close, twice_xla_rejects
 
 compile_thread = tiering.compile_thread
@@ -483,3 +484,155 @@ def test_a_process_exiting_while_a_compile_runs_exits_cleanly():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0 and "terminate" not in done.stderr, done.stderr
+
+
+class Clock:
+    """tiering's time, moved only by the calls (`plain_call` and `compiled_call` seconds each)."""
+
+    def __init__(self, plain_call, compiled_call):
+        self.now, self.plain_call, self.compiled_call, self.plain_runs = 0.0, plain_call, compiled_call, 0
+
+    def perf_counter(self):
+        return self.now
+
+
+@pytest.fixture
+def timed(monkeypatch, caplog):
+    """clock(plain, compiled): tiering timing each plain call of `sine` at `plain` seconds and
+    each compiled call (backend.Executable's, the Python path, which every timed call takes)
+    at `compiled`; a few plain calls before the compile, every compiled call paying its
+    ladder's rent, trials of TRIAL_CALLS pairs; nothing learned yet."""
+    monkeypatch.setattr(tiering, "PLAIN_SECONDS", 2.5e-3)
+    monkeypatch.setattr(tiering, "UPGRADE_RENT", 0.0)
+    monkeypatch.setattr(tiering, "TRIAL_CALLS", 4)
+    monkeypatch.setattr(tiering, "_savings", tiering.collections.OrderedDict())
+    monkeypatch.setattr(tiering, "_costs", tiering.collections.OrderedDict())
+    caplog.set_level("INFO", logger="autograd_xla.tiering")
+    run = backend.Executable.__call__
+
+    def make(plain, compiled):
+        clock = Clock(plain, compiled)
+        monkeypatch.setattr(tiering, "time", clock)
+
+        def slowed(self, *args, **kwargs):
+            clock.now += clock.compiled_call
+            return run(self, *args, **kwargs)
+        monkeypatch.setattr(backend.Executable, "__call__", slowed)
+        return clock
+    return make
+
+
+def sine(clock):
+    def f(x):
+        if type(x) is onp.ndarray:  # a plain call (a trace's x is a tracer)
+            clock.now += clock.plain_call
+            clock.plain_runs += 1
+        return np.sin(x) * 2.0
+    return f
+
+
+def until_settled(jf, x):
+    """Call jf(x) until its signature runs plainly for good or its ladder is done."""
+    for _ in range(300):
+        jf(x)
+        assert compile_thread.wait(60)
+        entries = list(jf._cache.values())
+        if jf.stats.plain_kept or (entries and entries[0].stage == COMPILED and entries[0].ladder is None):
+            return entries
+    raise AssertionError("not settled in 300 calls")
+
+
+def test_a_signature_whose_plain_calls_are_faster_runs_plainly_for_good(timed, caplog, monkeypatch):
+    """A tiered signature whose compiled calls took PLAIN_TRIAL_RATIO of its plain calls or
+    more tries plain autograd last on its ladder (tiering.PlainStep), against the program it
+    settled on; plain autograd measured faster, the signature leaves the cache and its calls
+    are plain autograd's own from then on (stats.plain_kept), logged; a function of its shape
+    made afresh (a library's next fit) runs it plainly at once, untraced."""
+    clock = timed(plain=1e-3, compiled=2e-3)
+    f = sine(clock)
+    jf = jit_ps(f, tiered=True)
+    x = rs.randn(50)
+    assert until_settled(jf, x) == []
+    info = jf.cache_info()
+    assert (info["plain_kept"], info["size"], info["traces"], info["climbing"]) == (1, 0, 1, 0)
+    assert clock.plain_runs - info["plain_tier_calls"] == tiering.TRIAL_CALLS  # the trial's plain calls
+    assert "plain autograd kept" in caplog.text
+    for k in range(3):
+        assert onp.array_equal(jf(x + k), f(x + k))  # plain autograd's own results
+    assert jf.stats.plain_tier_calls == info["plain_tier_calls"] + 3 and jf.stats.traces == 1
+    assert list(jf._simple.values()) == [(None, tiering.PLAIN)]  # straight to the function from now on
+    (learned, ratio), = tiering._savings.items()
+    assert ratio >= 1
+    monkeypatch.setattr(tiering, "PLAIN_SECONDS", None)
+    assert tiering.plain_budget(learned, 1e-3) == float("inf")
+    again = jit_ps(f, tiered=True)
+    for _ in range(20):
+        assert onp.array_equal(again(x), f(x))
+    assert (again.stats.traces, again.stats.plain_tier_calls, again.cache_info()["climbing"]) == (0, 20, 0)
+
+
+@pytest.mark.parametrize("compiled, tried", [(0.9e-3, True), (0.5e-3, False)])
+def test_a_signature_whose_compiled_calls_are_faster_stays_compiled(timed, caplog, compiled, tried):
+    """Compiled calls faster than plain ones: plain autograd is tried where they took
+    PLAIN_TRIAL_RATIO of a plain call or more (here 0.9) and the program is kept; below
+    (0.5) it is not tried. Either way C++ may take the calls once the ladder is done."""
+    clock = timed(plain=1e-3, compiled=compiled)
+    f = sine(clock)
+    jf = jit_ps(f, tiered=True)
+    x = rs.randn(50)
+    (entry,) = until_settled(jf, x)
+    assert jf.stats.plain_kept == 0 and entry.stage == COMPILED
+    assert clock.plain_runs - jf.stats.plain_tier_calls == (tiering.TRIAL_CALLS if tried else 0)
+    assert ("the compiled program kept" in caplog.text) == tried
+    tier = jf.stats.plain_tier_calls
+    assert_close(jf(x), f(x))
+    assert jf.stats.plain_tier_calls == tier
+    assert all(ratio < 1 for ratio in tiering._savings.values())
+
+
+@pytest.mark.parametrize("options", [dict(tiered=False), dict(tiered=True, keep_on_device=True),
+                                     dict(tiered=True, x64=False), dict(tiered=True, donate_argnums=0),
+                                     dict(tiered=True, fallback="error")])
+def test_plain_autograd_is_not_tried_where_a_plain_call_returns_other_results(timed, options):
+    """Plain autograd is not a contender where a plain call returns what a compiled one does
+    not (DeviceArrays, 32-bit results, donated arguments; fallback="error" asks for compiled
+    calls or an error: api.JittedFunction._plain_is_alike), nor for a function compiled at its
+    first call (tiered=False: no plain calls to weigh it by)."""
+    clock = timed(plain=1e-3, compiled=2e-3)
+    f = sine(clock)
+    jf = jit_ps(f, **options)
+    x = rs.randn(50)
+    (entry,) = until_settled(jf, x)
+    assert jf.stats.plain_kept == 0 and entry.stage == COMPILED
+    assert clock.plain_runs == jf.stats.plain_tier_calls  # none in a trial
+    narrow = options.get("x64") is False
+    assert_close(onp.asarray(jf(x)), f(x), rtol=1e-6 if narrow else None, check_dtype=not narrow)
+
+
+def test_plain_autograd_is_kept_only_where_faster_by_the_margin():
+    """tiering.faster with PLAIN_MARGIN and PLAIN_MARGIN_SECONDS: a plain call must save a
+    share of the compiled call and the Python path's seconds besides."""
+    margin = (tiering.PLAIN_MARGIN, tiering.PLAIN_MARGIN_SECONDS)
+    compiled = [1e-3] * 8
+    assert tiering.faster(compiled, [0.999e-3] * 8)  # (no margin: a program's trial)
+    assert not tiering.faster(compiled, [0.999e-3] * 8, margin)
+    assert not tiering.faster(compiled, [(1 - tiering.PLAIN_MARGIN) * 1e-3] * 8, margin)
+    assert tiering.faster(compiled, [0.9e-3] * 8, margin)
+
+
+def test_a_plain_trial_ends_once_plain_autograd_is_not_even_ahead(monkeypatch):
+    """A trial whose contender must win by a margin (plain autograd's) ends after
+    TRIAL_CALLS pairs where the contender is behind, without waiting for TRIAL_SECONDS; one
+    ahead runs on until those have passed (a program's trial, without a margin, too)."""
+    monkeypatch.setattr(tiering, "TRIAL_CALLS", 4)
+    monkeypatch.setattr(tiering, "TRIAL_SECONDS", 1.0)
+    margin = (tiering.PLAIN_MARGIN, tiering.PLAIN_MARGIN_SECONDS)
+
+    def complete(margin, compiled, plain, pairs):
+        trial = tiering.Trial((None, None, None), 0.0, margin)
+        trial.times[0].extend([compiled] * pairs)
+        trial.times[1].extend([plain] * pairs)
+        return trial.complete()
+    assert complete(margin, 1e-3, 2e-3, 4) and not complete(margin, 1e-3, 2e-3, 3)
+    assert not complete(margin, 2e-3, 1e-3, 4) and complete(margin, 2e-3, 1e-3, 1000)
+    assert not complete((0.0, 0.0), 1e-3, 2e-3, 4)
