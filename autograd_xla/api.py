@@ -137,7 +137,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         self._warned = set()
         self._last_key = None
         # jaxlib's C++ dispatch (dispatch.py), for the calls of signatures that qualify
-        self._fast = dispatch.function_for(self) if not keep_on_device and dispatch.available() else None
+        self._fast = dispatch.function_for(self) if dispatch.available() else None
         self._fast_calls = [0, 0]  # calls C++ handed back for good, and fast paths given it
 
     @property
