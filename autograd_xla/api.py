@@ -823,6 +823,8 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
     def _backend(self):
         if self._platform is None:
             self._platform = backend_mod.get_backend(self.backend).platform
+            if isinstance(self, dispatch.Front) and self._platform != "cpu":
+                self._ordered = 1  # an accelerator's executions wait for C++'s puts (_callpath's scan)
         return backend_mod.get_backend(self._platform)
 
     def _x64(self, backend):

@@ -96,8 +96,6 @@ class FastPaths:
                 fast = takes and dispatch.fastpath(executable, entry.out_tree, self.stats, self._cache, key,
                                                    self if stage else None, (tree.flatten(args)[1], leaves), arm,
                                                    self.keep_on_device)
-                if fast and isinstance(self, dispatch.Front) and executable.backend.platform != "cpu":
-                    self._ordered = 1  # (an accelerator's: _callpath's scan)
                 if ladder is not None and not fast:  # none (or the ladder moved on): asked again after this step
                     ladder.refused = True
                     self._waiting = not self._fast_calls[1]

@@ -279,6 +279,20 @@ def test_which_arguments_cpp_is_given_off_the_cpu():
     assert not dispatch.takes_arguments(executable(cpu), [wide], keep=True)
 
 
+@pytest.mark.skipif(dispatch.Front == (), reason="the Front (_callpath.c) is not in use")
+def test_an_accelerator_s_functions_give_cpp_arrays_pjrt_would_copy_apart(monkeypatch):
+    """_callpath's scan keeps from C++ numpy arrays the CPU client would copy on a worker
+    thread; an accelerator's executions wait for those copies, so its functions give C++ all
+    (`_ordered`, set once the function's platform is known)."""
+    cpu = jit_ps(lambda x: x + 1.0)
+    cpu(rs.randn(3))
+    assert cpu._ordered == 0
+    accelerated = jit_ps(lambda x: x + 1.0)
+    monkeypatch.setattr(backend, "get_backend", lambda platform=None: types.SimpleNamespace(platform="tpu"))
+    accelerated._backend()
+    assert accelerated._ordered == 1
+
+
 def test_evicted_and_cleared_signatures_leave_cpp():
     jf = jit_ps(lambda x: x * 2.0, cache_size=1)
     a, b = rs.randn(3), rs.randn(4)
