@@ -382,6 +382,7 @@ typedef struct {
     int busy;          /* a staged call is in C++ */
     int missed;        /* set by the miss of a staged call: C++ returns the finished results */
     int waiting;       /* no fast path to be had yet (a ladder climbs): calls go to Python, not C++'s miss */
+    int ordered;       /* an accelerator's client: its executions wait for C++'s puts, none is copied apart */
     int n_stages;
     Stage *stages[MAX_STAGES];
     PyObject *weakrefs;
@@ -504,7 +505,8 @@ static void walk(Walk *w, PyObject *obj, int depth) {
 }
 
 /* Whether C++ may take a call of these arguments (`walk`): not where PJRT would copy one apart
- * (ASYNC_COPY_BYTES) unless the call is staged. Where it may, *stage is the stage the
+ * (ASYNC_COPY_BYTES) unless the call is staged or the function's platform is an accelerator's
+ * (`ordered`: its executions wait for the copies). Where it may, *stage is the stage the
  * arguments match (NULL if none, or if `stage` is NULL) and `pass` what C++ is given for each
  * leaf, in the call's lists and tuples (`rebuilt`): its data copied into the stage's buffer,
  * or from ASYNC_COPY_BYTES on, where it is aligned, the array itself, which C++ reads in place
@@ -544,7 +546,7 @@ static int scan(Front *self, PyObject *const *args, Py_ssize_t n, Stage **stage,
             PyBuffer_Release(&w.views[i]);
     if (stage != NULL)
         *stage = itself == w.held ? NULL : found;
-    return w.native && (found != NULL || !w.apart);
+    return w.native && (found != NULL || !w.apart || self->ordered);
 }
 
 /* A staged call's argument `obj` with its leaves (numpy arrays: `walk`) replaced by
@@ -807,6 +809,8 @@ static PyMemberDef front_members[] = {
     {"busy", T_INT, offsetof(Front, busy), READONLY, "whether a staged call is in C++"},
     {"missed", T_INT, offsetof(Front, missed), 0, "set by a staged call's miss, whose results are finished"},
     {"_waiting", T_INT, offsetof(Front, waiting), 0, "while set, calls go to self._call_python (no fast path yet)"},
+    {"_ordered", T_INT, offsetof(Front, ordered), 0, "set: C++ may be given numpy arrays PJRT copies apart (an "
+     "accelerator's executions wait for them)"},
     {NULL},
 };
 

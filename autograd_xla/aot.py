@@ -228,7 +228,7 @@ class Entry:
 
     __slots__ = ("executable", "out_tree", "graph", "lowered", "fallback_cause", "reason", "guards", "draws",
                  "static_leaves", "impure", "stage", "donated", "dynamic", "background", "fastpath", "ladder", "options",
-                 "variant", "previous", "following", "flat", "direct", "seconds")
+                 "variant", "previous", "following", "flat", "direct", "seconds", "on_device")
 
     def __init__(self, out_tree, graph, draws=(), static_leaves=(), impure=False, dynamic=()):
         self.out_tree, self.graph = out_tree, graph
@@ -244,6 +244,7 @@ class Entry:
         self.impure = impure or bool(self.draws)    # differentiated calls run as plain autograd
         self.background = None                      # a tiering.Job compiling it (tiered=True)
         self.fastpath = None                        # C++'s (dispatch.fastpath) once asked for; False: none
+        self.on_device = (None, {})                 # (fastpath, its like for calls of DeviceArrays: fastpaths._moving)
         self.ladder = None                          # the faster programs it may move to (tiering.Ladder)
         self.options = None                         # the CompileOptions its executable was compiled with
         self.variant = None                         # the next program in its guarded signature's ring (api._refused)

@@ -140,7 +140,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         self._warned = set()
         self._last_key = None
         # jaxlib's C++ dispatch (dispatch.py), for the calls of signatures that qualify
-        self._fast = dispatch.function_for(self) if not keep_on_device and dispatch.available() else None
+        self._fast = dispatch.function_for(self) if dispatch.available() else None
         self._fast_calls = [0, 0]  # calls C++ handed back for good, and fast paths given it
 
     @property
@@ -875,6 +875,8 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
     def _backend(self):
         if self._platform is None:
             self._platform = backend_mod.get_backend(self.backend).platform
+            if isinstance(self, dispatch.Front) and self._platform != "cpu":
+                self._ordered = 1  # an accelerator's executions wait for C++'s puts (_callpath's scan)
         return backend_mod.get_backend(self._platform)
 
     def _x64(self, backend):

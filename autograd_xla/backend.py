@@ -594,6 +594,11 @@ class Executable:
         stats.device_to_host += len(outs)
         return [convert(o) for convert, o in zip(self.converters, outs)]
 
+    def keepers(self):
+        """Per result, what makes a DeviceArray of its output array (a kept call's through C++,
+        dispatch._finisher)."""
+        return [_keeper(a, self.backend, h) for a, h in zip(self.out_avals, self.host_dtypes)]
+
     def _offsets_buffer(self, offsets):
         """The device buffer of the views' offsets: one per combination met (at most 8 per
         view; OFFSET_BUFFERS kept), never donated nor written, so calls share it."""
@@ -867,6 +872,12 @@ class DeviceArray(OnDevice):
 
     def __repr__(self):
         return f"DeviceArray({np.asarray(self)!r}, platform={self.platform!r})"
+
+
+def _keeper(aval, backend, host_dtype):
+    def keep(buffer):
+        return DeviceArray(buffer, aval, backend, host_dtype)
+    return keep
 
 
 def _host_operator(name):

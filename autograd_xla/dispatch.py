@@ -3,7 +3,11 @@ without jax.
 
 A jitted function's calls of a signature whose executable qualifies (`fastpath`) go from C++
 straight to XLA: C++ flattens the arguments, looks their signature up, puts numpy arrays on
-the device and runs the executable; what is left is turning the results into numpy arrays.
+the device, passes DeviceArrays' buffers as they are (`_device_children`) and runs the
+executable; what is left is turning the results into numpy arrays, or DeviceArrays (a kept
+function's, keep_on_device). On every platform: off the CPU the Python path cost 30-65 µs a
+call more than jax.jit's C++ (a TPU v5e, benchmarks/tpu.py's launch row); there C++ is given
+numpy arguments only where the call waits for its results (`takes_arguments`).
 Where _callpath.c is built, a jitted function is a _callpath.Front (its base, `Calls`): the
 call enters C, which copies numpy arguments of a staged signature (`_stage`) into device
 buffers kept for it and passes those, so C++ makes no buffer a call, and finishes the
@@ -143,9 +147,25 @@ def _setup():
             _state["configs"] = (x64, disable, hook)
         _state["registry"] = registry = _jax.pytree.PyTreeRegistry()
         registry.register_node(_Results, _Results.flatten, operator.call)
+        registry.register_node(backend_mod.DeviceArray, _device_children, _device_array)
         return True
     except (AttributeError, TypeError, ValueError):  # the private surface moved
         return False
+
+
+def _device_children(x):
+    """A DeviceArray argument as C++ flattens it: its buffer, a jaxlib array C++ passes to the
+    executable as it is, under a node whose data is the dtype it stands for (`host_dtype`), so
+    that C++'s signatures of DeviceArrays holding float32 for float64 and of float32 ones differ.
+    A deleted (donated) buffer is left out: C++ signs it (jaxlib 0.10.2, probed) and its
+    execution raised a ValueError, where the call goes to the Python path, whose error it is."""
+    buffer = x.buffer
+    return () if buffer.is_deleted() else (buffer,), x.host_dtype
+
+
+def _device_array(host_dtype, children):
+    """(C++ flattens arguments but never builds them again.)"""
+    raise TypeError("a DeviceArray is not rebuilt from its buffer")
 
 
 def function(name, python, miss, owner):
@@ -337,7 +357,7 @@ def _shard_arg(x, sharding, layout):
                                  enable_x64=True, host_buffer_semantics=backend_mod.COPY_SEMANTICS)
 
 
-def fastpath(executable, out_tree, stats, cache, key, front=None, call=None, arm=None):
+def fastpath(executable, out_tree, stats, cache, key, front=None, call=None, arm=None, keep=False, moved=None):
     """The fast path of `executable` (a backend.Executable), or None if it does not qualify.
     Its calls return the results in `out_tree` and do the bookkeeping of a hit on the
     Python path: `stats` (an aot.CacheStats) counted, `key` moved to the end of `cache`.
@@ -349,17 +369,19 @@ def fastpath(executable, out_tree, stats, cache, key, front=None, call=None, arm
     it into (the executable's arguments where None), of which the executable takes those at
     its `sources`: C++ skips the others, which the function never read (the fast path's
     kept_var_bitvec). `arm(finish)`, where given, may set the fast path's countdown
-    (_callpath.Finish's `countdown` and `due`); False from it: no fast path."""
+    (_callpath.Finish's `countdown` and `due`); False from it: no fast path. `keep`: the
+    results are DeviceArrays (jit_ps's keep_on_device). `moved`: the arguments a call
+    copies to the device, counted (`stats`' host_to_device), where not all (DeviceArrays among them)."""
     n_leaves = len(executable.in_avals) if call is None else len(call[1])
     if not _qualifies(executable, n_leaves) or not _x64_on():
         return None
     n_in, n_out = len(executable.consts) + len(executable.in_avals), len(executable.out_avals)
     sharding = executable.backend.sharding()
-    finish = _finisher(executable, out_tree, stats, weakref.ref(cache), key)
+    finish = _finisher(executable, out_tree, stats, weakref.ref(cache), key, keep, moved)
     if arm is not None and not arm(finish):
         return None
-    if isinstance(front, Front) and call is not None:
-        _stage(front, executable, finish, *call)
+    if isinstance(front, Front) and call is not None and executable.backend.platform == "cpu":
+        _stage(front, executable, finish, *call)  # (the staging buffers are host memory: the CPU's)
     results = _Results(finish, n_out)
     tree_def = _state["registry"].flatten(results)[1]
     taken = set(executable.sources)
@@ -376,10 +398,37 @@ def needs_python(executable):
 
 
 def _qualifies(executable, n_leaves):
+    """Whether C++ can run `executable` on a call's `n_leaves` leaves. On the CPU its arguments
+    stay below DIRECT_BYTES (what C++ reads in place, above); an accelerator's are copied to
+    its memory, by C++ as by the Python path."""
     sources = executable.sources  # each argument's leaf, in order
-    return (executable.backend.platform == "cpu" and not needs_python(executable)
-            and all(i < j for i, j in zip(sources, sources[1:]))
-            and all(i < n_leaves for i in sources) and all(_bytes(a) < DIRECT_BYTES for a in executable.in_avals))
+    return (not needs_python(executable) and all(i < j for i, j in zip(sources, sources[1:]))
+            and all(i < n_leaves for i in sources) and (executable.backend.platform != "cpu" or all(
+                _bytes(a) < DIRECT_BYTES for a in executable.in_avals)))
+
+
+def takes_arguments(executable, leaves, keep):
+    """Whether C++ may be given these leaves of a call of `executable` (one that qualifies):
+    DeviceArrays of its backend on its device, holding what they stand for (no host_dtype:
+    C++ passes the buffer as it is), and numpy arrays where C++'s put of them is over when
+    the call returns. C++ puts a numpy array zero-copy (jaxlib's allow_zero_copy): the CPU's
+    synchronous client has read it by then (its copies apart are staged or left to Python,
+    _callpath's scan), an accelerator's client copies it to the chip after the call returns,
+    before the execution, so only a call that waits for its results (numpy ones, one not
+    empty: a host copy is made after the execution) has it read by then; a kept call's
+    (`keep`, DeviceArray results) numpy arguments are put by the Python path, which copies
+    them during the call, so that writing into them after it cannot change its results."""
+    backend = executable.backend
+    sharding = backend.sharding()
+    host = backend.platform == "cpu" or not keep and any(a.size for a in executable.out_avals)
+    for x in leaves:
+        t = type(x)
+        if t is np.ndarray and not host:
+            return False
+        if t is backend_mod.DeviceArray and (x.backend is not backend or x.host_dtype is not None
+                                             or x.buffer._sharding != sharding):
+            return False
+    return True
 
 
 def direct(in_avals, out_avals):
@@ -409,18 +458,19 @@ def _x64_on():
     return probe._single_device_array_to_np_array_did_copy()[0].dtype == np.float64
 
 
-def _finisher(executable, out_tree, stats, cache_ref, key):
+def _finisher(executable, out_tree, stats, cache_ref, key, keep=False, moved=None):
     """What one fast call does after C++: count, keep the cache's order of use, and hand out
-    numpy arrays in the function's output structure. In C where _callpath is built (its
-    Finish, with the converters' views made there), else in one Python frame (each more
-    costs ~0.1 µs of a ~6 µs call)."""
-    converters = executable.converters
-    n_in, n_out = len(executable.in_avals), len(executable.out_avals)
+    numpy arrays (`keep`: DeviceArrays) in the function's output structure. In C where
+    _callpath is built (its Finish, with the converters' views made there), else in one
+    Python frame (each more costs ~0.1 µs of a ~6 µs call)."""
+    converters = executable.keepers() if keep else executable.converters
+    n_in = len(executable.in_avals) if moved is None else moved  # what a call counts as moved each way
+    n_out = 0 if keep else len(executable.out_avals)
     leaf = out_tree is tree.LEAF
     if Calls is Front:
         platform = executable.backend.platform
         results = tuple((a.shape, np.dtype(a.dtype), a.size * a.dtype.itemsize, a.shape == ())
-                        if backend_mod.viewable(a, platform) and h is None else convert
+                        if backend_mod.viewable(a, platform) and h is None and not keep else convert
                         for a, h, convert in zip(executable.out_avals, executable.host_dtypes, converters))
         return native.Finish(stats.counts, cache_ref, key, results, None if leaf else _unflattener(out_tree),
                              n_in, n_out)

@@ -19,6 +19,7 @@ import numpy as np
 
 from . import dispatch, tiering, tree
 from .aot import COMPILED
+from .backend import DeviceArray
 from .errors import CompileError
 from .hlo import SUPPORTED_DTYPES as _SUPPORTED
 from .signatures import PY_SCALARS, PlainArgument, aval_of
@@ -32,9 +33,11 @@ FAST_REFUSALS = 8
 def takes_leaf(x):
     """Whether C++ puts an argument leaf as our program takes it: a numpy array (not a
     subclass) of a dtype we compile, or a Python int, float or complex, which C++ puts as a
-    weakly typed 64-bit scalar (with x64 on), as signatures.aval_of traces it. A bool, static
-    here, is one of C++'s other signatures."""
-    return type(x) is np.ndarray and x.dtype in _SUPPORTED or type(x) in PY_SCALARS
+    weakly typed 64-bit scalar (with x64 on), as signatures.aval_of traces it; or passes it
+    as it is: a DeviceArray's buffer (which of them it may be given: dispatch.takes_arguments).
+    A bool, static here, is one of C++'s other signatures."""
+    t = type(x)
+    return (t is np.ndarray or t is DeviceArray) and x.dtype in _SUPPORTED or t in PY_SCALARS
 
 
 def _ladder_due(owner, key):
@@ -91,17 +94,46 @@ class FastPaths:
                 arm = None if ladder is None else functools.partial(
                     ladder.hand, due=functools.partial(_ladder_due, weakref.ref(self), key))
                 fast = takes and dispatch.fastpath(executable, entry.out_tree, self.stats, self._cache, key,
-                                                   self if stage else None, (tree.flatten(args)[1], leaves), arm)
+                                                   self if stage else None, (tree.flatten(args)[1], leaves), arm,
+                                                   self.keep_on_device)
                 if ladder is not None and not fast:  # none (or the ladder moved on): asked again after this step
                     ladder.refused = True
                     self._waiting = not self._fast_calls[1]
                     return None
                 entry.fastpath = fast or False  # not self in it: C++ keeps it
         fast = hit[0].fastpath if hit is not None else False
+        if fast and not dispatch.takes_arguments(hit[0].executable, leaves, self.keep_on_device):
+            fast = False  # (this call's C++ signature only: another's arguments may be taken)
+        elif fast and any(type(x) is DeviceArray for x in leaves):
+            fast = self._moving(hit, leaves)
+            if fast is None:
+                return None  # not counted
         self._fast_calls[bool(fast)] += 1
         if self._fast_calls == [FAST_REFUSALS, 0]:
             self._fast = None
         return fast
+
+    def _moving(self, hit, leaves):
+        """The fast path of a call whose leaves include DeviceArrays, which C++ passes as they
+        are: the entry's own but for its count of the arrays a call moves to the device (made
+        once per count, anew once the entry's own changes); None while a ladder climbs (whose
+        countdown the entry's own keeps)."""
+        entry, key = hit
+        if entry.ladder is not None:
+            return None
+        executable = self._direct(entry, leaves)
+        if executable is None:
+            return None
+        moved = sum(type(leaves[i]) is not DeviceArray for i in executable.sources)
+        if moved == len(executable.sources):
+            return entry.fastpath
+        own, made = entry.on_device
+        if own is not entry.fastpath:
+            own, made = entry.on_device = entry.fastpath, {}
+        if moved not in made:
+            made[moved] = dispatch.fastpath(executable, entry.out_tree, self.stats, self._cache, key,
+                                            call=(None, leaves), keep=self.keep_on_device, moved=moved)
+        return made[moved]
 
     def _sequences_hit(self, args):
         """For positional arguments of numpy arrays and Python numbers (`takes_leaf`), alone or

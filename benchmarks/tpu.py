@@ -141,6 +141,8 @@ def run(side_name, only, budget):
                     launches.append(time.perf_counter() - t)
                     side.wait(out)
                 row["launch"] = statistics.median(launches)
+                if side_name == "jit_ps":  # [calls C++ handed back for good, fast paths given it]: numpy, device
+                    row["cpp"] = [list(f._fast_calls), list(kept._fast_calls)]
         except Exception as e:  # a row that failed says why, the others still run
             row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
         print(side_name, name, {k: (round(v * 1e3, 3) if isinstance(v, float) else v) for k, v in row.items()},

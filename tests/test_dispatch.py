@@ -174,8 +174,7 @@ def test_closed_over_arrays_go_through_cpp_too():
     assert len(calls_f) == first_calls(f) and len(calls_g) == first_calls(g)
 
 
-@pytest.mark.parametrize("case", ["keyword", "python bool", "dict", "static", "device array", "x64 off",
-                                  "large", "draws"])
+@pytest.mark.parametrize("case", ["keyword", "python bool", "dict", "static", "x64 off", "large", "draws"])
 def test_what_cpp_cannot_do_runs_through_python(case):
     x = rs.randn(4)
     if case == "keyword":
@@ -186,10 +185,6 @@ def test_what_cpp_cannot_do_runs_through_python(case):
         jf, call, expect = jit_ps(lambda xs: xs["b"] - xs["a"]), lambda f: f({"b": x, "a": 2 * x}), -x
     elif case == "static":
         jf, call, expect = jit_ps(lambda x, n: x * n, static_argnums=1), lambda f: f(x, 3), 3 * x
-    elif case == "device array":
-        d = jit_ps(lambda x: x * 1.0, keep_on_device=True)(x)
-        assert type(d) is DeviceArray
-        jf, call, expect = jit_ps(lambda x: x + 1.0), lambda f: f(d), x + 1.0
     elif case == "x64 off":  # the executable takes float32: C++ would hand it float64 buffers
         jf, call, expect = jit_ps(lambda x: x + 1.0, x64=False), lambda f: f(x), (x + 1.0).astype(onp.float32)
     elif case == "large":  # misaligned, read through a view, whose offset Python puts at each call
@@ -211,6 +206,91 @@ def test_what_cpp_cannot_do_runs_through_python(case):
             assert_close(got, expect)
             assert onp.asarray(got).dtype == onp.asarray(expect).dtype
     assert len(calls) == 3
+
+
+def test_device_arrays_go_through_cpp_as_their_buffers():
+    """C++ passes a DeviceArray's buffer to the executable as it is (dispatch._device_children),
+    positional or in lists and tuples, and a kept function's results are DeviceArrays: a
+    training loop's parameters fed back never reach Python, nor count as moved."""
+    jf = jit_ps(sgd_step, keep_on_device=True)
+    calls = counting(jf)
+    params, x = mlp_params(), rs.randn(6, 5)
+    kept = jf(params, x)  # numpy in: through Python, the signature's first call
+    dx = jit_ps(lambda a: a * 1.0, keep_on_device=True)(x)
+    moved = jf.cache_info()["host_to_device"]
+    want = sgd_step(params, x)
+    for k in range(5):
+        kept = jf(kept, dx)  # the first: a new signature to C++
+        want = sgd_step(want, x)
+        assert type(kept) is list and all(type(p) is tuple and all(type(a) is DeviceArray for a in p) for p in kept)
+    for (W, b), (W0, b0) in zip(kept, want):
+        assert_close(onp.asarray(W), W0)
+        assert_close(onp.asarray(b), b0)
+    assert len(calls) == 2 and jf._fast_calls[0] == 0
+    info = jf.cache_info()
+    assert info["host_to_device"] == moved and info["device_to_host"] == 0 and info["hits"] == 5
+    mixed = jf(kept, x)  # x moved, the parameters not: its own count
+    assert len(calls) == 3 and jf.cache_info()["host_to_device"] == moved + 1
+    jf(kept, x)
+    assert len(calls) == 3 and jf.cache_info()["host_to_device"] == moved + 2
+    assert_close(onp.asarray(mixed[0][0]), sgd_step(want, x)[0][0])
+    f = jit_ps(lambda a: np.tanh(a) + 1.0)  # numpy results of a DeviceArray argument
+    calls = counting(f)
+    for _ in range(3):
+        assert_close(f(dx), onp.tanh(x) + 1.0)
+    assert len(calls) == 1
+
+
+def test_a_donated_device_array_passed_again_raises_the_python_path_s_error():
+    """C++ signs a deleted buffer like a live one and its execution raises a ValueError: a
+    deleted DeviceArray's call goes to the Python path instead, whose RuntimeError it raises."""
+    jf = jit_ps(lambda x: x * 2.0, keep_on_device=True, donate_argnums=0)
+    x = rs.randn(3)
+    d = jf(x)
+    for k in range(3):
+        e = jf(d)
+        assert_close(onp.asarray(e), x * 2.0 ** (k + 2))
+        with pytest.raises(RuntimeError, match="deleted or donated"):
+            jf(d)
+        d = e
+    assert jf._fast_calls[1] >= 1
+
+
+def test_which_arguments_cpp_is_given_off_the_cpu():
+    """An accelerator's client copies a numpy argument C++ puts to the chip after the call
+    returns (jaxlib's zero-copy put): C++ is given numpy arrays only where the call waits for
+    its results; DeviceArrays only of the executable's backend and device, holding what they
+    stand for (dispatch.takes_arguments; stand-in executables of another platform)."""
+    cpu = backend.get_backend("cpu")
+    tpu = types.SimpleNamespace(platform="tpu", sharding=cpu.sharding)
+
+    def executable(where, out_avals=(backend.Aval((3,), onp.float64),)):
+        return types.SimpleNamespace(backend=where, out_avals=list(out_avals))
+    d = jit_ps(lambda a: a * 1.0, keep_on_device=True)(rs.randn(3))
+    wide = DeviceArray(d.buffer, d.aval, cpu, onp.dtype(onp.complex128))  # holds less than it stands for
+    x = rs.randn(3)
+    assert dispatch.takes_arguments(executable(cpu), [x, d, 1.0], keep=True)
+    assert dispatch.takes_arguments(executable(tpu), [x, 1.0], keep=False)
+    assert not dispatch.takes_arguments(executable(tpu), [x], keep=True)
+    assert not dispatch.takes_arguments(executable(tpu, [backend.Aval((0,), onp.float64)]), [x], keep=False)
+    assert not dispatch.takes_arguments(executable(tpu, []), [x], keep=False)
+    assert dispatch.takes_arguments(executable(tpu), [1.0, 2], keep=True)
+    assert not dispatch.takes_arguments(executable(tpu), [d], keep=True)  # another backend's
+    assert not dispatch.takes_arguments(executable(cpu), [wide], keep=True)
+
+
+@pytest.mark.skipif(dispatch.Front == (), reason="the Front (_callpath.c) is not in use")
+def test_an_accelerator_s_functions_give_cpp_arrays_pjrt_would_copy_apart(monkeypatch):
+    """_callpath's scan keeps from C++ numpy arrays the CPU client would copy on a worker
+    thread; an accelerator's executions wait for those copies, so its functions give C++ all
+    (`_ordered`, set once the function's platform is known)."""
+    cpu = jit_ps(lambda x: x + 1.0)
+    cpu(rs.randn(3))
+    assert cpu._ordered == 0
+    accelerated = jit_ps(lambda x: x + 1.0)
+    monkeypatch.setattr(backend, "get_backend", lambda platform=None: types.SimpleNamespace(platform="tpu"))
+    accelerated._backend()
+    assert accelerated._ordered == 1
 
 
 def test_evicted_and_cleared_signatures_leave_cpp():
