@@ -11,7 +11,7 @@ XLA has CHLO ops for lgamma, digamma, erf, erfc, erf_inv, polygamma, zeta and
 bessel_i1e; they are used as they are, but for lgamma near its zeros at 1 and 2, digamma
 near its positive zero and erf_inv near +-1, where they keep only an absolute accuracy
 (series there, and erfcinv). The rest is written from the mathematics, in
-special_kernels.py (the translation rules below call its kernels):
+special_kernels.py and bessel_kernels.py (the translation rules below call their kernels):
 incomplete gamma (power series, Legendre continued fraction, a small-`a` series for Q),
 incomplete beta (continued fraction with a Stirling-form prefactor; for a small b near
 x = 1, the logarithm of the complement's series), Bessel J, Y, I of real order (Miller's
@@ -36,9 +36,10 @@ import numpy as np
 from .. import hlo, ufunc_loops
 from ..context import kept_shape, normalize_axes, result_type
 from ..registry import LazyModule, entry, lowers, when_imported
+from .bessel_kernels import exp_times, ive_parts, jv, y01, yn
 from .special_kernels import (F64, LOG_2PI, N, beta_parts, betaln, chlo2, complex_erf, digamma_near_root, erfcinv,
-                              exp_times, expit, gammasgn, ibeta, igamma, is_integer, is_odd, ive_parts, jv,
-                              lgamma_diff, lgamma_near_zeros, logit, polyval, scalar, where, while_, y01, yn)
+                              expit, gammasgn, ibeta, igamma, is_integer, is_odd, lgamma_diff, lgamma_near_zeros,
+                              logit, polyval, scalar, where, while_)
 
 sc = LazyModule("scipy.special")
 
