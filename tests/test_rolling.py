@@ -101,6 +101,23 @@ def test_per_step_constants_become_inputs():
     check_rolled(f, W, X0, XS, argnums=2)  # the gradient with respect to xs: xs[t]'s adjoint per step
 
 
+def test_a_loop_over_the_rows_of_a_closed_over_dataset_rolls():
+    """`for x in data` over a constant the function closes over, each row concatenated with
+    the state as autograd's lstm and rnn examples do: each step reads a row of thousands of
+    elements, a per-step input."""
+    def model(data):
+        def f(params, h):
+            w, u = params
+            for x in data:
+                h = np.tanh(np.dot(np.concatenate((x, h), axis=1), np.concatenate((w, u))))
+            return np.sum(h ** 2)
+        return f
+
+    params = (RNG.randn(64, 4) * 0.1, RNG.randn(4, 4) * 0.5)
+    short, long_ = (check_rolled(model(RNG.randn(t, 40, 64)), params, onp.zeros((40, 4))) for t in (15, 30))
+    assert size(short) == size(long_)
+
+
 def test_early_break_on_a_static_condition():
     def f(w, x, n):
         for t in range(100):
