@@ -41,7 +41,7 @@ import numpy as np
 from . import lowering, registry, tracing, tree
 from .control_flow.common import Params
 from .control_flow.scans import scan_p
-from .core import Aval, DynamicSlice, Eqn, Graph, Var, prim_name
+from .core import Aval, DynamicSlice, Eqn, Graph, Var
 
 #: Whether jit_ps rolls loops (its `roll_loops` option overrides); $AUTOGRAD_XLA_ROLL_LOOPS=0 turns it off.
 ROLL_LOOPS = os.environ.get("AUTOGRAD_XLA_ROLL_LOOPS", "1").strip().lower() not in ("0", "false", "no", "off")
