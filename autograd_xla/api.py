@@ -73,9 +73,6 @@ GUARDED_PROGRAMS = 4
 #: Python without asking C++ (a miss and _fastpath's lookup, ~15-25 µs a call, for no fast
 #: path), until a compiled call of the function sets it back.
 PLAIN_TIER = 2
-#: The primitives whose plain calls multiply matrices (numpy's, OpenBLAS's): a plain trial
-#: beside a program of XLA's products waits for their threads (tiering.PlainStep).
-_PRODUCTS = frozenset(("dot", "matmul", "tensordot", "einsum", "inner", "outer", "vdot", "kron"))
 #: Programs above either bound run as plain autograd instead (jit_ps's `max_program`):
 #: primitive calls, and bytes of StableHLO text (a rule that inlines loops emits much per call).
 MAX_PROGRAM = (40000, 32 << 20)
@@ -759,7 +756,9 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         they are (no static leaves, no random draws replayed, no guards)."""
         if entry.static_leaves or entry.draws or entry.guards or not self._plain_is_alike():
             return None
-        products = any(getattr(e.prim, "__name__", None) in _PRODUCTS for e in entry.graph.eqns)
+        # its plain calls multiply matrices (OpenBLAS's threads) where its program has products,
+        # loop bodies included: a plain trial beside XLA's products then waits for those threads
+        products = "stablehlo.dot_general" in entry.lowered.text
         return tiering.PlainStep(weakref.WeakMethod(self._plain_outs), weakref.WeakMethod(self._plain_decided),
                                  key, products)
 

@@ -25,6 +25,10 @@ wrapper (`autograd.numpy.tanh`) works too. Each interpreter reads one face:
 * `shape(*args, **kwargs) -> [Aval]`: the result types, for a primitive whose translation
   rule costs much to run (vmap's batch, whose rule lowers the example's whole graph): the
   tracer asks this instead of running the rule (lowering checks that the two agree).
+* `type_key(args, keys) -> keys`: the keys of a call's operands under which the tracer
+  remembers its result types, made coarser where the types do not depend on a value
+  (`x[i]`: one key for every integer i in range of x's first axis), so that the rule does
+  not run again for each value (a legacy loop's `xs[t]` reads each t once).
 * `merge`: True for an elementwise primitive whose rule emits loops (scipy.special's
   incomplete gamma and beta functions, Bessel functions): lowering emits its calls that do
   not need each other's results as one call on their operands concatenated
@@ -58,11 +62,13 @@ from .core import UfuncMethod
 class Entry:
     """Every face of one primitive (see the module docstring); absent faces are None."""
 
-    __slots__ = ("prim", "lowering", "trace", "metadata", "replay", "interceptor", "batching", "shape", "merge")
+    __slots__ = ("prim", "lowering", "trace", "metadata", "replay", "interceptor", "batching", "shape", "type_key",
+                 "merge")
 
     def __init__(self, prim):
         self.prim = prim
         self.lowering = self.trace = self.metadata = self.replay = self.interceptor = self.batching = self.shape = None
+        self.type_key = None
         self.merge = False
 
     def __repr__(self):

@@ -232,7 +232,7 @@ def bind(prim, args, kwargs, entry=None, source=None):
             return entry.trace(*args, **kwargs)
         raise unsupported(prim)
     given = args, kwargs
-    flat = _flat_operands(args, trace, prim) if type(args) is tuple and type(kwargs) is dict and not kwargs else None
+    flat = _flat_operands(args, trace, entry) if type(args) is tuple and type(kwargs) is dict and not kwargs else None
     if flat is None:
         args, kwargs = _replace_tracers((args, kwargs), trace)
     else:
@@ -298,13 +298,13 @@ def abstract_eval(rule, args, kwargs):
     return _abstract_eval_keyed(rule, args, kwargs, operands, inputs)
 
 
-def _flat_operands(args, trace, prim):
+def _flat_operands(args, trace, entry):
     """bind's common call in one pass: a tuple of this trace's Tracers, Python numbers and
     static values without Tracers, no keywords. (The tuple with each Tracer's Var,
     _operands_key((that, {}), inputs), inputs), or None for any other operands (map_structure
     and _operands_key then walk them). The two walks were a third of bind's time (Euler 500's
-    gradient: 12,509 calls). `x[i]` of an integer i in range is keyed without i's value
-    (_index_key)."""
+    gradient: 12,509 calls). The keys are the primitive's coarser ones where its entry has
+    them (registry's `type_key`)."""
     out, keys, inputs = [], [], []
     changed = False
     for x in args:
@@ -331,20 +331,9 @@ def _flat_operands(args, trace, prim):
             except TypeError:
                 return None
             out.append(x)
-    if prim is operator.getitem and len(keys) == 2 and type(args[1]) is int and inputs:
-        keys[1] = _index_key(args[0], args[1], keys[1])
+    if entry.type_key is not None and inputs:
+        keys = entry.type_key(args, keys)
     return (tuple(out) if changed else args), (tuple, ((tuple, tuple(keys)), (dict, ()))), inputs
-
-
-_IN_RANGE = (int, "in range")  # (never an int's own key: that holds the int)
-
-
-def _index_key(x, i, key):
-    """The key of index `i` of `x[i]`: the same for every i in range of x's first axis (the
-    result's type is x's row's, whichever row: the rule need not run again per row, a
-    legacy loop's `xs[t]` reads each t once), `key` (i's value) otherwise."""
-    shape = x._var.aval.shape if type(x) is Tracer else ()
-    return _IN_RANGE if shape and -shape[0] <= i < shape[0] else key
 
 
 def _abstract_eval_keyed(rule, args, kwargs, operands, inputs):

@@ -116,6 +116,17 @@ def fresh_learning(monkeypatch):
     monkeypatch.setattr(tiering, "_savings", tiering.collections.OrderedDict())
 
 
+def compiled_after_plain_calls():
+    """A tiered jit_ps of loss's gradient, called until its program is compiled, each result
+    plain autograd's."""
+    g = grad(loss, argnum=(0, 1))
+    jf = jit_ps(grad(loss, argnum=(0, 1)), tiered=True)
+    while jf.stats.compiles == 0:
+        assert_close(jf(W, B, X), g(W, B, X))
+        assert compile_thread.wait(60)
+    return jf
+
+
 def test_the_plain_budget_is_the_rent_factor_times_the_cost_expected_in_plain_calls(fresh_learning, monkeypatch):
     """Before any program is made, a signature runs plainly for RENT_FACTOR * COST_IN_CALLS
     of its calls, within RENT_FACTOR times COST_FLOOR_SECONDS and COST_CAP_SECONDS; each
@@ -127,11 +138,7 @@ def test_the_plain_budget_is_the_rent_factor_times_the_cost_expected_in_plain_ca
     assert tiering.plain_budget(None, 1e-6) == pytest.approx(tiering.RENT_FACTOR * tiering.COST_FLOOR_SECONDS)
     monkeypatch.setattr(tiering, "COST_FLOOR_SECONDS", 0.0)
     monkeypatch.setattr(tiering, "COST_IN_CALLS", 1.0)
-    g = grad(loss, argnum=(0, 1))
-    jf = jit_ps(grad(loss, argnum=(0, 1)), tiered=True)
-    while jf.stats.compiles == 0:
-        assert_close(jf(W, B, X), g(W, B, X))
-        assert compile_thread.wait(60)
+    jf = compiled_after_plain_calls()
     calls = jf.stats.plain_tier_calls
     assert calls >= tiering.RENT_FACTOR  # 1 call's cost, twice, before tracing
     (n, in_calls), ((learned, seconds),) = tiering._made, tiering._costs.items()
@@ -161,10 +168,7 @@ def test_a_signature_s_saving_sets_the_budget_of_the_next_function_of_its_shape(
     monkeypatch.setattr(tiering, "COST_IN_CALLS", 1.0)
     monkeypatch.setattr(tiering, "LEARN_CALLS", 1)
     g = grad(loss, argnum=(0, 1))
-    first = jit_ps(grad(loss, argnum=(0, 1)), tiered=True)
-    while first.stats.compiles == 0:
-        assert_close(first(W, B, X), g(W, B, X))
-        assert compile_thread.wait(60)
+    first = compiled_after_plain_calls()
     assert first.stats.plain_tier_calls > 1 and not tiering._savings
     assert_close(first(W, B, X), g(W, B, X))  # the first compiled call
     (learned, ratio), = tiering._savings.items()

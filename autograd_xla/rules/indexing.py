@@ -19,7 +19,7 @@ from ..core import UfuncMethod, setitem
 from ..errors import ConcreteValueRequired
 from ..hlo import Value
 from ..context import normalize_axis
-from ..registry import lowers, ufunc_method_rule
+from ..registry import entry, lowers, ufunc_method_rule
 from .elementwise import BINARY, int_divmod
 
 INDEX_DTYPE = np.dtype(np.int64)
@@ -217,6 +217,22 @@ def _gather(ctx, y, entries, adv, x_shape):
 @lowers(operator.getitem)
 def _getitem(ctx, x, idx):
     return getitem(ctx, ctx.asvalue(x), idx)
+
+
+_IN_RANGE = (int, "in range")  # (never an int's own key: that holds the int)
+
+
+def _row_key(args, keys):
+    """`x[i]` of an integer i in range of x's first axis is a row of x, whichever row: one key
+    for them all (registry's type_key)."""
+    if len(args) == 2 and type(args[1]) is int:  # (the other operand then the traced one)
+        shape = args[0].shape
+        if shape and -shape[0] <= args[1] < shape[0]:
+            return [keys[0], _IN_RANGE]
+    return keys
+
+
+entry(operator.getitem).type_key = _row_key
 
 
 def take_along(ctx, v, index, axis):
