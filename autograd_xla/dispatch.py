@@ -19,9 +19,13 @@ Python 8.4 µs, backend.Executable 12.5 µs.
 What it takes, probed with jaxlib 0.10.2:
 * Three C++ configuration states, which jax's config.py creates when jax is imported: x64 (on,
   so that numpy's float64 stays float64), disable_jit and post_hook. Without jax they are ours
-  (`_setup`). With jax imported its own are in effect: C++ would then narrow float64 arguments
-  while x64 is off, so a signature gets the fast path only while x64 is on (`_x64_on`); the x64
-  state is part of C++'s signature, so turning it off later sends calls back to Python.
+  (`_setup`). With jax imported its own are in effect, x64 off by default, and C++ then puts
+  64-bit numpy arrays and Python numbers in 32 bits (`NARROWED`): a call is given C++ only
+  where what C++ puts is what the executable takes (`puts_as_taken`); the x64 state is part of
+  C++'s signature, so turning it on or off sends a signature's calls back to be asked again.
+  jax gets imported also where the user never does: off the CPU each result's host copy
+  (backend.host_copy, jaxlib's single-device array to numpy) imports jax.core where jax is
+  installed, from the first call on; 32-bit calls, an accelerator's usual ones, are not narrowed.
 * The fast-path data: a tuple type whose fields C++ reads by name (`FastpathData`).
 * Executables taking one buffer per argument leaf they read (C++ skips the others: the fast
   path's kept_var_bitvec), none packed, arguments below
@@ -61,6 +65,7 @@ from jaxlib import xla_client as xc
 from . import backend as backend_mod
 from . import memory
 from . import lowering, tracing, tree
+from .signatures import PY_SCALARS
 
 try:
     from . import _callpath as native  # the per-call work in C (_callpath.c); absent where setup.py had no compiler
@@ -373,7 +378,7 @@ def fastpath(executable, out_tree, stats, cache, key, front=None, call=None, arm
     results are DeviceArrays (jit_ps's keep_on_device). `moved`: the arguments a call
     copies to the device, counted (`stats`' host_to_device), where not all (DeviceArrays among them)."""
     n_leaves = len(executable.in_avals) if call is None else len(call[1])
-    if not _qualifies(executable, n_leaves) or not _x64_on():
+    if not _qualifies(executable, n_leaves):
         return None
     n_in, n_out = len(executable.consts) + len(executable.in_avals), len(executable.out_avals)
     sharding = executable.backend.sharding()
@@ -427,6 +432,38 @@ def takes_arguments(executable, leaves, keep):
             return False
         if t is backend_mod.DeviceArray and (x.backend is not backend or x.host_dtype is not None
                                              or x.buffer._sharding != sharding):
+            return False
+    return True
+
+
+#: What C++ puts a 64-bit numpy array or Python number as while the x64 state in effect is off
+#: (jax's by default: jaxlib's squash_64bit_types).
+NARROWED = {np.dtype(wide): np.dtype(narrow) for wide, narrow in (
+    ("float64", "float32"), ("int64", "int32"), ("uint64", "uint32"), ("complex128", "complex64"))}
+
+
+def puts_as_taken(executable, leaves, x64=None):
+    """Whether C++ puts these leaves of a call (numpy arrays, Python numbers, DeviceArrays) as
+    `executable`'s parameters: those at its `sources`, in its `in_avals`' shapes and dtypes.
+    A DeviceArray's buffer is passed as it is; numpy arrays and Python numbers (64-bit, as
+    signatures.aval_of types them) are put in 32 bits while the x64 state in effect is off
+    (`_x64_on`, asked only where a leaf would be narrowed; `x64` True: taken as on, for a
+    fast path made once and given to the calls of either state)."""
+    narrow = None if x64 is None else not x64
+    for i, param in zip(executable.sources, executable.in_avals):
+        x = leaves[i]
+        t = type(x)
+        if t is backend_mod.DeviceArray:
+            shape, dtype = x.aval.shape, x.aval.dtype
+        elif t is np.ndarray:
+            shape, dtype = x.shape, x.dtype
+        else:
+            shape, dtype = (), PY_SCALARS.get(t)
+        if t is not backend_mod.DeviceArray and dtype in NARROWED:
+            if narrow is None:
+                narrow = not _x64_on()
+            dtype = NARROWED[dtype] if narrow else dtype
+        if shape != param.shape or dtype != param.dtype:
             return False
     return True
 

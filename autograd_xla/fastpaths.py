@@ -19,10 +19,10 @@ import numpy as np
 
 from . import dispatch, tiering, tree
 from .aot import COMPILED
-from .backend import DeviceArray
+from .backend import DeviceArray, Executable
 from .errors import CompileError
 from .hlo import SUPPORTED_DTYPES as _SUPPORTED
-from .signatures import PY_SCALARS, PlainArgument, aval_of
+from .signatures import PY_SCALARS, PlainArgument
 
 #: A function whose calls C++ has handed back this many times for good (keyword, bool or dict
 #: arguments, large arrays), none ever taken, keeps to the Python path: C++'s
@@ -84,9 +84,8 @@ class FastPaths:
                 if executable is None:
                     return None  # not counted: a call of aligned arguments makes it, or it is compiling
                 sources = executable.sources  # the leaves it takes (not those the function never reads)
-                takes = all(type(i) is int and i < len(leaves) for i in sources) and all(
-                    a.shape == av.shape and a.dtype == av.dtype
-                    for a, av in zip(map(aval_of, [leaves[i] for i in sources]), executable.in_avals))
+                takes = all(type(i) is int and i < len(leaves) for i in sources) and dispatch.puts_as_taken(
+                    executable, leaves, x64=True)  # (the x64 state in effect: each call's, `_takes`)
                 # staged: numpy arrays and Python numbers, positional or in lists and tuples
                 # (_callpath's scan matches a stage against their leaves and structure)
                 stage = not entry.donated
@@ -102,8 +101,8 @@ class FastPaths:
                     return None
                 entry.fastpath = fast or False  # not self in it: C++ keeps it
         fast = hit[0].fastpath if hit is not None else False
-        if fast and not dispatch.takes_arguments(hit[0].executable, leaves, self.keep_on_device):
-            fast = False  # (this call's C++ signature only: another's arguments may be taken)
+        if fast and not self._takes(hit[0], leaves):
+            fast = False  # (this call's C++ signature only: another's arguments, or x64 state, may be taken)
         elif fast and any(type(x) is DeviceArray for x in leaves):
             fast = self._moving(hit, leaves)
             if fast is None:
@@ -112,6 +111,16 @@ class FastPaths:
         if self._fast_calls == [FAST_REFUSALS, 0]:
             self._fast = None
         return fast
+
+    def _takes(self, entry, leaves):
+        """Whether the fast path of `entry` may be given this call's leaves: C++ may be given
+        them (dispatch.takes_arguments) and puts them as its executable takes them, in the x64
+        state in effect (dispatch.puts_as_taken)."""
+        executable = entry.executable
+        if dispatch.needs_python(executable):
+            executable = entry.direct  # (_direct's program, made before the fast path was given)
+        return (isinstance(executable, Executable) and dispatch.puts_as_taken(executable, leaves)
+                and dispatch.takes_arguments(entry.executable, leaves, self.keep_on_device))
 
     def _moving(self, hit, leaves):
         """The fast path of a call whose leaves include DeviceArrays, which C++ passes as they

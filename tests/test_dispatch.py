@@ -2,6 +2,7 @@
 what they return is what the Python path returns, and that what it cannot do still runs
 (through the Python path) with the same results."""
 import gc
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -373,6 +374,69 @@ def test_with_jax_imported_the_x64_state_in_effect_is_checked(monkeypatch):
         assert_close(jf(x), x - 1.0)
     assert len(calls) == first_calls(jf)
 
+
+#: An accelerator's calls in a process where jax is installed (run by the test below): each
+#: result is a host copy (backend.viewable False, as off the CPU), whose first imports jax.
+_JAX_TAKES_OVER = """
+import sys
+import numpy as onp
+import autograd.numpy as np
+from autograd_xla import backend, dispatch, jit_ps, tiering
+from helpers import assert_close
+tiering.UPGRADE_RENT = None
+backend.viewable = lambda aval, platform="cpu": False
+rs = onp.random.RandomState(0)
+
+
+def taken(jf, *args, expect, calls=6):  # whether C++ took the calls after the first two (staged: a miss)
+    python, reached = jf._call_python, []
+    jf._call_python = lambda *a, **k: reached.append(1) or python(*a, **k)
+    for k in range(calls):
+        if k == 2:
+            reached.clear()
+        got = onp.asarray(jf(*args))
+        assert_close(got, expect)
+        assert got.dtype == onp.asarray(expect).dtype, got.dtype
+    return not reached
+
+
+x32, x64 = rs.randn(3).astype(onp.float32), rs.randn(3)
+f = jit_ps(lambda x: np.tanh(x) * 2.0, fallback="error")
+f(x32)
+assert "jax._src.config" in sys.modules and dispatch._jax_states() and not dispatch._x64_on()
+assert taken(f, x32, expect=onp.tanh(x32) * 2.0), f._fast_calls
+kept = jit_ps(lambda x: np.tanh(x) * 2.0, keep_on_device=True, fallback="error")
+d = kept(x32)
+assert taken(kept, d, expect=onp.tanh(onp.asarray(d)) * 2.0) and kept._fast_calls[0] == 0, kept._fast_calls
+wide = jit_ps(lambda x: np.tanh(x) * 2.0, fallback="error")
+scaled = jit_ps(lambda x, s: x * s, fallback="error")
+# x64 off: C++ would put float64 and Python floats in float32, which the programs do not take
+# (fewer calls than FAST_REFUSALS, after which a function never taken keeps to Python)
+assert not taken(wide, x64, expect=onp.tanh(x64) * 2.0, calls=4) and wide._fast_calls[1] == 0
+assert not taken(scaled, x64, 3.0, expect=x64 * 3.0, calls=4) and scaled._fast_calls[1] == 0
+import jax
+jax.config.update("jax_enable_x64", True)
+assert dispatch._x64_on()
+assert taken(wide, x64, expect=onp.tanh(x64) * 2.0), wide._fast_calls
+assert taken(scaled, x64, 3.0, expect=x64 * 3.0), scaled._fast_calls
+jax.config.update("jax_enable_x64", False)
+assert not taken(wide, x64 + 1.0, expect=onp.tanh(x64 + 1.0) * 2.0, calls=4)
+print("ok")
+"""
+
+
+def test_with_jax_imported_by_a_host_copy_cpp_takes_what_it_puts_as_the_programs_take():
+    """Off the CPU a result's host copy imports jax where it is installed (jaxlib's single-
+    device array to numpy imports jax.core), and jax's C++ states, x64 off, replace ours:
+    C++ then takes the calls whose arguments it puts as the program takes them (float32,
+    DeviceArrays), not float64 or Python numbers, which it would narrow, until x64 is on
+    (dispatch.puts_as_taken); every result as plain numpy's."""
+    if importlib.util.find_spec("jax") is None:  # (not imported here: its states would replace ours)
+        pytest.skip("jax is not installed")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests")]))
+    r = subprocess.run([sys.executable, "-c", _JAX_TAKES_OVER], capture_output=True, text=True, timeout=300,
+                       cwd=ROOT, env=env)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout[-3000:] + r.stderr[-3000:]
 
 def test_an_argument_cpp_hands_back_is_put_on_the_sharding_device():
     sharding = backend.get_backend("cpu").sharding()
