@@ -13,8 +13,11 @@ benchmarks/run.py does on the CPU. Per workload a process measures:
   numpy   the median call with numpy arrays in and numpy arrays out (np.asarray of jax's)
   device  the median call with inputs and results kept on the chip, each call waited for
           (jit_ps(..., keep_on_device=True) / jax.device_put), the launch alone in `launch`
-The transfers of 100 MB of float32 each way are rows of their own. The workloads are
-benchmarks/workloads.py's, at TPU sizes; jax runs with jax_default_matmul_precision=highest,
+The transfers of 100 MB of float32 each way are rows of their own. With --json the file is
+written after each row, so that a run stopped by a time limit keeps the rows it finished.
+The workloads are benchmarks/workloads.py's, at TPU sizes (the convnet is patch_convnet_step:
+XLA:TPU compiled convnet_step's 5x5 convolutions of NCHW batches, on either side, for over
+140 s); jax runs with jax_default_matmul_precision=highest,
 the precision jit_ps asks for (hlo.HIGHEST), so both compute the same float32 products.
 """
 import argparse
@@ -42,7 +45,8 @@ CASES = {
                       "selu(x @ W + b), 4096x4096"),
     "selu_grad_4096": ("selu_grad", functools.partial(w._selu_inputs, batch=4096, width=4096),
                        "grad of sum(selu(x @ W + b)) w.r.t. W, b; 4096x4096"),
-    "convnet_step_b128": ("convnet_step", w._convnet_inputs, "convnet SGD step, batch 128, 3x32x32"),
+    "convnet_step_b128": ("patch_convnet_step", w._patch_convnet_inputs,
+                          "convnet SGD step (convolutions as products of patches), batch 128, 32x32x3"),
     "logreg_1e5x1000": ("logreg", functools.partial(w._logreg_inputs, N=100000, D=1000),
                         "value and gradient of the logistic loss, X 100000x1000"),
     "tiny_grad": ("tiny_grad", w._tiny_inputs, "grad(sum(tanh(x) * x)), 3 elements"),
@@ -111,7 +115,8 @@ def _leaves(tree):
     return [tree]
 
 
-def run(side_name, only, budget):
+def run(side_name, only, budget, save=lambda rows: None):
+    """The rows of `side_name`, each handed to `save` (with those before it) once measured."""
     side = Side(side_name)
     rows = {"side": side_name, "platform": side.platform, "workloads": {}}
     if side_name != "numpy":  # the chip's start, paid here by both sides (not by a first call)
@@ -147,6 +152,7 @@ def run(side_name, only, budget):
             row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
         print(side_name, name, {k: (round(v * 1e3, 3) if isinstance(v, float) else v) for k, v in row.items()},
               "ms", flush=True)
+        save(rows)
     if side_name != "numpy" and (not only or "transfers" in only):
         x = rng.random(TRANSFER_MB * (1 << 20) // 4, dtype=onp.float32)
         rows["workloads"]["to_device_100MB"] = {"numpy": median_call(lambda: side.wait(side.put(x)), budget=budget)}
@@ -159,7 +165,18 @@ def run(side_name, only, budget):
         rows["workloads"]["to_host_100MB"] = {"numpy": statistics.median(fetches)}
         print(side_name, "transfers", rows["workloads"]["to_device_100MB"], rows["workloads"]["to_host_100MB"],
               flush=True)
+        save(rows)
     return rows
+
+
+def saver(path):
+    """What writes the rows so far to `path` (whole, through a file renamed over it); None: nothing."""
+    def save(rows):
+        if path:
+            with open(path + ".part", "w") as fh:
+                json.dump(rows, fh, indent=1)
+            os.replace(path + ".part", path)
+    return save
 
 
 def table(paths):
@@ -201,10 +218,7 @@ def main(argv=None):
     if args.command == "table":
         print(table(args.paths))
         return
-    rows = run(args.side, set(args.only.split(",")) if args.only else None, args.budget)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(rows, fh, indent=1)
+    run(args.side, set(args.only.split(",")) if args.only else None, args.budget, saver(args.json))
 
 
 if __name__ == "__main__":

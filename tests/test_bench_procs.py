@@ -44,3 +44,21 @@ def test_a_worker_that_imports_a_forbidden_library_fails_the_request():
             w.call("builtins:exec", "import sys, types; sys.modules['jax'] = types.ModuleType('jax')")
         with pytest.raises(procs.WorkerError, match="jax imported in the autograd worker"):
             w.call("operator:add", 1, 2)
+
+
+def test_the_tpu_benchmark_writes_its_rows_as_each_is_measured(tmp_path):
+    """benchmarks/tpu.py keeps the rows a run measured before a time limit stopped it: its
+    JSON file is written whole after each row (here numpy's side, on the host)."""
+    import json
+
+    import tpu
+    path = str(tmp_path / "rows.json")
+    write, seen = tpu.saver(path), []
+
+    def save(rows):
+        write(rows)
+        with open(path) as fh:
+            seen.append(list(json.load(fh)["workloads"]))
+    tpu.run("numpy", {"powers_1000", "tiny_grad"}, 0.0, save)
+    assert seen == [["powers_1000"], ["powers_1000", "tiny_grad"]]
+    assert sorted(os.listdir(tmp_path)) == ["rows.json"]
