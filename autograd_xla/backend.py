@@ -483,7 +483,7 @@ class Executable:
 
     __slots__ = ("backend", "program", "exe", "in_avals", "consts", "const_arrays", "handlers", "out_avals",
                  "_put_args", "converters", "text", "stats", "_placements", "sources", "recycled", "views", "tails",
-                 "_offsets", "fresh", "start_compile", "host_dtypes")
+                 "_offsets", "fresh", "start_compile", "host_dtypes", "fetched")
 
     def __init__(self, backend, program, in_avals, out_avals, consts, text, stats=None, sources=None, recycled=(),
                  views=(), tails=(), share=None, fresh=None, host_dtypes=None):
@@ -514,6 +514,7 @@ class Executable:
         self.converters = [converter(a, backend.platform, backend if k in self.recycled else None, h)
                             for k, (a, h) in enumerate(zip(self.out_avals, self.host_dtypes))]
         self.stats = stats if stats is not None else TransferStats()
+        self.fetched = fetched(self.out_avals, backend.platform)
 
     @classmethod
     def from_lowered(cls, backend, program, lowered, stats=None, share=None, fresh=None, widen=False):
@@ -592,6 +593,7 @@ class Executable:
         if keep_on_device:
             return [DeviceArray(o, a, self.backend, h) for o, a, h in zip(outs, self.out_avals, self.host_dtypes)]
         stats.device_to_host += len(outs)
+        start_host_copies(outs, self.fetched)
         return [convert(o) for convert, o in zip(self.converters, outs)]
 
     def keepers(self):
@@ -756,6 +758,21 @@ def viewable(aval, platform="cpu"):
     """Whether a result of type `aval` is handed out as a numpy array viewing its buffer (on the
     CPU, of a dtype numpy's array interface describes), not as a host copy."""
     return platform == "cpu" and aval.size > 0 and aval.dtype.kind != "V" and aval.dtype.name != "bfloat16"
+
+
+def fetched(out_avals, platform):
+    """The results of types `out_avals` whose host copies a call begins together
+    (`start_host_copies`): off the CPU, where there are several not empty; else none."""
+    indices = [k for k, a in enumerate(out_avals) if not viewable(a, platform) and a.size]
+    return indices if len(indices) > 1 else []
+
+
+def start_host_copies(buffers, indices):
+    """Begin the copies to the host of `buffers` at `indices` (jaxlib's asynchronous transfer,
+    whose array `host_copy` then takes): a call's results are copied together, not each
+    after the one before has arrived (jax.device_get does the same)."""
+    for k in indices:
+        buffers[k]._copy_single_device_array_to_host_async()
 
 
 def host_copy(buf):

@@ -387,12 +387,21 @@ def fastpath(executable, out_tree, stats, cache, key, front=None, call=None, arm
         return None
     if isinstance(front, Front) and call is not None and executable.backend.platform == "cpu":
         _stage(front, executable, finish, *call)  # (the staging buffers are host memory: the CPU's)
-    results = _Results(finish, n_out)
+    results = _Results(_fetching(finish, executable.fetched) if executable.fetched and not keep else finish, n_out)
     tree_def = _state["registry"].flatten(results)[1]
     taken = set(executable.sources)
     kept = [True] * len(executable.consts) + [i in taken for i in range(n_leaves)]
     return FastpathData(executable.exe, tree_def, [sharding] * n_in, [sharding] * n_out, list(executable.out_avals),
                         [True] * n_out, kept, [None] * n_in, list(executable.consts))
+
+
+def _fetching(finish, indices):
+    """`finish`, after the host copies of the outputs at `indices` have begun together
+    (backend.start_host_copies; off the CPU, for several results)."""
+    def fetch(outs):
+        backend_mod.start_host_copies(outs, indices)
+        return finish(outs)
+    return fetch
 
 
 def needs_python(executable):

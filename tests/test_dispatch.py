@@ -382,6 +382,7 @@ import sys
 import numpy as onp
 import autograd.numpy as np
 from autograd_xla import backend, dispatch, jit_ps, tiering
+from autograd_xla.tree import flatten
 from helpers import assert_close
 tiering.UPGRADE_RENT = None
 backend.viewable = lambda aval, platform="cpu": False
@@ -394,9 +395,9 @@ def taken(jf, *args, expect, calls=6):  # whether C++ took the calls after the f
     for k in range(calls):
         if k == 2:
             reached.clear()
-        got = onp.asarray(jf(*args))
+        got = jf(*args)
         assert_close(got, expect)
-        assert got.dtype == onp.asarray(expect).dtype, got.dtype
+        assert all(onp.asarray(g).dtype == onp.asarray(e).dtype for g, e in zip(flatten(got)[0], flatten(expect)[0]))
     return not reached
 
 
@@ -405,6 +406,9 @@ f = jit_ps(lambda x: np.tanh(x) * 2.0, fallback="error")
 f(x32)
 assert "jax._src.config" in sys.modules and dispatch._jax_states() and not dispatch._x64_on()
 assert taken(f, x32, expect=onp.tanh(x32) * 2.0), f._fast_calls
+several = jit_ps(lambda x: (np.tanh(x), [x[:0], x * 2.0], np.sum(x)), fallback="error")
+assert taken(several, x32, expect=(onp.tanh(x32), [x32[:0], x32 * 2.0], onp.sum(x32)))
+assert next(iter(several._cache.values())).executable.fetched == [0, 2, 3]  # copied to the host together
 kept = jit_ps(lambda x: np.tanh(x) * 2.0, keep_on_device=True, fallback="error")
 d = kept(x32)
 assert taken(kept, d, expect=onp.tanh(onp.asarray(d)) * 2.0) and kept._fast_calls[0] == 0, kept._fast_calls
