@@ -36,7 +36,11 @@ from autograd_xla import tiering  # noqa: E402
 tiering.TRIAL_SECONDS = 0.0
 tiering.TURN_WARM_CALLS = 0
 
-if os.environ.get("AUTOGRAD_XLA_TESTS_32BIT") == "1":
+#: The platforms computing float64 in 64 bits, as XLA gives them (the tests the tables below run
+#: on the CPU see these under AUTOGRAD_XLA_TESTS_32BIT too, as they would beside a TPU).
+FLOAT64_PLATFORMS = backend_mod.FLOAT64_PLATFORMS
+EMULATED_32BIT = os.environ.get("AUTOGRAD_XLA_TESTS_32BIT") == "1"
+if EMULATED_32BIT:
     backend_mod.FLOAT64_PLATFORMS = backend_mod.FLOAT64_PLATFORMS - {"cpu"}
 
 #: The platform the suite's jitted functions run on by default.
@@ -74,6 +78,9 @@ CPU_FILES = {
     "test_hlo_picture.py": "it draws XLA:CPU's optimised programs (their fusions' names, float64 labels)",
     "test_ladder.py": "the ladder's programs are XLA:CPU's (compile options, BLAS, views)",
     "test_parallel.py": "pmap over the CPU's four devices",
+    "test_special_loops.py": ("scipy's own ufunc loops, which give scipy's results bit for bit, are custom calls "
+                              "of XLA:CPU alone (rules/special.py's scipy_loop): elsewhere the portable "
+                              "algorithms are lowered, which test_special.py measures"),
 }
 
 #: Tests of features of the CPU alone (file::name prefix -> reason): on the CPU elsewhere.
@@ -200,6 +207,8 @@ def _platform(request):
     default platform is back (a test that resets the default would otherwise leave the CPU)."""
     if PLATFORM != "cpu" and _on_cpu_reason(request.node) is not None:
         autograd_xla.set_default_platform("cpu")
+    if EMULATED_32BIT and _on_cpu_reason(request.node) is not None:
+        request.getfixturevalue("monkeypatch").setattr(backend_mod, "FLOAT64_PLATFORMS", FLOAT64_PLATFORMS)
     if helpers.NARROW and os.path.basename(str(request.node.fspath)) not in PRECISION_WARNING_FILES:
         request.getfixturevalue("monkeypatch").setattr(autograd_xla.JittedFunction, "_warn_32_bit",
                                                        lambda self, graph, backend: None)
