@@ -36,7 +36,11 @@ from autograd_xla import tiering  # noqa: E402
 tiering.TRIAL_SECONDS = 0.0
 tiering.TURN_WARM_CALLS = 0
 
-if os.environ.get("AUTOGRAD_XLA_TESTS_32BIT") == "1":
+#: The platforms computing float64 in 64 bits, as XLA gives them (the tests the tables below run
+#: on the CPU see these under AUTOGRAD_XLA_TESTS_32BIT too, as they would beside a TPU).
+FLOAT64_PLATFORMS = backend_mod.FLOAT64_PLATFORMS
+EMULATED_32BIT = os.environ.get("AUTOGRAD_XLA_TESTS_32BIT") == "1"
+if EMULATED_32BIT:
     backend_mod.FLOAT64_PLATFORMS = backend_mod.FLOAT64_PLATFORMS - {"cpu"}
 
 #: The platform the suite's jitted functions run on by default.
@@ -74,6 +78,9 @@ CPU_FILES = {
     "test_hlo_picture.py": "it draws XLA:CPU's optimised programs (their fusions' names, float64 labels)",
     "test_ladder.py": "the ladder's programs are XLA:CPU's (compile options, BLAS, views)",
     "test_parallel.py": "pmap over the CPU's four devices",
+    "test_special_loops.py": ("scipy's own ufunc loops, which give scipy's results bit for bit, are custom calls "
+                              "of XLA:CPU alone (rules/special.py's scipy_loop): elsewhere the portable "
+                              "algorithms are lowered, which test_special.py measures"),
 }
 
 #: Tests of features of the CPU alone (file::name prefix -> reason): on the CPU elsewhere.
@@ -102,6 +109,25 @@ CPU_TESTS = {
         "quick compile options (backend.fast_compile_options) exist for XLA:CPU alone: elsewhere every compile counts"),
     "test_tiered.py::test_a_signature_s_saving_sets_the_budget_of_the_next_function_of_its_shape": (
         "a signature's saving is learned by its tiering.Ladder's timed calls, and ladders climb XLA:CPU's options alone"),
+    "test_tiered.py::test_on_by_default_compiling_in_the_background_where_a_core_is_free": (
+        "tiering is the default only where a plain call returns what a compiled one does, on the CPU "
+        "(api._plain_is_alike): elsewhere a new signature compiles at its first call"),
+    "test_tiered.py::test_by_default_not_where_a_plain_call_returns_other_kinds_of_results": (
+        "tiering is the default only where a plain call returns what a compiled one does, on the CPU "
+        "(api._plain_is_alike): elsewhere a new signature compiles at its first call"),
+    "test_tiered.py::test_a_signature_whose_plain_calls_are_faster_runs_plainly_for_good": (
+        "plain autograd is tried against a compiled program (tiering.PlainStep) only where a plain call returns "
+        "what a compiled one does, on the CPU (api._plain_step)"),
+    "test_tiered.py::test_a_signature_whose_compiled_calls_are_faster_stays_compiled": (
+        "plain autograd is tried against a compiled program (tiering.PlainStep) only where a plain call returns "
+        "what a compiled one does, on the CPU (api._plain_step)"),
+    "test_special.py::test_logsumexp_derivatives_take_the_forward_passs_exponentials": (
+        "it counts the exponentials XLA:CPU's optimised program keeps (its CSE leaves one per term); a TPU's "
+        "kept two of the same emitted program (XLA:TPU's fusion)"),
+    "test_special.py::test_loops_computed_in_32_bits_stop_at_their_precision": (
+        "it measures the loops' stopping rule in float32 (x64=False) against scipy at 6e-6, which needs float32 "
+        "transcendentals within a few ulps, as XLA:CPU's are: a TPU's log1p (in XLA's lgamma, which the "
+        "prefactors take) is 2.3e-4 off (helpers.TPU_RTOL), and its 99th percentile came 1.5e-4"),
 }
 
 
@@ -200,6 +226,8 @@ def _platform(request):
     default platform is back (a test that resets the default would otherwise leave the CPU)."""
     if PLATFORM != "cpu" and _on_cpu_reason(request.node) is not None:
         autograd_xla.set_default_platform("cpu")
+    if EMULATED_32BIT and _on_cpu_reason(request.node) is not None:
+        request.getfixturevalue("monkeypatch").setattr(backend_mod, "FLOAT64_PLATFORMS", FLOAT64_PLATFORMS)
     if helpers.NARROW and os.path.basename(str(request.node.fspath)) not in PRECISION_WARNING_FILES:
         request.getfixturevalue("monkeypatch").setattr(autograd_xla.JittedFunction, "_warn_32_bit",
                                                        lambda self, graph, backend: None)

@@ -35,6 +35,22 @@ NARROW = PLATFORM not in _backend.FLOAT64_PLATFORMS
 F64_TEXT = "f32" if NARROW else "f64"
 TOL_32 = {onp.dtype("float64"): 1e-4, onp.dtype("complex128"): 1e-4, onp.dtype("float32"): 1e-4,
           onp.dtype("complex64"): 1e-4, onp.dtype("float16"): 2e-3}
+#: A TPU's own float32 transcendentals are less accurate than XLA:CPU's float32 ones, which
+#: AUTOGRAD_XLA_TESTS_32BIT computes with (log1p, log, exp, pow within 2e-7 relative; lgamma
+#: within 2.1e-5 absolute on (0, 30], 7e-8 at 2.5). Measured on a v5e: log1p up to
+#: 2.3e-4 relative off on [-0.172, -0.139] (test_gammaln_and_digamma_near_their_zeros' identity
+#: lgamma(2 + d) - lgamma(1 + d) = log1p(d)); XLA's lgamma and digamma, which take log1p of the
+#: Lanczos sum's argument, 7.1e-5 off at gammaln(2.5), 6.0e-5 at betaln(2, 0.5), 1.3e-4 relative
+#: at rgamma(-2.5); pow or log ~2.4e-5 (power's JVP 0.36 - 0.34 came 4.4e-4 off). TPU_RTOL: the
+#: relative tolerance (of a result's scale) there of a value built on a few of them, where the
+#: value sums or cancels them (a digamma difference, a logpdf's lgammas: up to 6.9e-4, beta.pdf's
+#: gradient in a); TPU_SWEEP_RTOL: that of the accuracy sweeps of the functions built on lgamma
+#: over wide domains (incomplete gamma and beta, beta: up to 5.5e-3 of a value). None elsewhere:
+#: the tolerances the tests give.
+TPU_RTOL, TPU_SWEEP_RTOL = (2e-3, 1e-2) if PLATFORM == "tpu" else (None, None)
+#: The absolute tolerance there of a sum of lgammas of moderate arguments (dirichlet.logpdf's four
+#: came 1.8e-4 off a value of 0.108); None elsewhere.
+TPU_LGAMMA_ATOL = 5e-4 if PLATFORM == "tpu" else None
 
 
 def relative_32(rtol, expected, floor=0.0):

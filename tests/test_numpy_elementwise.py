@@ -11,7 +11,7 @@ pytestmark = pytest.mark.filterwarnings("error:.*runs as plain autograd")
 
 from numpy_checks import (C64, C128, F32, F64, FLOATS, check, check_exact, check_family, check_jvp,  # noqa: E402
                           check_value, jit_ps, rand, rands, sweep)
-from helpers import NARROW, representable_32  # noqa: E402
+from helpers import NARROW, TPU_RTOL, representable_32  # noqa: E402
 
 # (function, low, high): input range inside the function's domain, away from its poles
 UNARY_DIFF = [
@@ -116,7 +116,9 @@ def test_binary_differentiable(dtype):
         fns[name] = lambda xs, ys, f=f: tuple(f(x, y) for x, y in zip(xs, ys))
         inputs[name] = (tuple(rand(a, dtype, lo, hi, 1 + i) for a, _ in _bcast(dtype)),
                         tuple(rand(b, dtype, lo, hi, 2 + i) for _, b in _bcast(dtype)))
-    check_family(fns, inputs, exclude_jvp=[n for n in fns if n.startswith("hypot")])  # autograd: no hypot JVP
+    # (derivatives that cancel, power's JVP 0.36 - 0.34: on a TPU at its pow's and log's precision, helpers.TPU_RTOL)
+    check_family(fns, inputs, exclude_jvp=[n for n in fns if n.startswith("hypot")],  # autograd: no hypot JVP
+                 grad_rtol=TPU_RTOL)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)

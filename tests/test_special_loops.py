@@ -106,6 +106,18 @@ def test_scipys_own_loop_bit_for_bit(name, dtype):
     assert ufunc_loops.PREFIX in jf.stablehlo(*args)
 
 
+def test_with_x64_off_the_loop_of_the_buffers_types():
+    """With x64 off a float64 operand is a float32 buffer (hlo.canonical_dtype): scipy's float32
+    loop is called, giving scipy's results for the operands rounded to float32, bit for bit."""
+    a, x = onp.linspace(0.3, 9.0, 7), onp.linspace(0.1, 12.0, 7)
+    jf = jit_ps(lambda a, x: (sp.gammainc(a, x), sp.gammaln(a)), x64=False, fallback="error")
+    got = jf(a, x)
+    a32, x32 = a.astype(onp.float32), x.astype(onp.float32)
+    for g, e in zip(got, (sc.gammainc(a32, x32), sc.gammaln(a32))):
+        assert_bitwise(g.astype(onp.float32), e)
+    assert ufunc_loops.PREFIX in jf.stablehlo(a, x)
+
+
 def test_portable_where_the_loops_cannot_be_called(monkeypatch):
     """Without the C module (or with FORCE_PORTABLE) the portable algorithms are lowered: no
     custom call, values within their measured accuracy (test_special.py)."""

@@ -93,7 +93,7 @@ def no_recent_programs(monkeypatch):
     """Programs freed with their functions: a test counting compiles must not find one an
     earlier test compiled and the backend still holds (backend.RECENT_PROGRAMS)."""
     monkeypatch.setattr(backend, "RECENT_PROGRAMS", 0)
-    backend.get_backend("cpu").release_recent()
+    backend.get_backend().release_recent()  # the default platform's
 
 
 def test_graph_traces_without_compiling_and_the_call_reuses_the_trace(no_recent_programs):

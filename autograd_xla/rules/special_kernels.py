@@ -645,7 +645,9 @@ def ibeta(b, a, bb_, x, y=None):
 def erfcinv(y):
     """Inverse of erfc on [0, 2]. Near y = 1 it is erfinv(1 - y), exact there; in the tails
     1 - y rounds away the information, so Newton steps on log(erfc(z)) = log(y) refine
-    erfinv's guess (or, for tiny y, the asymptotic root of erfc(z) ~ exp(-z^2)/(z sqrt(pi)))."""
+    erfinv's guess (or, for tiny y, the asymptotic root of erfc(z) ~ exp(-z^2)/(z sqrt(pi)):
+    below 1e-12, or 1e-5 in 32 bits, where 1 - y rounds to 1 from 3e-8 on and erfinv's guess
+    is infinite)."""
     upper = y > 1.0
     t = where(upper, 2.0 - y, y)                      # exact for y in [1, 2]
     t_safe = where((t > 0) & (t <= 1.0), t, t.like(0.5))
@@ -653,7 +655,7 @@ def erfcinv(y):
     lt = t_safe.log()
     base = -(t_safe * math.sqrt(math.pi)).log()
     z_asym = (base - (base.sqrt()).log()).sqrt()
-    z = where(t_safe < 1e-12, z_asym, z)
+    z = where(t_safe < (1e-5 if in_32_bits(y) else 1e-12), z_asym, z)
     for _ in range(4):
         lec = z.erfc().log()
         # d/dz log(erfc(z)) = -2 exp(-z^2) / (sqrt(pi) erfc(z)), formed in log space (with
