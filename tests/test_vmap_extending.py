@@ -154,3 +154,11 @@ def test_jit_ps_options_apply_to_a_vmapped_function():
     with pytest.raises(Exception, match="random"):
         ax.jit_ps(ax.vmap(lambda x: onp.random.randn(2) + x), fallback="error")(onp.ones((3, 2)))
 
+
+
+def test_a_user_rules_products_are_computed_at_the_highest_precision():
+    """A rule that leaves a convolution's precision_config out gets HIGHEST, as the built-in
+    rules ask (on a TPU, DEFAULT multiplies float32 in one bfloat16 pass: 0.8 % off)."""
+    text = ax.jit_ps(correlate_valid).lower(X[0], K[0]).as_text()
+    assert text.count("stablehlo.convolution") == 1
+    assert "precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]" in text
