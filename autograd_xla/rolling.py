@@ -797,7 +797,7 @@ class _Loop:
                 return None
         ys, lasts = [], []
         for qo, vs in rep_vars.items():
-            if any(used(v, -1) >= end for v in vs[:-1]):
+            if max(map(used, vs[:-1], itertools.repeat(-1)), default=-1) >= end:  # (read after the loop: stacked)
                 ys.append(qo)
             elif qo not in inits and outside(vs[-1]):
                 lasts.append(qo)
