@@ -113,7 +113,7 @@ def _describe(obj, leaves, wild, out):
     if t is Var:
         leaves.append(obj)
         out.append(_leaf_key(obj))
-    elif wild and _is_wild(obj):
+    elif t is not tuple and t is not list and wild and _is_wild(obj):  # (no tuple is: the common case first)
         leaves.append(obj)
         out.append(_leaf_key(obj))
     elif t is tuple or t is list:
@@ -128,6 +128,8 @@ def _describe(obj, leaves, wild, out):
                 out.append(_INT_KEY)
             elif u is int or u is bool:
                 out.append((u, x))
+            elif isinstance(x, np.dtype):  # (autograd's VJPs pass their operands' dtypes)
+                out.append((u, x.str))
             else:
                 _describe(x, leaves, wild, out)
     elif t is dict:
