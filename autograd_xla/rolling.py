@@ -784,10 +784,10 @@ class _Loop:
         end = self.start + b * p  # the level's first equation after the loop
         rep_vars = {}  # (q, o) -> Vars per repetition (the repetitions' tokens are equal: so are their Nones)
         for q in range(p):
-            column = [self.sites[r * p + q].eqn.outvars for r in range(a, b)]
+            column = [site.eqn.outvars for site in self.sites[a * p + q:b * p:p]]
             for o, v in enumerate(column[0]):
                 if v is not None:
-                    rep_vars[q, o] = [outs[o] for outs in column]
+                    rep_vars[q, o] = list(map(operator.itemgetter(o), column))
         used = level.last_use.get
 
         def outside(v):
