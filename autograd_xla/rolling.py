@@ -65,7 +65,7 @@ WILD_ARRAY_ELEMENTS = 1 << 22
 
 _INDEX = Aval((), np.int64, weak_type=True)
 _counter = itertools.count(1 << 40)  # Vars made here (their counts only name them in listings)
-_MOD = (1 << 61) - 1
+_MOD = (1 << 31) - 1  # (block hashes: products of two fit numpy's int64)
 _BASE = 1_000_003
 
 
@@ -113,7 +113,7 @@ def _describe(obj, leaves, wild, out):
     if t is Var:
         leaves.append(obj)
         out.append(_leaf_key(obj))
-    elif wild and _is_wild(obj):
+    elif t is not tuple and t is not list and wild and _is_wild(obj):  # (no tuple is: the common case first)
         leaves.append(obj)
         out.append(_leaf_key(obj))
     elif t is tuple or t is list:
@@ -128,6 +128,8 @@ def _describe(obj, leaves, wild, out):
                 out.append(_INT_KEY)
             elif u is int or u is bool:
                 out.append((u, x))
+            elif isinstance(x, np.dtype):  # (autograd's VJPs pass their operands' dtypes)
+                out.append((u, x.str))
             else:
                 _describe(x, leaves, wild, out)
     elif t is dict:
@@ -226,17 +228,9 @@ def find_runs(tokens):
     position the smallest period (among its token's next CANDIDATES occurrences) that repeats
     at least MIN_REPS times over at least MIN_EQNS equations."""
     n = len(tokens)
-    following, last = [n] * n, {}
-    for i in range(n - 1, -1, -1):
-        following[i] = last.get(tokens[i], n)
-        last[tokens[i]] = i
-    prefix, powers = [0] * (n + 1), [1] * (n + 1)
-    for i, t in enumerate(tokens):
-        prefix[i + 1] = (prefix[i] * _BASE + t + 1) % _MOD
-        powers[i + 1] = powers[i] * _BASE % _MOD
-
-    def block(i, p):
-        return (prefix[i + p] - prefix[i] * powers[p]) % _MOD
+    if not n:
+        return []
+    following, block = _next_occurrences(tokens), _block_hash(tokens)
 
     runs, i = [], 0
     while i < n:
@@ -264,6 +258,38 @@ def find_runs(tokens):
             runs.append(found)
             i += found[1] * found[2]
     return runs
+
+
+def _next_occurrences(tokens):
+    """For each position, the next position of its token (len(tokens) where none), in numpy: the
+    list's passes in Python were a sixth of rolling's time."""
+    t = np.asarray(tokens, np.int64)
+    n = len(t)
+    order = np.argsort(t, kind="stable")
+    following = np.full(n, n, np.int64)
+    same = t[order[1:]] == t[order[:-1]]
+    following[order[:-1][same]] = order[1:][same]
+    return following.tolist()
+
+
+def _block_hash(tokens):
+    """block(i, p): a hash of tokens[i:i + p], equal for equal blocks wherever they are (a
+    polynomial hash mod _MOD, each block scaled to end at the list's end)."""
+    t = np.asarray(tokens, np.int64)
+    n = len(t)
+    powers = np.ones(n + 1, np.int64)  # _BASE ** j % _MOD, by doubling
+    k, step = 1, _BASE
+    while k <= n:
+        m = min(k, n + 1 - k)
+        powers[k:k + m] = powers[:m] * step % _MOD
+        k, step = 2 * k, step * step % _MOD
+    prefix = np.zeros(n + 1, np.int64)
+    np.cumsum((t + 1) % _MOD * powers[:n] % _MOD, out=prefix[1:])  # (n terms below 2**31 each)
+    prefix, powers = (prefix % _MOD).tolist(), powers.tolist()
+
+    def block(i, p):
+        return (prefix[i + p] - prefix[i]) * powers[n - i] % _MOD
+    return block
 
 
 # ----- one level -----------------------------------------------------------------------------
@@ -592,15 +618,14 @@ class _Level:
         """Roll the consistent stretches of one run (k repetitions of period p from `start`),
         appending the resulting equations to `out`."""
         produced = {}  # Var -> (repetition, its kind where read in it, where read in the next)
-        kinds = {}     # (q, o) -> (("l", q, o), ("c", q, o)), one pair per run: descriptions share them
-        for idx, site in enumerate(sites):
-            r, q = divmod(idx, p)
-            for o, v in enumerate(site.eqn.outvars):
-                if v is not None:
-                    pair = kinds.get((q, o))
-                    if pair is None:
-                        pair = kinds[q, o] = ("l", q, o), ("c", q, o)
-                    produced[v] = (r,) + pair
+        # (q, o) -> (("l", q, o), ("c", q, o)), one pair per run (descriptions share them), for
+        # the results of a repetition in order (the repetitions' tokens are equal: so are their
+        # numbers of results); a None result maps None, which no leaf is
+        pairs = [(("l", q, o), ("c", q, o)) for q in range(p) for o in range(len(sites[q].eqn.outvars))]
+        for r in range(k):
+            outs = [v for site in sites[r * p:(r + 1) * p] for v in site.eqn.outvars]
+            produced.update(zip(outs, [(r,) + pair for pair in pairs]))
+        produced.pop(None, None)
         descs = {}
 
         def desc(r, first=False):
@@ -759,10 +784,10 @@ class _Loop:
         end = self.start + b * p  # the level's first equation after the loop
         rep_vars = {}  # (q, o) -> Vars per repetition (the repetitions' tokens are equal: so are their Nones)
         for q in range(p):
-            column = [self.sites[r * p + q].eqn.outvars for r in range(a, b)]
+            column = [site.eqn.outvars for site in self.sites[a * p + q:b * p:p]]
             for o, v in enumerate(column[0]):
                 if v is not None:
-                    rep_vars[q, o] = [outs[o] for outs in column]
+                    rep_vars[q, o] = list(map(operator.itemgetter(o), column))
         used = level.last_use.get
 
         def outside(v):
@@ -774,7 +799,7 @@ class _Loop:
                 return None
         ys, lasts = [], []
         for qo, vs in rep_vars.items():
-            if any(used(v, -1) >= end for v in vs[:-1]):
+            if max(map(used, vs[:-1], itertools.repeat(-1)), default=-1) >= end:  # (read after the loop: stacked)
                 ys.append(qo)
             elif qo not in inits and outside(vs[-1]):
                 lasts.append(qo)

@@ -348,6 +348,45 @@ def test_find_runs(monkeypatch, tokens, runs):
     assert rolling.find_runs(tokens) == runs
 
 
+def _runs_by_comparison(tokens):
+    """find_runs' definition with blocks compared element by element (no hashes)."""
+    n, runs, i = len(tokens), [], 0
+    while i < n:
+        found, j = None, i
+        for _ in range(rolling.CANDIDATES):
+            j = next((m for m in range(j + 1, n) if tokens[m] == tokens[i]), n)
+            p = j - i
+            if j >= n or i + max(rolling.MIN_REPS * p, rolling.MIN_EQNS) > n:
+                break
+            k = 1
+            while i + (k + 1) * p <= n and tokens[i + k * p:i + (k + 1) * p] == tokens[i:i + p]:
+                k += 1
+            if k >= rolling.MIN_REPS and k * p >= rolling.MIN_EQNS:
+                found = (i, p, k)
+                break
+        if found is None:
+            i += 1
+        else:
+            runs.append(found)
+            i += found[1] * found[2]
+    return runs
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_find_runs_equals_comparing_blocks(monkeypatch, seed):
+    """Runs found through block hashes are those comparing the blocks finds, on token lists of
+    repeated bodies and noise, token values past 2**31 (the hash's modulus) included."""
+    monkeypatch.setattr(rolling, "MIN_EQNS", 8)
+    rng = onp.random.RandomState(seed)
+    for _ in range(40):
+        body = list(rng.randint(0, 6, rng.randint(1, 12)))
+        tokens = []
+        while len(tokens) < 400:
+            tokens += body * rng.randint(1, 9) if rng.rand() < 0.5 else list(rng.randint(0, 9, rng.randint(1, 10)))
+        tokens = [int(t) + (2**31 - 3 if seed % 2 else 0) for t in tokens]
+        assert rolling.find_runs(tokens) == _runs_by_comparison(tokens)
+
+
 def test_a_large_program_rolling_cannot_shorten_warns_naming_the_loop(monkeypatch):
     import autograd_xla.api as api
     monkeypatch.setattr(api, "LARGE_PROGRAM_WARN_AFTER", 50)
