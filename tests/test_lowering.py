@@ -1,11 +1,13 @@
 """lowering.py and context.py: argument packing, pruning, and the numpy semantics of
 LoweringContext (NEP 50 promotion, ufunc casting and broadcasting, astype, constants,
 axes), each checked against numpy, by running the emitted module where it computes."""
+import re
 import warnings
 
 import autograd.numpy as anp
 import numpy as onp
 import pytest
+from autograd import grad
 
 from autograd_xla import backend, context, dispatch, hlo, jit_ps, lowering, tracing
 from autograd_xla.context import LIFT_BYTES, LoweringContext, ModuleState, normalize_axes, normalize_axis
@@ -425,3 +427,13 @@ def test_the_description_of_a_graph_tells_apart_what_lowering_would():
         assert lowering._structure(a) == lowering._structure(b), (a, b)
     with pytest.raises(lowering._Unkeyable):
         lowering._structure([decimal.Decimal(1)])  # another library's object: its graph is lowered every time
+
+
+def test_a_64_bit_value_computed_in_32_bits_is_not_converted_to_its_own_type():
+    def f(x):  # autograd's where VJP: float64 zeros against a float64 cotangent, both 32-bit with x64=False
+        return anp.sum(anp.where(x > 0, x, 2.0 * x) * x)
+    x = onp.linspace(-1.0, 1.0, 6)
+    jf = jit_ps(grad(f), x64=False, fallback="error")
+    converts = re.findall(r'"stablehlo.convert"\(%\w+\) : \((tensor<[^>]*>)\) -> (tensor<[^>]*>)', jf.stablehlo(x))
+    assert all(a != b for a, b in converts)
+    onp.testing.assert_allclose(jf(x), grad(f)(x), rtol=1e-6)
