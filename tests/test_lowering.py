@@ -267,10 +267,13 @@ def test_const_lifts_large_arrays_but_not_repeated_values():
     lifted = ctx.const(big)
     assert ctx.lines == [] and lifted.name.startswith("%k") and (lifted.shape, lifted.dtype) == (big.shape, f64)
     assert ctx.const(big) is lifted and len(ctx.module.lifted) == 1  # the same array, one parameter
-    for literal in (onp.full(10_000, 2.5), big[:LIFT_BYTES // 8], onp.arange(3)):
+    for literal in (big[:LIFT_BYTES // 8], onp.arange(3)):
         before = len(ctx.lines)
         v = ctx.const(literal)
         assert len(ctx.lines) == before + 1 and '"stablehlo.constant"' in ctx.lines[-1] and v.shape == literal.shape
+    repeated = ctx.const(onp.full(10_000, -0.0))  # one value: a scalar, broadcast (its sign kept)
+    assert '"stablehlo.constant"' in ctx.lines[-2] and "tensor<f64>" in ctx.lines[-2] and "80\"" in ctx.lines[-2]
+    assert '"stablehlo.broadcast_in_dim"' in ctx.lines[-1] and repeated.shape == (10_000,)
     assert len(ctx.module.lifted) == 1
     with pytest.raises(TypeError, match="cannot be compiled"):
         ctx.const(onp.array(["a"]))
