@@ -1375,8 +1375,8 @@ def accumulate(x, y):
     the accumulator's zeros and `y` a traced value of its type, `y` itself, under a handle of
     its own (a later `+=` into the accumulator must not change `y`): no add of zeros and no
     zeros in the graph (an MLP step's gradient: 12 of them, one per parameter and tuple
-    unpacked). The same values, but a zero's sign (0.0 + -0.0 is 0.0), which XLA's simplifier
-    drops from x + 0 too."""
+    unpacked). The same values, but a zero's sign (0.0 + -0.0 is 0.0), which XLA drops from
+    x + 0 too (its import folds it to x)."""
     if (type(x) is Tracer and type(y) is Tracer and x._trace is y._trace and x._var in x._trace.zeros
             and x._kind is None and y._kind is None and x._var.aval == y._var.aval):
         return Tracer(y._var, y._trace)

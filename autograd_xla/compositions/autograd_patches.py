@@ -127,9 +127,10 @@ _original_repeat_to_match_shape = numpy_vjps.repeat_to_match_shape
 def traced_repeat_to_match_shape(g, shape, dtype, axis, keepdims):
     """autograd's VJPs of reductions (sum, mean, max, prod, var) spread the cotangent over the
     reduced axes by adding `onp.zeros(shape)`: a concrete array of the operand's size, which a
-    trace would hold as a constant and hand to XLA as a literal (SeLU's 4096x4096 gradient:
-    64 MiB). A traced cotangent is broadcast instead, as jax's sum transposes: the same values
-    but a zero's sign (0.0 + -0.0 is 0.0), which XLA's simplifier drops from the sum too."""
+    trace would hold as a constant (SeLU's 4096x4096 gradient: 64 MiB, read whole by lowering
+    to find it one value) and the program would add. A traced cotangent is broadcast instead,
+    as jax's sum transposes: the same values but a zero's sign (0.0 + -0.0 is 0.0), which
+    XLA drops from the sum too (its import folds x + 0 to x)."""
     value = getval(g)
     if type(value) is not Tracer or shape == () or value.aval.weak_type or np.result_type(
             value.dtype, dtype) != value.dtype:
