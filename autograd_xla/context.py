@@ -481,7 +481,9 @@ class LoweringContext(hlo.Builder):
         array = np.asarray(array)
         if array.dtype not in hlo.SUPPORTED_DTYPES:
             raise UnsupportedDtypeError(f"constant of dtype {array.dtype} cannot be compiled", array.dtype)
-        if array.nbytes > LIFT_BYTES and not hlo.repeats_one_value(array):
+        if array.size > 1 and hlo.repeats_one_value(array):  # one value: a scalar broadcast, as jax emits zeros
+            return self.splat(array.reshape(-1)[0], array.shape, array.dtype)
+        if array.nbytes > LIFT_BYTES:
             return self.module.lift(array)
         return self.constant(array)
 

@@ -470,6 +470,8 @@ class Builder:
         dtype = np.dtype(dtype)
         if x.dtype == dtype:
             return x
+        if canonical_dtype(x.dtype) == canonical_dtype(dtype):  # x64 off: float64 to float32 is no op
+            return Value(x.name, x.shape, dtype)
         if x.dtype == np.bool_ and dtype.kind in "fc":
             # A select, not a convert: XLA's simplifier rewrites a * convert(mask) into
             # select(mask, a, 0), which drops numpy's nan * False = nan and -1.0 * False = -0.0

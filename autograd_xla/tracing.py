@@ -91,6 +91,7 @@ class Trace:
         self.parameters = frozenset()  # input Vars never to be made static (api's parameters)
         self.kinds = False  # whether a Tracer of this trace has a Kind (stands for an ndarray subclass...)
         self.views = set()  # Vars two Tracers of different Kinds share (Tracer.view): not updated in place
+        self.zeros = set()  # Vars of the zeros autograd's gradient sums start from (accumulator_zeros)
         self._counter = parent._counter if parent is not None else itertools.count()
 
     def new_var(self, aval):
@@ -1360,6 +1361,29 @@ def full(shape, value, dtype, source=None):
     return bind(np.full, (shape, value), {"dtype": dtype}, source=source)
 
 
+def accumulator_zeros(shape, dtype):
+    """Traced zeros that autograd's gradient accumulation starts from (VSpace.zeros: a sparse
+    cotangent, the gradient of one element of a tuple or list, is added into zeros for all
+    of it), marked as such for `accumulate`."""
+    zeros = full(shape, 0, dtype)
+    zeros._trace.zeros.add(zeros._var)
+    return zeros
+
+
+def accumulate(x, y):
+    """autograd's `x += y` into a gradient accumulator (VSpace._mut_add): where `x` is still
+    the accumulator's zeros and `y` a traced value of its type, `y` itself, under a handle of
+    its own (a later `+=` into the accumulator must not change `y`): no add of zeros and no
+    zeros in the graph (an MLP step's gradient: 12 of them, one per parameter and tuple
+    unpacked). The same values, but a zero's sign (0.0 + -0.0 is 0.0), which XLA drops from
+    x + 0 too (its import folds it to x)."""
+    if (type(x) is Tracer and type(y) is Tracer and x._trace is y._trace and x._var in x._trace.zeros
+            and x._kind is None and y._kind is None and x._var.aval == y._var.aval):
+        return Tracer(y._var, y._trace)
+    x += y
+    return x
+
+
 class TracerVSpace(VSpace):
     """autograd's vector space of a traced array: zeros and ones are traced constants, so
     gradient accumulation (`x += y` in autograd's mut_add) stays inside the graph."""
@@ -1381,7 +1405,10 @@ class TracerVSpace(VSpace):
         return len(self.shape)
 
     def zeros(self):
-        return full(self.shape, 0, self.dtype)
+        return accumulator_zeros(self.shape, self.dtype)
+
+    def _mut_add(self, x, y):
+        return accumulate(x, y)
 
     def ones(self):
         return full(self.shape, (1 + 1j) if self.iscomplex else 1, self.dtype, self.source)

@@ -136,3 +136,43 @@ def test_container_outputs_are_differentiable_both_ways():
     t = rs.randn(4)
     assert_close(make_jvp(lambda x: d(x)["b"][1])(x)(t)[1], 2 * x * t)
     assert_close(make_jvp(lambda x: step(x, x)[1])(x)(t)[1], t)
+
+
+def _arrays_held(graph):
+    """The numpy arrays a graph's equations hold as constants."""
+    found = []
+
+    def visit(x):
+        if isinstance(x, onp.ndarray):
+            found.append(x)
+        elif isinstance(x, (tuple, list)):
+            for item in x:
+                visit(item)
+        elif isinstance(x, dict):
+            for item in x.values():
+                visit(item)
+    for eqn in graph.eqns:
+        visit((eqn.args, eqn.kwargs))
+    return found
+
+
+@pytest.mark.parametrize("f", [lambda x: np.sum(np.tanh(x)), lambda x: np.mean(np.sin(x) * x),
+                               lambda x: np.sum(np.sum(np.exp(x), axis=0) ** 2), lambda x: np.max(x * x)])
+def test_a_reduction_gradient_spreads_its_cotangent_without_an_array_of_zeros(f):
+    x = rs.randn(40, 30)
+    jf = jit_ps(grad(f), fallback="error")
+    assert all(a.size < x.size for a in _arrays_held(jf.graph(x)))
+    assert_close(jf(x), grad(f)(x))
+
+
+@pytest.mark.parametrize("container", [tuple, list])
+def test_gradients_of_container_elements_are_not_added_into_zeros(container):
+    def f(p):
+        u, v = p
+        return np.sum(u + v) + np.sum(np.sin(u)) + np.sum(u * v)  # u + v: one cotangent for both
+    p = container([rs.randn(5), rs.randn(5)])
+    jf = jit_ps(grad(f), fallback="error")
+    graph = jf.graph(p)
+    zeros = {v for eqn in graph.eqns if eqn.prim is onp.full for v in eqn.outvars}
+    assert not any(set(eqn.invars()) & zeros for eqn in graph.eqns if eqn.prim is onp.add)
+    assert_close(jf(p), grad(f)(p))

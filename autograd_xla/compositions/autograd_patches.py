@@ -121,6 +121,27 @@ def traced_unpermuter(g, permutation):
     return g[anp.argsort(permutation)]
 
 
+_original_repeat_to_match_shape = numpy_vjps.repeat_to_match_shape
+
+
+def traced_repeat_to_match_shape(g, shape, dtype, axis, keepdims):
+    """autograd's VJPs of reductions (sum, mean, max, prod, var) spread the cotangent over the
+    reduced axes by adding `onp.zeros(shape)`: a concrete array of the operand's size, which a
+    trace would hold as a constant (SeLU's 4096x4096 gradient: 64 MiB, read whole by lowering
+    to find it one value) and the program would add. A traced cotangent is broadcast instead,
+    as jax's sum transposes: the same values but a zero's sign (0.0 + -0.0 is 0.0), which
+    XLA drops from the sum too (its import folds x + 0 to x)."""
+    value = getval(g)
+    if type(value) is not Tracer or shape == () or value.aval.weak_type or np.result_type(
+            value.dtype, dtype) != value.dtype:
+        return _original_repeat_to_match_shape(g, shape, dtype, axis, keepdims)
+    axis = list(axis) if isinstance(axis, tuple) else axis
+    new_shape = np.array(shape)
+    new_shape[axis] = 1
+    num_reps = np.prod(np.array(shape)[axis])
+    return anp.broadcast_to(anp.reshape(g, new_shape), shape), num_reps
+
+
 _original_select = numpy_wrapper.select
 
 
@@ -147,10 +168,21 @@ def _array_vspace_zeros(concrete_zeros):
     start as traced zeros instead (the same values)."""
     def zeros(vs):
         if tracing.state.traces:
-            return tracing.full(vs.shape, 0, vs.dtype)
+            return tracing.accumulator_zeros(vs.shape, vs.dtype)
         return concrete_zeros(vs)
     zeros.__wrapped__ = concrete_zeros
     return zeros
+
+
+def _array_vspace_mut_add(concrete_mut_add):
+    """Adding a traced cotangent into the traced zeros `_array_vspace_zeros` gave: the
+    cotangent (tracing.accumulate)."""
+    def mut_add(vs, x, y):
+        if type(x) is Tracer:
+            return tracing.accumulate(x, y)
+        return concrete_mut_add(vs, x, y)
+    mut_add.__wrapped__ = concrete_mut_add
+    return mut_add
 
 
 def _weak_creation(raw, dtype_position):
@@ -232,9 +264,11 @@ for _owner, _name, _replacement in (
            for module in (anp, numpy_wrapper) for name in ("ndim", "shape")]
         + [(module, "metadata", _traced_metadata(numpy_wrapper.metadata)) for module in (anp, numpy_wrapper)]
         + [(numpy_vjps, "unpermuter", traced_unpermuter),
+           (numpy_vjps, "repeat_to_match_shape", traced_repeat_to_match_shape),
            (numpy_wrapper, "select", traced_select),
            (anp, "select", traced_select),
            (ArrayVSpace, "zeros", _array_vspace_zeros(ArrayVSpace.zeros)),
+           (ArrayVSpace, "_mut_add", _array_vspace_mut_add(ArrayVSpace._mut_add)),
            (VJPNode, "__init__", _vjp_node_init(VJPNode.__init__)),
            (JVPNode, "__init__", _jvp_node_init(JVPNode.__init__)),
            (differential_operators, "vspace", _seed_vspace)]
