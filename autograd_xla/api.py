@@ -136,9 +136,11 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         self._derivatives = {}
         self._warned = set()
         self._last_key = None
-        # jaxlib's C++ dispatch (dispatch.py), for the calls of signatures that qualify
-        self._fast = dispatch.function_for(self) if dispatch.available() else None
+        self._fast = None  # jaxlib's C++ dispatch (dispatch.py): _arm_cpp
+        self._cpp_armed = False
         self._fast_calls = [0, 0]  # calls C++ handed back for good, and fast paths given it
+        if not self._tiers():
+            self._arm_cpp()  # compiled at the first call: C++ takes that call's fast path at its miss
 
     @property
     def __signature__(self):
@@ -634,8 +636,17 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         entry.seconds += seconds
         return seconds
 
+    def _arm_cpp(self):
+        """Let jaxlib's C++ dispatch (dispatch.py) take the calls of signatures that qualify. A
+        tiered function's at its first program, as it imports jaxlib (clients.xc), which one
+        whose calls all run as plain autograd (tiering.py) never needs."""
+        if not self._cpp_armed:
+            self._cpp_armed = True
+            self._fast = dispatch.function_for(self) if dispatch.available() else None
+
     def _lowering(self, entry, donate, direct=False, **variant):
         """`direct`: the program for C++ of a signature with large arguments or results (_direct)."""
+        self._arm_cpp()
         backend, graph = self._backend(), entry.graph
         # small arguments travel packed, unless the call could be C++'s, which puts each alone faster
         cpp = entry.flat and all(v.aval.size * v.aval.dtype.itemsize < dispatch.ARGUMENT_BYTES for v in graph.invars)

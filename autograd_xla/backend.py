@@ -15,6 +15,7 @@ replicated.py): clients, compiling, and the transfers and calls of every platfor
 rules (what is read in place, viewed, copied or widened) are kept side by side.
 """
 import collections
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -28,9 +29,9 @@ import weakref
 
 import numpy as np
 
-from jaxlib import xla_client as xc  # (autograd_xla/__init__.py has quieted its INFO lines)
 
 from . import blas, clients, hlo, persistent_cache
+from .clients import xc
 from .core import Aval
 from .errors import CompileError, PlatformUnavailableError, ProcessLostError
 
@@ -40,8 +41,6 @@ except ImportError:  # not built: the array's own method, which imports jax wher
     def address(buf):
         return buf.unsafe_buffer_pointer()
 
-COPY_SEMANTICS = xc.HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL
-READ_IN_PLACE = xc.HostBufferSemantics.ZERO_COPY
 #: Large, 64-byte aligned, C-contiguous arguments of a synchronous CPU execution are read in
 #: place instead of copied (4 MB: ~15 µs instead of ~450 µs): the executable runs to
 #: completion before the call returns and never returns a parameter's buffer (XLA copies
@@ -115,13 +114,24 @@ XLA_SCHEDULER = "XLA's own scheduler"
 log = logging.getLogger(__name__)
 
 
-class _Sharding(xc.SingleDeviceSharding):
-    """The duck-typed sharding jaxlib's put and result handlers expect (normally jax's)."""
+def host_semantics(in_place=False):
+    """How jaxlib's put reads a host array: in place (ZERO_COPY, IN_PLACE_MIN_BYTES says when),
+    else copied during the put."""
+    return xc.HostBufferSemantics.ZERO_COPY if in_place else xc.HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL
 
-    memory_kind = None
 
-    def _to_xla_hlo_sharding(self, ndim):
-        return xc.HloSharding.replicate()
+@functools.cache
+def _sharding_type():
+    """The duck-typed sharding jaxlib's put and result handlers expect (normally jax's): a
+    subclass of jaxlib's, made at the first put (clients.xc: not at import)."""
+
+    class _Sharding(xc.SingleDeviceSharding):
+        memory_kind = None
+
+        def _to_xla_hlo_sharding(self, ndim):
+            return xc.HloSharding.replicate()
+
+    return _Sharding
 
 
 class _ArrayInterface:
@@ -174,7 +184,7 @@ class Backend:
         device = device or self.default_device
         s = self._shardings.get(device.id)
         if s is None:
-            s = self._shardings[device.id] = _Sharding(device)
+            s = self._shardings[device.id] = _sharding_type()(device)
         return s
 
     # ----- transfers ------------------------------------------------------------------------
@@ -184,7 +194,7 @@ class Backend:
         device = device or self.default_device
         aval = aval or Aval(array.shape, array.dtype)
         return xc.batched_device_put(aval, self.sharding(device), [array], [device], enable_x64=True,
-                                     host_buffer_semantics=COPY_SEMANTICS)
+                                     host_buffer_semantics=host_semantics())
 
     def alias(self, x, aval, view):
         """(A device buffer of type `aval` that reads `x`'s memory where it is, x's offset in
@@ -211,7 +221,7 @@ class Backend:
         holder = _ArrayInterface()
         holder.__array_interface__ = {"shape": aval.shape, "typestr": aval.dtype.str, "data": (start, True), "version": 3}
         buffer = xc.batched_device_put(aval, self.sharding(), [np.asarray(holder)], [self.default_device],
-                                       enable_x64=True, host_buffer_semantics=READ_IN_PLACE)
+                                       enable_x64=True, host_buffer_semantics=host_semantics(in_place=True))
         with self._aliases_lock:
             if len(self._aliases) >= ALIASES_KEPT:
                 self._aliases.pop(next(iter(self._aliases)))
@@ -537,20 +547,20 @@ class Executable:
 
     def __call__(self, leaves, keep_on_device=False):
         sharding, devices = self._put_args
-        put = xc.batched_device_put
+        put, copy = xc.batched_device_put, host_semantics()
         buffers, staged, offsets = list(self.consts), [], []  # lifted constants first (lowering.Lowered)
         converted = []  # arrays made here that a buffer reads in place: alive until the call returns
         moved = 0
         for aval, source, placement in zip(self.in_avals, self.sources, self._placements):
             if type(source) is list:  # small arguments, sent as one buffer
                 x = np.concatenate([np.ravel(leaves[i]) for i in source], dtype=aval.dtype)
-                buffers.append(put(aval, sharding, [x], devices, enable_x64=True, host_buffer_semantics=COPY_SEMANTICS))
+                buffers.append(put(aval, sharding, [x], devices, enable_x64=True, host_buffer_semantics=copy))
                 moved += len(source)
                 continue
             x = leaves[source]
             if placement == PUT_TAIL:  # a view's last elements
                 tail = np.asarray(x, dtype=aval.dtype).flat[-aval.size:]
-                buffers.append(put(aval, sharding, [tail], devices, enable_x64=True, host_buffer_semantics=COPY_SEMANTICS))
+                buffers.append(put(aval, sharding, [tail], devices, enable_x64=True, host_buffer_semantics=copy))
                 continue
             t = type(x)
             if t is DeviceArray and x.backend is self.backend and x.aval.dtype == aval.dtype and placement != PUT_VIEW:
@@ -563,7 +573,7 @@ class Executable:
             if buffer is None and placement:  # copied into reused aligned memory, read there
                 buffer = self.backend.alias(self._stage(x, aval, staged), aval, False)[0]
             elif buffer is None:  # a small one: copied by PJRT, inline
-                buffer = put(aval, sharding, [x], devices, enable_x64=True, host_buffer_semantics=COPY_SEMANTICS)
+                buffer = put(aval, sharding, [x], devices, enable_x64=True, host_buffer_semantics=copy)
             if placement == PUT_VIEW:
                 offsets.append(offset)
             buffers.append(buffer)
@@ -1073,4 +1083,4 @@ def devices(platform=None):
 
 
 def supported_dtype(dtype):
-    return np.dtype(dtype) in hlo.SUPPORTED_DTYPES
+    return hlo.supported(np.dtype(dtype))

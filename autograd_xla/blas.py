@@ -41,7 +41,8 @@ import os
 import threading
 
 import numpy as np
-from jaxlib import xla_client as xc
+
+from .clients import xc
 
 try:
     from . import _blas as native  # the handlers in C (_blas.c); absent where setup.py had no compiler

@@ -479,7 +479,7 @@ class LoweringContext(hlo.Builder):
     # ----- constants ------------------------------------------------------------------------
     def const(self, array):
         array = np.asarray(array)
-        if array.dtype not in hlo.SUPPORTED_DTYPES:
+        if not hlo.supported(array.dtype):
             raise UnsupportedDtypeError(f"constant of dtype {array.dtype} cannot be compiled", array.dtype)
         if array.size > 1 and hlo.repeats_one_value(array):  # one value: a scalar broadcast, as jax emits zeros
             return self.splat(array.reshape(-1)[0], array.shape, array.dtype)

@@ -59,12 +59,12 @@ import sys
 import weakref
 
 import numpy as np
-from jaxlib import _jax
-from jaxlib import xla_client as xc
 
 from . import backend as backend_mod
 from . import memory
 from . import lowering, tracing, tree
+from .clients import jaxlib_ext as _jax
+from .clients import xc
 from .signatures import PY_SCALARS
 
 try:
@@ -305,7 +305,7 @@ def _stage(jf, executable, finish, args_tree, leaves):
         except (ValueError, TypeError):
             return
         array = xc.batched_device_put(backend_mod.Aval(x.shape, x.dtype), sharding, [np.zeros(x.shape, x.dtype)],
-                                      devices, enable_x64=True, host_buffer_semantics=backend_mod.COPY_SEMANTICS)
+                                      devices, enable_x64=True, host_buffer_semantics=backend_mod.host_semantics())
         slots.append((format, x.shape, x.nbytes, backend_mod.address(array)))
         arrays.append(array)
     jf.stage(tuple(slots), tuple(arrays), finish, tokens)
@@ -359,7 +359,7 @@ def _shard_arg(x, sharding, layout):
     """An argument C++ does not put itself (one with a layout: ours have none) on the device."""
     x = np.asarray(x)
     return xc.batched_device_put(backend_mod.Aval(x.shape, x.dtype), sharding, [x], [sharding._device],
-                                 enable_x64=True, host_buffer_semantics=backend_mod.COPY_SEMANTICS)
+                                 enable_x64=True, host_buffer_semantics=backend_mod.host_semantics())
 
 
 def fastpath(executable, out_tree, stats, cache, key, front=None, call=None, arm=None, keep=False, moved=None):

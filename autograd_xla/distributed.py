@@ -25,10 +25,9 @@ collective is not detected: the others wait for it.
 import atexit
 import threading
 
-from . import backend  # first: it quiets jaxlib's INFO log lines, which must precede jaxlib's import
-
-from jaxlib import _jax  # noqa: E402
-from jaxlib import xla_client as xc  # noqa: E402
+from . import backend
+from .clients import jaxlib_ext as _jax
+from .clients import xc
 
 _LOOPBACK = ("127.", "localhost", "[::1]", "::1")
 

@@ -13,9 +13,9 @@ import contextlib
 import functools
 import itertools
 import math
+import sys
 import threading
 
-import ml_dtypes
 import numpy as np
 
 from .core import Aval
@@ -32,13 +32,30 @@ _ELEMENT_TYPES = {
     np.dtype(np.uint32): "ui32",
     np.dtype(np.uint64): "ui64",
     np.dtype(np.float16): "f16",
-    np.dtype(ml_dtypes.bfloat16): "bf16",
     np.dtype(np.float32): "f32",
     np.dtype(np.float64): "f64",
     np.dtype(np.complex64): "complex<f32>",
     np.dtype(np.complex128): "complex<f64>",
 }
-SUPPORTED_DTYPES = frozenset(_ELEMENT_TYPES)
+#: The dtypes XLA has a type for (`supported` says it of the others: ml_dtypes' join at their first sight).
+SUPPORTED_DTYPES = set(_ELEMENT_TYPES)
+_ML_DTYPES = {"bfloat16": "bf16"}  # ml_dtypes' types XLA has, by name
+
+
+def supported(dtype):
+    """Whether XLA has a type for numpy's `dtype`. ml_dtypes' (bfloat16) join the tables at their
+    first sight: an array of one exists only once ml_dtypes is imported, and importing it with
+    this module cost every process 0.55-0.85 s (its extension: python -X importtime)."""
+    if dtype in SUPPORTED_DTYPES:
+        return True
+    ml_dtypes = sys.modules.get("ml_dtypes")
+    if ml_dtypes is None:
+        return False
+    for name, element in _ML_DTYPES.items():
+        d = np.dtype(getattr(ml_dtypes, name))
+        _ELEMENT_TYPES[d] = element
+        SUPPORTED_DTYPES.add(d)
+    return dtype in SUPPORTED_DTYPES
 
 
 def element_type(dtype):
@@ -46,10 +63,10 @@ def element_type(dtype):
         return _ELEMENT_TYPES[dtype]
     except (KeyError, TypeError):
         pass
-    try:
-        return _ELEMENT_TYPES[np.dtype(dtype)]
-    except KeyError:
-        raise UnsupportedDtypeError(f"dtype {np.dtype(dtype)} has no XLA equivalent", np.dtype(dtype)) from None
+    dtype = np.dtype(dtype)
+    if not supported(dtype):
+        raise UnsupportedDtypeError(f"dtype {dtype} has no XLA equivalent", dtype)
+    return _ELEMENT_TYPES[dtype]
 
 
 #: 64-bit types computed in 32 bits under jit_ps(..., x64=False) (and on TPU).

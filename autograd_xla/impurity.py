@@ -41,7 +41,7 @@ from autograd.tracer import box_types
 from . import registry, tracing
 from .core import Aval
 from .errors import ImpureFunctionError, library_file, user_frame
-from .hlo import SUPPORTED_DTYPES
+from .hlo import supported
 
 _GLOBAL = np.random.mtrand._rand
 
@@ -204,7 +204,7 @@ def _aval_of_sample(sample):
         return Aval((), np.dtype(np.int64), weak_type=True)
     if t is bool:
         return Aval((), np.dtype(np.bool_), weak_type=True)
-    if isinstance(sample, (np.ndarray, np.generic)) and sample.dtype in SUPPORTED_DTYPES:
+    if isinstance(sample, (np.ndarray, np.generic)) and supported(sample.dtype):
         return Aval(np.shape(sample), sample.dtype)
     return None
 

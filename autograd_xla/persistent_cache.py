@@ -32,6 +32,7 @@ write the cache could run code as you, and corruption could crash you. Hence:
     deleted, and the program is compiled again.
 Do not point the cache at a shared or network directory.
 """
+import functools
 import hashlib
 import hmac
 import os
@@ -42,15 +43,11 @@ import threading
 import warnings
 import zlib
 
-import jaxlib.version
-from jaxlib import xla_client as xc
+from .clients import xc
 
 #: Bump whenever lowering changes the text it emits for the same program in a way that the
 #: text itself does not show (it is part of every key, so old entries stop matching).
 LOWERING_VERSION = 1
-#: jaxlib's release and its C++ API counter, both in the key (an executable is only valid for
-#: the XLA that compiled it).
-JAXLIB_VERSION = f"{jaxlib.version.__version__}/{xc._version}"
 FORMAT_VERSION = 1
 #: Programs that compiled faster than this are not stored: a load costs 9-35 ms in a fresh process
 #: (../shared/notes/parallel-and-cache.md (d)), an MLP gradient's first program (the fast
@@ -73,11 +70,19 @@ _lock = threading.Lock()
 _state = {"configured": False, "cache": None}
 
 
+@functools.cache
+def jaxlib_version():
+    """jaxlib's release and its C++ API counter, both in the key (an executable is only valid for
+    the XLA that compiled it); read at the first key, not at import (clients.xc)."""
+    from jaxlib import version
+    return f"{version.__version__}/{xc._version}"
+
+
 def key(text, options_bytes, platform, platform_version, devices_desc):
     """The hex SHA-256 naming a program's entry (see the module docstring for what it covers);
     `devices_desc`: one (platform, device kind) per device, plus anything else describing them."""
     h = hashlib.sha256()
-    for part in (text, JAXLIB_VERSION, platform, platform_version, xla_flags(),
+    for part in (text, jaxlib_version(), platform, platform_version, xla_flags(),
                  repr(devices_desc), f"devices={len(devices_desc)}", f"lowering={LOWERING_VERSION}"):
         h.update(hashlib.sha256(part.encode()).digest())
     h.update(hashlib.sha256(options_bytes).digest())

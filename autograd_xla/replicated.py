@@ -7,11 +7,9 @@ import contextlib
 import sys
 
 import numpy as np
-from jaxlib import xla_client as xc
 
-from .backend import (COPY_SEMANTICS, IN_PLACE_MIN_BYTES, READ_IN_PLACE, OnDevice, aligned, converter, is_aligned,
-                      runtime_error)
-from .clients import result_handler
+from .backend import IN_PLACE_MIN_BYTES, OnDevice, aligned, converter, host_semantics, is_aligned, runtime_error
+from .clients import result_handler, xc
 from .core import Aval
 from .lowering import shard_shape
 
@@ -143,9 +141,7 @@ class ReplicatedExecutable:
 def _semantics(shards, in_place):
     """Read the shards in place when allowed and each is large, C-contiguous and 64-byte
     aligned (the rule of Executable's in-place arguments); else copy them during the put."""
-    if in_place and all(x.nbytes >= IN_PLACE_MIN_BYTES and is_aligned(x) for x in shards):
-        return READ_IN_PLACE
-    return COPY_SEMANTICS
+    return host_semantics(in_place and all(x.nbytes >= IN_PLACE_MIN_BYTES and is_aligned(x) for x in shards))
 
 
 def gather(array, aval, convert=None, first_only=False):

@@ -23,6 +23,7 @@ from .backend import DeviceArray
 from .core import Aval
 from .errors import ArgumentError
 from .hlo import SUPPORTED_DTYPES as _SUPPORTED
+from .hlo import supported
 
 # The code object of the function autograd's differential operators return (grad(f) is an
 # `nary_f(*args, **kwargs)` closure over `fun`, the same code for every operator and function)
@@ -54,7 +55,7 @@ def leaf_signature(x):
     a Python number (traced weakly typed), else the leaf itself as a `Static` value."""
     t = type(x)
     if t is np.ndarray:
-        if x.dtype not in _SUPPORTED:
+        if x.dtype not in _SUPPORTED and not supported(x.dtype):
             native = _native(x.dtype)
             return (x.shape, native) if native is not None else Static(x)
         return (x.shape, x.dtype)
@@ -67,7 +68,7 @@ def leaf_signature(x):
     if isinstance(x, (np.generic, np.ndarray)):
         if isinstance(x, _REJECTED_SUBCLASSES):
             raise PlainArgument(_describe_rejected(x))
-        dtype = x.dtype if x.dtype in _SUPPORTED else _native(x.dtype)
+        dtype = x.dtype if supported(x.dtype) else _native(x.dtype)
         if dtype is None:
             return Static(x)
         return (x.shape, dtype, subclass_key(x)) if isinstance(x, np.ndarray) else (x.shape, dtype)

@@ -182,7 +182,7 @@ class Trace:
                 "grad() escaped through the output of a jitted function. Call grad outside jit_ps "
                 "(jit_ps(grad(f))) or return plain arrays.")
         if isinstance(x, (np.ndarray, np.generic, bool, int, float, complex)):
-            if np.asarray(x).dtype not in hlo.SUPPORTED_DTYPES:
+            if not hlo.supported(np.asarray(x).dtype):
                 raise TypeError(f"output of dtype {np.asarray(x).dtype} cannot be returned from a jitted function")
             return x
         raise TypeError(f"jitted functions return arrays, scalars and containers of them; got {type(x).__name__}")

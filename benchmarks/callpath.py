@@ -43,7 +43,7 @@ def jit_ps_stages(wl, x):
     exe = entry.executable
     sharding, devices = exe._put_args
     aval = exe.in_avals[0]
-    semantics = backend.COPY_SEMANTICS
+    semantics = backend.host_semantics()
     put = xc.batched_device_put
     buffers = [put(aval, sharding, [x], devices, enable_x64=True, host_buffer_semantics=semantics)]
     outs = exe.exe.execute_sharded(buffers).consume_with_handlers(exe.handlers)

@@ -13,7 +13,7 @@ import pytest
 import autograd.numpy as np
 import autograd.scipy.special as sp
 from autograd import grad
-from autograd_xla import backend, context, fori_loop, hlo, jit_ps, lowering, tiering
+from autograd_xla import backend, context, dispatch, fori_loop, hlo, jit_ps, lowering, tiering
 from helpers import assert_close
 
 pytestmark = pytest.mark.usefixtures("on_the_cpu")  # features of the CPU runtime (conftest)
@@ -447,7 +447,7 @@ def test_while_a_signature_rents_cpp_takes_its_calls(monkeypatch):
     monkeypatch.setattr(tiering, "CHEAP_CALLS", 40)
     monkeypatch.setattr(tiering, "TRIAL_CALLS", 2)
     f = jit_ps(lambda x: np.cos(x) + 1.0)
-    if f._fast is None:
+    if not dispatch.available():
         pytest.skip("this jaxlib offers no C++ dispatch")
     python, calls = f._call_python, []
     f._call_python = lambda *a, **k: calls.append(1) or python(*a, **k)
@@ -488,7 +488,7 @@ def test_a_ladder_whose_program_cpp_cannot_run_keeps_its_calls_in_python(monkeyp
     (`_waiting`), not through C++'s lookup and miss."""
     monkeypatch.setattr(tiering, "UPGRADE_RENT", 1e9)
     f = jit_ps(lambda x: np.cos(x) + 1.0)
-    if f._fast is None:
+    if not dispatch.available():
         pytest.skip("this jaxlib offers no C++ dispatch")
     x = onp.zeros(lowering.LARGE_ARRAY_BYTES // 8 + 1024)[3:]  # misaligned: read through a view
     for _ in range(tiering.HANDOFF_CALLS + 5):

@@ -1,22 +1,24 @@
 """`import autograd_xla` imports no slow scipy submodule: the rules keyed by their functions
-are registered when a program imports them (registry.when_imported), and still compile.
+are registered when a program imports them (registry.when_imported), and still compile. Nor
+jaxlib (clients.xc): a tiered function's plain calls never import it, its first program does.
 
 Each check runs in a fresh interpreter, where nothing has imported scipy's submodules yet.
 """
+import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
 
-from autograd_xla import registry
+from autograd_xla import clients, registry
 
 SLOW = ("scipy.stats", "scipy.integrate", "scipy.signal", "scipy.special", "scipy.linalg", "autograd.scipy")
 
 
-def run(code):
+def run(code, env=None):
     result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                            timeout=300)
+                            timeout=300, env=env)
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
 
@@ -87,6 +89,47 @@ def test_a_rule_registered_by_the_user_replaces_the_waiting_one():
     assert out == "[0.5, 2.0]"
 
 
+def test_plain_tiered_calls_import_no_jaxlib_and_a_compile_does():
+    """With tiering's default (conftest turns it off for the suite: not in this process), a new
+    signature's first calls run as plain autograd and import neither jaxlib nor ml_dtypes, which
+    cost a process 0.6-1.0 s; a function's first program imports them and computes as plain
+    autograd does."""
+    env = {k: v for k, v in os.environ.items() if k != "AUTOGRAD_XLA_TIERED"}
+    out = run("""
+        import sys
+        import autograd.numpy as np
+        from autograd import grad
+        from autograd_xla import jit_ps
+        loss = lambda w: np.sum(np.tanh(w) ** 2 + w ** 3)
+        w = np.linspace(-1.0, 1.0, 5)
+        f = jit_ps(grad(loss))
+        for _ in range(4):
+            assert np.array_equal(f(w), grad(loss)(w))
+        info = f.cache_info()
+        print(info["plain_tier_calls"], info["compiles"], [m for m in ("jaxlib", "ml_dtypes") if m in sys.modules])
+        g = jit_ps(grad(loss), tiered=False, fallback="error")
+        assert np.allclose(g(w), grad(loss)(w), rtol=1e-12, atol=0)
+        print(g.cache_info()["compiles"], [m for m in ("jaxlib", "ml_dtypes") if m in sys.modules])
+        """, env)
+    assert out.splitlines() == ["4 0 []", "1 ['jaxlib', 'ml_dtypes']"]
+
+
+def test_bfloat16_from_ml_dtypes_imported_afterwards_compiles():
+    """hlo.supported admits ml_dtypes' bfloat16 at its first sight, ml_dtypes imported by the
+    user after the package (which does not import it)."""
+    out = run("""
+        import numpy as onp
+        import autograd_xla
+        import ml_dtypes
+        f = autograd_xla.jit_ps(lambda x: x * 2, tiered=False, fallback="error")
+        x = onp.array([0.5, -4.0, 3.0], ml_dtypes.bfloat16)
+        y = f(x)
+        assert y.dtype == ml_dtypes.bfloat16 and onp.array_equal(y, x * 2), y
+        print(f.cache_info()["compiles"])
+        """)
+    assert out == "1"
+
+
 # ----- the mechanism -------------------------------------------------------------------------
 def test_when_imported_waits_for_its_module(monkeypatch):
     calls = []
@@ -108,3 +151,9 @@ def test_lazy_module_imports_on_first_attribute():
     assert lazy.dumps([1]) == "[1]"
     with pytest.raises(ModuleNotFoundError):
         registry.LazyModule("_agx_no_such_module").anything
+
+
+def test_kept_module_keeps_what_it_read():
+    kept = clients.KeptModule("json")
+    assert kept.dumps([1]) == "[1]" and "dumps" in vars(kept)
+    assert getattr(kept, "_agx_no_such_name", None) is None

@@ -52,7 +52,7 @@ def aval_of(x, keep_weak=False):
         raise TypeError(f"control-flow operands must be arrays, scalars or tuples/lists/dicts of them; "
                         f"got {type(v).__name__}")
     a = np.asarray(v)
-    if a.dtype not in hlo.SUPPORTED_DTYPES:
+    if not hlo.supported(a.dtype):
         raise TypeError(f"control-flow operand of dtype {a.dtype} is not supported")
     return Aval(a.shape, a.dtype, weak_type=keep_weak and type(v) in PY_SCALARS)
 
