@@ -29,7 +29,6 @@ import weakref
 
 import numpy as np
 
-
 from . import blas, clients, hlo, persistent_cache
 from .clients import xc
 from .core import Aval

@@ -15,8 +15,13 @@ fresh process. It reports the parameters' and variance matrices' largest differe
 the plain fit, and the fallbacks (lifelines silences warnings while it fits, so they are
 counted from cache_info(), not caught).
 
+--jobs N: each fit as a short job instead, a fresh process each, plain and under jit_ps's
+default (tiered), N rounds interleaved: from before `import autograd_xla` (plain imports none
+of it) to the fit's end, lifelines and autograd imported before in both; and each process's
+wall time. --roots label=path,... measures the autograd_xla of each path side by side.
+
     pip install lifelines
-    python benchmarks/lifelines_fits.py [--only WeibullFitter,...] [--repeat 3]
+    python benchmarks/lifelines_fits.py [--only WeibullFitter,...] [--repeat 3] [--jobs 3 [--roots a=/x,b=/y]]
 """
 import argparse
 import json
@@ -28,7 +33,7 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.environ.get(ROOT_ENV := "LIFELINES_FITS_ROOT") or os.path.dirname(HERE)  # --roots sets it for a worker
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
@@ -118,6 +123,63 @@ def measure_tiered(name):
     return {"tiered": time.perf_counter() - t0}
 
 
+def job(name, mode):
+    """One fit as a short job in this fresh process (`mode` plain or tiered, jit_ps's default):
+    seconds from before autograd_xla's import to the fit's end."""
+    import autograd  # noqa: F401 (imported by both: not part of the job)
+    import lifelines.fitters  # noqa: F401
+    t0 = time.perf_counter()
+    made = compile_lifelines(tiered=None) if mode == "tiered" else []
+    model = fit(name)
+    seconds = time.perf_counter() - t0
+    info = [j.cache_info() for j in made]
+    return {"seconds": seconds, "compiles": sum(i["compiles"] for i in info), "jaxlib": "jaxlib" in sys.modules,
+            "params": fitted(model)[0].tolist()}
+
+
+def job_in_subprocess(name, mode, root=None):
+    """job() in a fresh process with the autograd_xla of `root` (None: this script's), and
+    that process's wall time."""
+    env = dict(os.environ, **({ROOT_ENV: root} if root else {}))
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, __file__, "--worker", "job-" + mode, "--only", name],
+                         capture_output=True, text=True, timeout=900, env=env)
+    wall = time.perf_counter() - t0
+    if out.returncode:
+        return {"error": (out.stderr.strip().splitlines() or ["?"])[-1][:200]}
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]), process=wall)
+
+
+def jobs(names, rounds, roots):
+    """The --jobs table: per fitter, the medians of `rounds` interleaved rounds (the order
+    rotated), plain against jit_ps's default from each root."""
+    contenders = [("plain", "plain", None)] + [(f"tiered {label}".strip(), "tiered", root) for label, root in roots]
+    print(f"short jobs: import + first fit, a fresh process each, median of {rounds} interleaved rounds;"
+          f" load average {os.getloadavg()[0]:.2f}\n")
+    print("| fitter | " + " | ".join(c[0] for c in contenders) + " | process: " + " / ".join(c[0] for c in contenders)
+          + " | compiles; jaxlib imported | params vs plain |")
+    print("|---|" + "---:|" * len(contenders) + "---|---|---|")
+    for name in names:
+        samples = {c[0]: [] for c in contenders}
+        for r in range(rounds):
+            for label, mode, root in contenders[r % len(contenders):] + contenders[:r % len(contenders)]:
+                samples[label].append(job_in_subprocess(name, mode, root))
+        errors = [s["error"] for v in samples.values() for s in v if "error" in s]
+        if errors:
+            print(f"| {name} | error: {errors[0]} |", flush=True)
+            continue
+        med = {label: (float(np.median([s["seconds"] for s in v])), float(np.median([s["process"] for s in v])))
+               for label, v in samples.items()}
+        plain = med["plain"][0]
+        cells = [fmt(plain)] + [f"{fmt(med[c[0]][0])} ({plain / med[c[0]][0]:.2f}x)" for c in contenders[1:]]
+        walls = " / ".join(fmt(med[c[0]][1]) for c in contenders)
+        notes = "; ".join(f"{[s['compiles'] for s in samples[c[0]]]} {[s['jaxlib'] for s in samples[c[0]]]}"
+                          for c in contenders[1:])
+        reference = np.array(samples["plain"][0]["params"])
+        agree = max(relative(reference, np.array(s["params"])) for c in contenders[1:] for s in samples[c[0]])
+        print(f"| {name} | " + " | ".join(cells) + f" | {walls} | {notes} | {agree:.1e} |", flush=True)
+
+
 def in_subprocess(name, what, repeat):
     out = subprocess.run([sys.executable, __file__, "--worker", what, "--only", name, "--repeat", str(repeat)],
                          capture_output=True, text=True, timeout=900)
@@ -134,13 +196,16 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default=",".join(UNIVARIATE + REGRESSION))
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--worker", choices=["jit", "tiered"], help=argparse.SUPPRESS)
+    parser.add_argument("--jobs", type=int, help="rounds of short jobs (see the docstring)")
+    parser.add_argument("--roots", help="label=path,... : autograd_xla roots side by side (--jobs)")
+    parser.add_argument("--worker", choices=["jit", "tiered", "job-plain", "job-tiered"], help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     names = args.only.split(",")
     if args.worker:
         import warnings
         warnings.simplefilter("ignore")
-        row = measure(names[0], args.repeat) if args.worker == "jit" else measure_tiered(names[0])
+        row = (measure(names[0], args.repeat) if args.worker == "jit" else measure_tiered(names[0])
+               if args.worker == "tiered" else job(names[0], args.worker.removeprefix("job-")))
         print(json.dumps(row))
         return
     try:
@@ -148,6 +213,10 @@ def main(argv=None):
     except ImportError:
         sys.exit("lifelines is not installed: pip install lifelines")
     print(f"lifelines {lifelines.__version__}, load average {os.getloadavg()[0]:.2f}\n")
+    if args.jobs:
+        roots = [tuple(r.split("=", 1)) for r in args.roots.split(",")] if args.roots else [("", None)]
+        jobs(names, args.jobs, roots)
+        return
     print("| fitter | plain | jit_ps: first fit | second fit (compiles) | tiered first fit | params / variance vs plain"
           " | fallbacks |")
     print("|---|---:|---:|---:|---:|---|---:|")
