@@ -54,6 +54,9 @@ class Aval:
     __repr__ = __str__
 
 
+# Python numbers traced as weakly typed scalars; a bool is static (it is a flag: keepdims=True)
+PY_SCALARS = {int: np.dtype(np.int64), float: np.dtype(np.float64), complex: np.dtype(np.complex128)}
+
 _SHORT = {"bool": "bool", "float": "f", "int": "i", "uint": "u", "complex": "c"}
 
 

@@ -65,7 +65,7 @@ from . import memory
 from . import lowering, tracing, tree
 from .clients import jaxlib_ext as _jax
 from .clients import xc
-from .signatures import PY_SCALARS
+from .core import PY_SCALARS
 
 try:
     from . import _callpath as native  # the per-call work in C (_callpath.c); absent where setup.py had no compiler

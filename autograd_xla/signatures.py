@@ -20,7 +20,7 @@ from autograd.wrap_util import unary_to_nary
 
 from . import tree
 from .backend import DeviceArray
-from .core import Aval
+from .core import PY_SCALARS, Aval
 from .errors import ArgumentError
 from .hlo import SUPPORTED_DTYPES as _SUPPORTED
 from .hlo import supported
@@ -28,9 +28,6 @@ from .hlo import supported
 # The code object of the function autograd's differential operators return (grad(f) is an
 # `nary_f(*args, **kwargs)` closure over `fun`, the same code for every operator and function)
 _NARY_CODE = unary_to_nary(lambda fun, x: None)(lambda: None).__code__
-
-# Python numbers traced as weakly typed scalars; a bool is static (it is a flag: keepdims=True)
-PY_SCALARS = {int: np.dtype(np.int64), float: np.dtype(np.float64), complex: np.dtype(np.complex128)}
 
 
 # ndarray subclasses whose semantics a compiled program would silently drop
