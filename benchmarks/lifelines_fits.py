@@ -33,7 +33,8 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.environ.get(ROOT_ENV := "LIFELINES_FITS_ROOT") or os.path.dirname(HERE)  # --roots sets it for a worker
+ROOT_ENV = "LIFELINES_FITS_ROOT"  # the checkout whose autograd_xla a worker imports (--roots)
+ROOT = os.environ.get(ROOT_ENV) or os.path.dirname(HERE)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
