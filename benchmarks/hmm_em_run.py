@@ -11,10 +11,10 @@ plain autograd's.
 
 --unrolled adds jit_ps(..., roll_loops=False) (its compile took over 4 minutes before rolling).
 
-Measured on 2 cores shared with other work (load average 5), one process each: plain autograd
-321.6 s (119 EM iterations, 2.66 s each); jit_ps 113.3 s, of which the first E step 102.6 s
-(XLA compiling 120 loops, two per line: about 0.8 s each) and 52 ms each later one; the
-converged parameters within 1.1e-13 of plain autograd's.
+Measured on 2 cores (load average 2.9), one process each: plain autograd 121.5 s (119 EM
+iterations, 1.01 s each); jit_ps 33.4 s, of which the first E step 29.6 s (XLA compiling 120
+loops, two per line) and 14.9 ms each later one; the converged parameters within 1.1e-13 of
+plain autograd's.
 """
 import argparse
 import json
