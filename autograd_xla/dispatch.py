@@ -19,10 +19,11 @@ Python 8.4 µs, backend.Executable 12.5 µs.
 What it takes, probed with jaxlib 0.10.2:
 * Three C++ configuration states, which jax's config.py creates when jax is imported: x64 (on,
   so that numpy's float64 stays float64), disable_jit and post_hook. Without jax they are ours
-  (`_setup`). With jax imported its own are in effect, x64 off by default, and C++ then puts
-  64-bit numpy arrays and Python numbers in 32 bits (`NARROWED`): a call is given C++ only
-  where what C++ puts is what the executable takes (`puts_as_taken`); the x64 state is part of
-  C++'s signature, so turning it on or off sends a signature's calls back to be asked again.
+  (`_setup`). With jax imported its own are in effect, x64 off by default, and C++ then keys
+  and puts 64-bit numpy arrays and Python numbers in 32 bits (`NARROWED`): a float64 call
+  would find a float32 signature's fast path, so while x64 is off only calls of DeviceArrays
+  (passed as they are) are given C++ (`puts_as_taken`); the x64 state is part of C++'s
+  signature, so turning it on or off sends a signature's calls back to be asked again.
   jax gets imported also where the user never does: off the CPU each result's host copy
   (backend.host_copy, jaxlib's single-device array to numpy) imports jax.core where jax is
   installed, from the first call on; 32-bit calls, an accelerator's usual ones, are not narrowed.
@@ -445,19 +446,21 @@ def takes_arguments(executable, leaves, keep):
     return True
 
 
-#: What C++ puts a 64-bit numpy array or Python number as while the x64 state in effect is off
-#: (jax's by default: jaxlib's squash_64bit_types).
+#: The types of numpy arrays and Python numbers that C++, while the x64 state in effect is off
+#: (jax's by default: jaxlib's squash_64bit_types), keys and puts in 32 bits, and those 32 bits.
 NARROWED = {np.dtype(wide): np.dtype(narrow) for wide, narrow in (
     ("float64", "float32"), ("int64", "int32"), ("uint64", "uint32"), ("complex128", "complex64"))}
+_NARROWING = frozenset(NARROWED) | frozenset(NARROWED.values())
 
 
 def puts_as_taken(executable, leaves, x64=None):
     """Whether C++ puts these leaves of a call (numpy arrays, Python numbers, DeviceArrays) as
     `executable`'s parameters: those at its `sources`, in its `in_avals`' shapes and dtypes.
-    A DeviceArray's buffer is passed as it is; numpy arrays and Python numbers (64-bit, as
-    signatures.aval_of types them) are put in 32 bits while the x64 state in effect is off
-    (`_x64_on`, asked only where a leaf would be narrowed; `x64` True: taken as on, for a
-    fast path made once and given to the calls of either state)."""
+    A DeviceArray's buffer is passed as it is. While the x64 state in effect is off (`_x64_on`,
+    asked only where a leaf is of the types concerned; `x64` True: taken as on, for a fast path
+    made once and given to the calls of either state), C++ keys a float64 leaf as a float32 one
+    of its shape: a fast path given to either would run the other's arguments too, so numpy
+    arrays and Python numbers of those types are not given C++ then."""
     narrow = None if x64 is None else not x64
     for i, param in zip(executable.sources, executable.in_avals):
         x = leaves[i]
@@ -468,10 +471,11 @@ def puts_as_taken(executable, leaves, x64=None):
             shape, dtype = x.shape, x.dtype
         else:
             shape, dtype = (), PY_SCALARS.get(t)
-        if t is not backend_mod.DeviceArray and dtype in NARROWED:
+        if t is not backend_mod.DeviceArray and dtype in _NARROWING:
             if narrow is None:
                 narrow = not _x64_on()
-            dtype = NARROWED[dtype] if narrow else dtype
+            if narrow:
+                return False
         if shape != param.shape or dtype != param.dtype:
             return False
     return True

@@ -405,26 +405,31 @@ x32, x64 = rs.randn(3).astype(onp.float32), rs.randn(3)
 f = jit_ps(lambda x: np.tanh(x) * 2.0, fallback="error")
 f(x32)
 assert "jax._src.config" in sys.modules and dispatch._jax_states() and not dispatch._x64_on()
-assert taken(f, x32, expect=onp.tanh(x32) * 2.0), f._fast_calls
+# x64 off: C++ keys and puts a float64 leaf as float32, so a float32 signature's fast path
+# would run float64 arguments of its shape too: numpy and Python leaves stay in Python
+assert not taken(f, x32, expect=onp.tanh(x32) * 2.0, calls=4) and f._fast_calls[1] == 0, f._fast_calls
+assert taken(f, x64, expect=onp.tanh(x64) * 2.0, calls=3) is False  # float64 results, as numpy's
 several = jit_ps(lambda x: (np.tanh(x), [x[:0], x * 2.0], np.sum(x)), fallback="error")
-assert taken(several, x32, expect=(onp.tanh(x32), [x32[:0], x32 * 2.0], onp.sum(x32)))
+several(x32)
 assert next(iter(several._cache.values())).executable.fetched == [0, 2, 3]  # copied to the host together
 kept = jit_ps(lambda x: np.tanh(x) * 2.0, keep_on_device=True, fallback="error")
 d = kept(x32)
-assert taken(kept, d, expect=onp.tanh(onp.asarray(d)) * 2.0) and kept._fast_calls[0] == 0, kept._fast_calls
+assert taken(kept, d, expect=onp.tanh(onp.asarray(d)) * 2.0) and kept._fast_calls == [1, 1], kept._fast_calls  # (x32's refused)
 wide = jit_ps(lambda x: np.tanh(x) * 2.0, fallback="error")
 scaled = jit_ps(lambda x, s: x * s, fallback="error")
-# x64 off: C++ would put float64 and Python floats in float32, which the programs do not take
 # (fewer calls than FAST_REFUSALS, after which a function never taken keeps to Python)
 assert not taken(wide, x64, expect=onp.tanh(x64) * 2.0, calls=4) and wide._fast_calls[1] == 0
 assert not taken(scaled, x64, 3.0, expect=x64 * 3.0, calls=4) and scaled._fast_calls[1] == 0
 import jax
 jax.config.update("jax_enable_x64", True)
 assert dispatch._x64_on()
+assert taken(wide, x32, expect=onp.tanh(x32) * 2.0), wide._fast_calls
 assert taken(wide, x64, expect=onp.tanh(x64) * 2.0), wide._fast_calls
 assert taken(scaled, x64, 3.0, expect=x64 * 3.0), scaled._fast_calls
+assert taken(several, x32, expect=(onp.tanh(x32), [x32[:0], x32 * 2.0], onp.sum(x32)))
 jax.config.update("jax_enable_x64", False)
 assert not taken(wide, x64 + 1.0, expect=onp.tanh(x64 + 1.0) * 2.0, calls=4)
+assert not taken(wide, x32 + 1.0, expect=onp.tanh(x32 + 1.0) * 2.0, calls=4)
 print("ok")
 """
 
@@ -432,9 +437,9 @@ print("ok")
 def test_with_jax_imported_by_a_host_copy_cpp_takes_what_it_puts_as_the_programs_take():
     """Off the CPU a result's host copy imports jax where it is installed (jaxlib's single-
     device array to numpy imports jax.core), and jax's C++ states, x64 off, replace ours:
-    C++ then takes the calls whose arguments it puts as the program takes them (float32,
-    DeviceArrays), not float64 or Python numbers, which it would narrow, until x64 is on
-    (dispatch.puts_as_taken); every result as plain numpy's."""
+    C++ then takes calls of DeviceArrays, and of numpy arrays and Python numbers only while x64
+    is on (it would key and put a float64 leaf as a float32 one: dispatch.puts_as_taken);
+    every result as plain numpy's, in value and dtype."""
     if importlib.util.find_spec("jax") is None:  # (not imported here: its states would replace ours)
         pytest.skip("jax is not installed")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests")]))
