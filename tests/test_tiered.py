@@ -640,3 +640,49 @@ def test_a_plain_trial_ends_once_plain_autograd_is_not_even_ahead(monkeypatch):
     assert complete(margin, 1e-3, 2e-3, 4) and not complete(margin, 1e-3, 2e-3, 3)
     assert not complete(margin, 2e-3, 1e-3, 4) and complete(margin, 2e-3, 1e-3, 1000)
     assert not complete((0.0, 0.0), 1e-3, 2e-3, 4)
+
+
+def test_plain_tier_gives_the_function_the_calls_own_arguments(monkeypatch):
+    """The plain tier calls the function with the very objects the call was given, as plain
+    autograd would be (not ones rebuilt from their leaves), static arguments in place."""
+    monkeypatch.setattr(tiering, "PLAIN_SECONDS", 3600.0)
+    seen = []
+
+    def f(params, x, power=2):
+        seen.append((params, x))
+        return mlp_loss(params, x) ** power
+
+    jf = jit_ps(f, static_argnames="power", tiered=True)
+    for power in (1, 2):
+        assert_close(jf(PARAMS, X, power=power), f(PARAMS, X, power=power), rtol=0)
+        assert seen[-2][0] is PARAMS and seen[-2][1] is X
+    assert jf.cache_info()["traces"] == 0 and jf.stats.plain_tier_calls == 2
+
+
+def test_plain_tier_simple_path_then_compiled(monkeypatch):
+    """Positional arrays of a signature in the plain tier go straight to the function (its
+    calls timed) until the budget is asked again, which then traces and compiles it."""
+    monkeypatch.setattr(tiering, "PLAIN_SECONDS", None)
+    monkeypatch.setattr(tiering, "plain_budget", lambda learned=None, call=None: (
+        3600.0 if tiering.PLAIN_SECONDS is None else tiering.PLAIN_SECONDS))  # an hour, then as set below
+    seen = []
+
+    def f(W, b, x):
+        seen.append(x)
+        return loss(W, b, x)
+
+    jf = jit_ps(f, tiered=True)
+    for k in range(4):
+        x = X + k
+        assert jf(W, B, x) == f(W, B, x)
+        assert seen[-2] is x
+    assert jf._simple_untraced and jf.stats.plain_tier_calls == 4 and jf.cache_info()["traces"] == 0
+    (untraced,) = jf._simple_untraced.values()
+    assert untraced.calls == 4 and 0 < untraced.spent < untraced.due
+    monkeypatch.setattr(tiering, "PLAIN_SECONDS", 0.0)  # spent: the next call traces and compiles
+    assert_close(jf(W, B, X), loss(W, B, X))
+    assert compile_thread.wait(60)
+    assert_close(jf(W, B, X), loss(W, B, X), rtol=1e-12)
+    assert not jf._simple_untraced
+    info = jf.cache_info()
+    assert (info["traces"], info["compiles"], info["plain_tier_calls"]) == (1, 1, 5)
