@@ -50,6 +50,12 @@ modules' functions, and importing the modules for them made up most of the time 
 else (a program can call its functions only then): the first look-up that finds nothing,
 and any registration, first runs the registrations whose module has appeared since.
 
+The package's own translation rules and compositions (rules/, compositions/, control_flow/,
+...) are imported at the first registration, look-up or trace (`builtin_rules`,
+`load_builtin`), not with the package: a tiered job that only runs plainly never needs
+them. They come in before anything else is registered, so that a user's rule registered
+before the first trace still replaces the package's.
+
 This module imports only `core`, so that every layer above can register and look up.
 """
 import importlib
@@ -95,7 +101,7 @@ generation = 0
 def entry(prim):
     """The entry of `prim`, created if it has none (for a change: `generation` counts it)."""
     global generation
-    run_waiting()  # this package's own registrations first: a later one replaces them
+    run_waiting()  # the package's own rules first (load_builtin): a user's registration replaces them  # this package's own registrations first: a later one replaces them
     generation += 1
     key = key_of(prim)
     found = _ENTRIES.get(key)
@@ -107,6 +113,8 @@ def entry(prim):
 def lookup(prim):
     """The entry of `prim`, or None. A ufunc method gets one on first use from its
     method's factory, when the ufunc itself has a translation rule."""
+    if _builtin_state != _LOADED:
+        load_builtin()
     found = _lookup(prim)
     if found is None and run_waiting():  # prim's module may have been imported since
         found = _lookup(prim)
@@ -141,6 +149,40 @@ def entries():
     """key -> Entry of every primitive registered so far."""
     run_waiting()
     return dict(_ENTRIES)
+
+
+# ----- the package's own rules, imported at their first need ----------------------------------
+_BUILTIN = []  # names of the package's modules whose import registers its own faces (rules, compositions)
+_UNLOADED, _LOADING, _LOADED = 0, 1, 2
+_builtin_state = _UNLOADED
+
+
+def builtin_rules(*names):
+    """Name the modules whose import registers the package's own faces: imported at the first
+    registration, look-up or trace, not with the package (a job that only runs plainly never
+    needs them), and before anything a user registers, which then replaces them."""
+    global _builtin_state
+    with _waiting_lock:
+        _BUILTIN.extend(names)
+        if _builtin_state == _LOADED:
+            _builtin_state = _UNLOADED
+
+
+def load_builtin():
+    """Import the modules named by builtin_rules, once; True if this call imported them. The
+    registrations their import makes come back here (through entry) while _LOADING: they go on.
+    Another thread waits on the lock until they are all in."""
+    global _builtin_state
+    with _waiting_lock:
+        if _builtin_state != _UNLOADED:
+            return False  # loaded, or being loaded by this thread (a module's own registration)
+        _builtin_state = _LOADING
+        try:
+            while _BUILTIN:
+                importlib.import_module(_BUILTIN.pop(0))
+        finally:
+            _builtin_state = _LOADED
+    return True
 
 
 # ----- registrations waiting for their module ------------------------------------------------
@@ -185,6 +227,8 @@ def run_waiting():
     """Run the registrations whose module has been imported; True if some ran or were
     running (in another thread: this waits for them), so that a look-up is worth retrying."""
     global _checked
+    if _builtin_state != _LOADED:
+        load_builtin()
     if not _running:
         modules = len(sys.modules)
         if modules == _checked:
