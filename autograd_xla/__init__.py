@@ -77,14 +77,13 @@ _LAZY = {"all_gather": "collectives", "axis_index": "collectives", "axis_size": 
 
 
 def __getattr__(name):
-    """A public name of _LAZY, or a submodule not imported yet (`autograd_xla.rolling`), imported
-    now: the package's own rules come in first (registry.load_builtin), as a trace would have them."""
+    """A public name of _LAZY, imported now after the package's own rules (registry.load_builtin),
+    as a trace would have them; or a submodule not imported yet (`autograd_xla.rolling`)."""
     import importlib.util
     module = _LAZY.get(name)
-    if module is None:
+    if module is None:  # `from . import x` of a module of the package asks here too, while importing it
         if name.startswith("__") or importlib.util.find_spec(f"{__name__}.{name}") is None:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        registry.load_builtin()
         return importlib.import_module(f"{__name__}.{name}")
     registry.load_builtin()
     value = getattr(importlib.import_module(f"{__name__}.{module}"), name)

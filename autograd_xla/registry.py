@@ -101,7 +101,7 @@ generation = 0
 def entry(prim):
     """The entry of `prim`, created if it has none (for a change: `generation` counts it)."""
     global generation
-    run_waiting()  # the package's own rules first (load_builtin): a user's registration replaces them  # this package's own registrations first: a later one replaces them
+    run_waiting()  # this package's own registrations first: a later one replaces them
     generation += 1
     key = key_of(prim)
     found = _ENTRIES.get(key)
@@ -113,8 +113,8 @@ def entry(prim):
 def lookup(prim):
     """The entry of `prim`, or None. A ufunc method gets one on first use from its
     method's factory, when the ufunc itself has a translation rule."""
-    if _builtin_state != _LOADED:
-        load_builtin()
+    if _builtin_state != _LOADED:  # inline: a trace looks up every call it records
+        _builtin_first(sys._getframe(1))
     found = _lookup(prim)
     if found is None and run_waiting():  # prim's module may have been imported since
         found = _lookup(prim)
@@ -147,6 +147,7 @@ def has_rule(prim):
 
 def entries():
     """key -> Entry of every primitive registered so far."""
+    _builtin_first(sys._getframe(1))
     run_waiting()
     return dict(_ENTRIES)
 
@@ -154,6 +155,7 @@ def entries():
 # ----- the package's own rules, imported at their first need ----------------------------------
 _BUILTIN = []  # names of the package's modules whose import registers its own faces (rules, compositions)
 _UNLOADED, _LOADING, _LOADED = 0, 1, 2
+_PACKAGE = __name__.rpartition(".")[0] + "."
 _builtin_state = _UNLOADED
 
 
@@ -173,6 +175,8 @@ def load_builtin():
     registrations their import makes come back here (through entry) while _LOADING: they go on.
     Another thread waits on the lock until they are all in."""
     global _builtin_state
+    if _builtin_state == _LOADED:
+        return False
     with _waiting_lock:
         if _builtin_state != _UNLOADED:
             return False  # loaded, or being loaded by this thread (a module's own registration)
@@ -183,6 +187,15 @@ def load_builtin():
         finally:
             _builtin_state = _LOADED
     return True
+
+
+def _builtin_first(caller):
+    """Before a registration or look-up made by `caller` (a frame) outside this package:
+    load_builtin, so that a registration replaces the package's own and a look-up finds them.
+    The package's own, made while a module of it is imported, do not load them (they would
+    import that very module, not yet complete); its traces load them (tracing.intercepting)."""
+    if _builtin_state != _LOADED and not caller.f_globals.get("__name__", "").startswith(_PACKAGE):
+        load_builtin()
 
 
 # ----- registrations waiting for their module ------------------------------------------------
@@ -227,8 +240,6 @@ def run_waiting():
     """Run the registrations whose module has been imported; True if some ran or were
     running (in another thread: this waits for them), so that a look-up is worth retrying."""
     global _checked
-    if _builtin_state != _LOADED:
-        load_builtin()
     if not _running:
         modules = len(sys.modules)
         if modules == _checked:
@@ -264,6 +275,7 @@ def register_translation_rule(primitive, rule):
     `context.LoweringContext` for what `ctx` offers (StableHLO ops, numpy promotion,
     broadcasting and constants).
     """
+    _builtin_first(sys._getframe(1))
     e = entry(primitive)
     e.lowering, e.trace = rule, None
     return rule
@@ -272,6 +284,7 @@ def register_translation_rule(primitive, rule):
 def register_trace_rule(primitive, impl):
     """Trace calls of `primitive` through `impl(*args, **kwargs)`, a function of traced
     arrays built from primitives that have rules."""
+    _builtin_first(sys._getframe(1))
     e = entry(primitive)
     e.trace, e.lowering = impl, None
     return impl
@@ -284,21 +297,25 @@ def register_batching_rule(primitive, rule):
     first, in `ctx.parent`'s terms) and results are made with `ctx.wrap(phys)` or returned as
     plain Values. Without one the translation rule is used, batched op by op (ops that have
     no batching of their own then run once per example, with a FallbackWarning)."""
+    _builtin_first(sys._getframe(1))
     entry(primitive).batching = rule
     return rule
 
 
 def register_metadata_rule(primitive, fn):
+    _builtin_first(sys._getframe(1))
     entry(primitive).metadata = fn
     return fn
 
 
 def register_replay(primitive, fn):
+    _builtin_first(sys._getframe(1))
     entry(primitive).replay = fn
     return fn
 
 
 def register_interceptor(primitive, fn):
+    _builtin_first(sys._getframe(1))
     entry(primitive).interceptor = fn
     return fn
 
@@ -306,6 +323,7 @@ def register_interceptor(primitive, fn):
 def register_module_patch(owner, name, replacement):
     """Swap `owner.name` for `replacement` while a trace is active (one `owner` lacks is added
     for that time)."""
+    _builtin_first(sys._getframe(1))
     MODULE_PATCHES.append((owner, name, replacement))
     return replacement
 
@@ -313,6 +331,7 @@ def register_module_patch(owner, name, replacement):
 def lowers(*prims):
     """Decorator: the function is the translation rule of every primitive given."""
     def deco(fn):
+        _builtin_first(sys._getframe(1))
         for p in prims:
             register_translation_rule(p, fn)
         return fn
@@ -322,6 +341,7 @@ def lowers(*prims):
 def traces(*prims):
     """Decorator: the function is the trace rule of every primitive given."""
     def deco(fn):
+        _builtin_first(sys._getframe(1))
         for p in prims:
             register_trace_rule(p, fn)
         return fn

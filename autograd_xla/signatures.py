@@ -34,7 +34,7 @@ _NARY_CODE = unary_to_nary(lambda fun, x: None)(lambda: None).__code__
 def _rejected(x):
     """Whether x is an ndarray subclass whose semantics a compiled program would silently drop:
     a numpy.matrix, or a masked array (none exists before numpy.ma is imported, which the
-    package leaves to whoever makes one: its import took ~20 ms)."""
+    package leaves to whoever makes one: its import took 8-13 ms)."""
     if isinstance(x, np.matrix):
         return True
     ma = sys.modules.get("numpy.ma")

@@ -164,6 +164,27 @@ def test_a_rule_registered_before_the_first_trace_replaces_the_package_one():
     assert out.splitlines() == ["[]", "ok"]
 
 
+@pytest.mark.parametrize("module", ["autograd_xla.rules.special", "autograd_xla.batched",
+                                    "autograd_xla.control_flow.common"])
+def test_a_module_of_the_package_imported_first_then_the_rest_at_the_first_trace(module):
+    """A module whose import registers rules, imported before any trace (a test, a user's
+    `from autograd_xla.control_flow.common import ...`): its registrations do not import the
+    package's others (which would import it half made); the first look-up and trace do."""
+    out = run(f"""
+        import importlib
+        import numpy as onp
+        import autograd.numpy as np
+        importlib.import_module({module!r})
+        from autograd_xla import jit_ps, registry
+        assert registry.lookup(onp.sin).lowering is not None
+        f = jit_ps(lambda x: np.sum(np.sin(x) * np.exp(x)), tiered=False, fallback="error")
+        x = onp.linspace(0.0, 1.0, 4)
+        assert onp.allclose(f(x), onp.sum(onp.sin(x) * onp.exp(x)), rtol=1e-12, atol=0)
+        print("ok")
+        """)
+    assert out == "ok"
+
+
 def test_public_names_import_their_modules_at_first_use():
     """Every name of __all__ is an attribute of the package (module __getattr__ for those whose
     modules come in at their first use), and so is a submodule not imported yet."""
