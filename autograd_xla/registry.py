@@ -51,8 +51,8 @@ else (a program can call its functions only then): the first look-up that finds 
 and any registration, first runs the registrations whose module has appeared since.
 
 The package's own translation rules and compositions (rules/, compositions/, control_flow/,
-...) are imported at the first registration, look-up or trace (`builtin_rules`,
-`load_builtin`), not with the package: a tiered job that only runs plainly never needs
+...) are imported at the first trace, or the first registration or look-up made outside the
+package (`builtin_rules`, `load_builtin`, `_builtin_first`), not with the package: a tiered job that only runs plainly never needs
 them. They come in before anything else is registered, so that a user's rule registered
 before the first trace still replaces the package's.
 
@@ -161,7 +161,7 @@ _builtin_state = _UNLOADED
 
 def builtin_rules(*names):
     """Name the modules whose import registers the package's own faces: imported at the first
-    registration, look-up or trace, not with the package (a job that only runs plainly never
+    trace, registration or look-up (see the module docstring), not with the package (a job that only runs plainly never
     needs them), and before anything a user registers, which then replaces them."""
     global _builtin_state
     with _waiting_lock:
