@@ -48,23 +48,52 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # jaxlib's INFO lines; before any module here imports jaxlib
 del os  # not part of the package's namespace
 
-from . import distributed, memory  # noqa: E402
+from . import distributed, memory, registry  # noqa: E402
 from .api import JittedFunction, eval_shape, jit_ps  # noqa: E402
 from .backend import DeviceArray, default_platform, devices, set_cpu_device_count, set_default_platform  # noqa: E402
-from .collectives import all_gather, axis_index, axis_size, pmax, pmean, pmin, ppermute, psum  # noqa: E402
-from .control_flow import cond, fori_loop, scan, switch, while_loop  # noqa: E402
 from .core import Graph  # noqa: E402
 from .distributed import local_devices, process_count, process_index  # noqa: E402
 from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, UnsupportedDtypeError,  # noqa: E402,E501
                      ImpureFunctionError, JitError, PlatformUnavailableError, PrecisionWarning, ProcessLostError,
                      ProgramTooLargeError, TracerLeakError, UnsupportedPrimitiveError)
-from .parallel import iterated_map_reduce, pmap  # noqa: E402
 from .persistent_cache import set_cache_dir  # noqa: E402
 from .placement import block_until_ready, device_put  # noqa: E402
 from .registry import register_batching_rule, register_trace_rule, register_translation_rule  # noqa: E402
-from .replicated import ShardedArray  # noqa: E402
 from .tiering import set_default_tiered  # noqa: E402
-from .transforms import hessian, jacfwd, jacrev, vmap  # noqa: E402
+
+#: The modules whose import registers the package's own faces, in the order they register:
+#: imported at the first registration, look-up or trace (registry.load_builtin), so that a job
+#: that only runs plainly (tiered execution's first calls) does not import them
+registry.builtin_rules(*(f"{__name__}.{m}" for m in ("compositions", "rules", "collectives", "control_flow",
+                                                        "parallel", "transforms")))
+
+#: Public names whose modules are imported at their first use (module __getattr__, PEP 562)
+_LAZY = {"all_gather": "collectives", "axis_index": "collectives", "axis_size": "collectives",
+         "pmax": "collectives", "pmean": "collectives", "pmin": "collectives", "ppermute": "collectives",
+         "psum": "collectives", "cond": "control_flow", "fori_loop": "control_flow", "scan": "control_flow",
+         "switch": "control_flow", "while_loop": "control_flow", "iterated_map_reduce": "parallel",
+         "pmap": "parallel", "ShardedArray": "replicated", "hessian": "transforms", "jacfwd": "transforms",
+         "jacrev": "transforms", "vmap": "transforms"}
+
+
+def __getattr__(name):
+    """A public name of _LAZY, imported now after the package's own rules (registry.load_builtin),
+    as a trace would have them; or a submodule not imported yet (`autograd_xla.rolling`)."""
+    import importlib.util
+    module = _LAZY.get(name)
+    if module is None:  # `from . import x` of a module of the package asks here too, while importing it
+        if name.startswith("__") or importlib.util.find_spec(f"{__name__}.{name}") is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        return importlib.import_module(f"{__name__}.{name}")
+    registry.load_builtin()
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
 
 memory.raise_malloc_thresholds()  # glibc: results and temporaries not faulted in afresh at every call
 memory.align_numpy_unless_told_not()  # numpy's large arrays where XLA reads them in place

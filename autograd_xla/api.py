@@ -32,7 +32,7 @@ from autograd.tracer import box_types, getval
 
 from . import aot, autodiff, dispatch, fastpaths
 from . import backend as backend_mod
-from . import compositions, impurity, lowering, rolling, rules, tiering, tracing, tree  # noqa: F401 (importing registers rules)
+from . import impurity, lowering, tiering, tracing, tree
 from .aot import COMPILED, LOWERED, TRACED, CacheStats, Entry
 from .backend import DeviceArray
 from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, ImpureFunctionError, JitError,
@@ -891,6 +891,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         moved = watch.restore()
         if moved:
             raise impurity.moved_error(self._fun, moved)
+        from . import rolling  # at the first trace: a job that only runs plainly never rolls a loop
         if rolling.ROLL_LOOPS if self.roll_loops is None else self.roll_loops:
             graph = rolling.roll(graph)
         self._warn_if_large(graph)

@@ -500,6 +500,7 @@ def check_primitive(info, run=True, example=None, batching=True):
                              info in primitive_jvps)
     row = Row(info.name)
     row.aliases = [w.__name__ for w in info.wrappers[1:]]
+    registry.load_builtin()  # the package's own rules, which its look-ups do not import (registry._builtin_first)
     entry = registry.lookup(info.raw)
     row.rule = "none" if entry is None else "lower" if entry.lowering else "trace" if entry.trace else "none"
     if not run:

@@ -50,6 +50,12 @@ modules' functions, and importing the modules for them made up most of the time 
 else (a program can call its functions only then): the first look-up that finds nothing,
 and any registration, first runs the registrations whose module has appeared since.
 
+The package's own translation rules and compositions (rules/, compositions/, control_flow/,
+...) are imported at the first trace, or the first registration or look-up made outside the
+package (`builtin_rules`, `load_builtin`, `_builtin_first`), not with the package: a tiered job that only runs plainly never needs
+them. They come in before anything else is registered, so that a user's rule registered
+before the first trace still replaces the package's.
+
 This module imports only `core`, so that every layer above can register and look up.
 """
 import importlib
@@ -107,6 +113,8 @@ def entry(prim):
 def lookup(prim):
     """The entry of `prim`, or None. A ufunc method gets one on first use from its
     method's factory, when the ufunc itself has a translation rule."""
+    if _builtin_state != _LOADED:  # inline: a trace looks up every call it records
+        _builtin_first(sys._getframe(1))
     found = _lookup(prim)
     if found is None and run_waiting():  # prim's module may have been imported since
         found = _lookup(prim)
@@ -139,8 +147,55 @@ def has_rule(prim):
 
 def entries():
     """key -> Entry of every primitive registered so far."""
+    _builtin_first(sys._getframe(1))
     run_waiting()
     return dict(_ENTRIES)
+
+
+# ----- the package's own rules, imported at their first need ----------------------------------
+_BUILTIN = []  # names of the package's modules whose import registers its own faces (rules, compositions)
+_UNLOADED, _LOADING, _LOADED = 0, 1, 2
+_PACKAGE = __name__.rpartition(".")[0] + "."
+_builtin_state = _UNLOADED
+
+
+def builtin_rules(*names):
+    """Name the modules whose import registers the package's own faces: imported at the first
+    trace, registration or look-up (see the module docstring), not with the package (a job that only runs plainly never
+    needs them), and before anything a user registers, which then replaces them."""
+    global _builtin_state
+    with _waiting_lock:
+        _BUILTIN.extend(names)
+        if _builtin_state == _LOADED:
+            _builtin_state = _UNLOADED
+
+
+def load_builtin():
+    """Import the modules named by builtin_rules, once; True if this call imported them. The
+    registrations their import makes come back here (through entry) while _LOADING: they go on.
+    Another thread waits on the lock until they are all in."""
+    global _builtin_state
+    if _builtin_state == _LOADED:
+        return False
+    with _waiting_lock:
+        if _builtin_state != _UNLOADED:
+            return False  # loaded, or being loaded by this thread (a module's own registration)
+        _builtin_state = _LOADING
+        try:
+            while _BUILTIN:
+                importlib.import_module(_BUILTIN.pop(0))
+        finally:
+            _builtin_state = _LOADED
+    return True
+
+
+def _builtin_first(caller):
+    """Before a registration or look-up made by `caller` (a frame) outside this package:
+    load_builtin, so that a registration replaces the package's own and a look-up finds them.
+    The package's own, made while a module of it is imported, do not load them (they would
+    import that very module, not yet complete); its traces load them (tracing.intercepting)."""
+    if _builtin_state != _LOADED and not caller.f_globals.get("__name__", "").startswith(_PACKAGE):
+        load_builtin()
 
 
 # ----- registrations waiting for their module ------------------------------------------------
@@ -220,6 +275,7 @@ def register_translation_rule(primitive, rule):
     `context.LoweringContext` for what `ctx` offers (StableHLO ops, numpy promotion,
     broadcasting and constants).
     """
+    _builtin_first(sys._getframe(1))
     e = entry(primitive)
     e.lowering, e.trace = rule, None
     return rule
@@ -228,6 +284,7 @@ def register_translation_rule(primitive, rule):
 def register_trace_rule(primitive, impl):
     """Trace calls of `primitive` through `impl(*args, **kwargs)`, a function of traced
     arrays built from primitives that have rules."""
+    _builtin_first(sys._getframe(1))
     e = entry(primitive)
     e.trace, e.lowering = impl, None
     return impl
@@ -240,21 +297,25 @@ def register_batching_rule(primitive, rule):
     first, in `ctx.parent`'s terms) and results are made with `ctx.wrap(phys)` or returned as
     plain Values. Without one the translation rule is used, batched op by op (ops that have
     no batching of their own then run once per example, with a FallbackWarning)."""
+    _builtin_first(sys._getframe(1))
     entry(primitive).batching = rule
     return rule
 
 
 def register_metadata_rule(primitive, fn):
+    _builtin_first(sys._getframe(1))
     entry(primitive).metadata = fn
     return fn
 
 
 def register_replay(primitive, fn):
+    _builtin_first(sys._getframe(1))
     entry(primitive).replay = fn
     return fn
 
 
 def register_interceptor(primitive, fn):
+    _builtin_first(sys._getframe(1))
     entry(primitive).interceptor = fn
     return fn
 
@@ -262,6 +323,7 @@ def register_interceptor(primitive, fn):
 def register_module_patch(owner, name, replacement):
     """Swap `owner.name` for `replacement` while a trace is active (one `owner` lacks is added
     for that time)."""
+    _builtin_first(sys._getframe(1))
     MODULE_PATCHES.append((owner, name, replacement))
     return replacement
 
@@ -269,6 +331,7 @@ def register_module_patch(owner, name, replacement):
 def lowers(*prims):
     """Decorator: the function is the translation rule of every primitive given."""
     def deco(fn):
+        _builtin_first(sys._getframe(1))
         for p in prims:
             register_translation_rule(p, fn)
         return fn
@@ -278,6 +341,7 @@ def lowers(*prims):
 def traces(*prims):
     """Decorator: the function is the trace rule of every primitive given."""
     def deco(fn):
+        _builtin_first(sys._getframe(1))
         for p in prims:
             register_trace_rule(p, fn)
         return fn

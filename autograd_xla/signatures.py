@@ -11,6 +11,7 @@ import collections
 import functools
 import hashlib
 import inspect
+import sys
 import threading
 import types
 
@@ -30,8 +31,15 @@ from .hlo import supported
 _NARY_CODE = unary_to_nary(lambda fun, x: None)(lambda: None).__code__
 
 
-# ndarray subclasses whose semantics a compiled program would silently drop
-_REJECTED_SUBCLASSES = (np.matrix, np.ma.MaskedArray)
+def _rejected(x):
+    """Whether x is an ndarray subclass whose semantics a compiled program would silently drop:
+    a numpy.matrix, or a masked array (none exists before numpy.ma is imported, which the
+    package leaves to whoever makes one: its import took 8-13 ms)."""
+    if isinstance(x, np.matrix):
+        return True
+    ma = sys.modules.get("numpy.ma")
+    return ma is not None and isinstance(x, ma.MaskedArray)
+
 
 
 class PlainArgument(Exception):
@@ -63,7 +71,7 @@ def leaf_signature(x):
     if t is DeviceArray:
         return (x.shape, x.dtype)
     if isinstance(x, (np.generic, np.ndarray)):
-        if isinstance(x, _REJECTED_SUBCLASSES):
+        if _rejected(x):
             raise PlainArgument(_describe_rejected(x))
         dtype = x.dtype if supported(x.dtype) else _native(x.dtype)
         if dtype is None:
@@ -268,7 +276,7 @@ def hashable(v):
 
 
 def _describe_rejected(x):
-    if isinstance(x, np.ma.MaskedArray):
+    if not isinstance(x, np.matrix):
         return ("it is a masked array, whose mask compiled code would ignore. Pass the data with the masked entries "
                 "filled (x.filled(value)) and, if needed, the mask as a separate boolean array")
     return ("it is a numpy.matrix, whose operators (* is a matrix product) compiled code would not follow; pass "

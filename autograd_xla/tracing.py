@@ -1699,6 +1699,7 @@ def _register_with_autoray():
 @contextlib.contextmanager
 def intercepting():
     global _install_depth
+    registry.load_builtin()  # the package's own rules and patches, at the first trace
     registry.run_waiting()  # module patches of modules imported since (compositions/special.py's)
     _register_with_autoray()
     with _install_lock:

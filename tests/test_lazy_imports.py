@@ -114,6 +114,90 @@ def test_plain_tiered_calls_import_no_jaxlib_and_a_compile_does():
     assert out.splitlines() == ["4 0 []", "1 ['jaxlib', 'ml_dtypes']"]
 
 
+#: The package's modules a trace needs and a plain call does not (registry.load_builtin), and
+#: the libraries only they import
+AT_FIRST_TRACE = ("autograd_xla.rules", "autograd_xla.compositions", "autograd_xla.control_flow",
+                  "autograd_xla.rolling", "autograd_xla.batched", "autograd_xla.collectives", "autograd_xla.parallel",
+                  "autograd_xla.transforms", "scipy", "numpy.ma")
+
+
+def test_plain_tiered_calls_import_no_rules_and_a_trace_does():
+    """Tiered calls that stay plain (tiering's default, turned off by conftest for the suite:
+    not in this process) import none of the translation rules, compositions, control flow or
+    loop rolling; the first trace imports them, and its program computes as plain autograd."""
+    env = {k: v for k, v in os.environ.items() if k != "AUTOGRAD_XLA_TIERED"}
+    out = run(f"""
+        import sys
+        import autograd.numpy as np
+        from autograd import grad
+        from autograd_xla import jit_ps
+        loss = lambda w: np.sum(np.tanh(w) ** 2 + w ** 3)
+        w = np.linspace(-1.0, 1.0, 5)
+        f = jit_ps(grad(loss))
+        for _ in range(4):
+            assert np.array_equal(f(w), grad(loss)(w))
+        print(f.cache_info()["plain_tier_calls"], [m for m in {AT_FIRST_TRACE!r} if m in sys.modules])
+        g = jit_ps(grad(loss), tiered=False, fallback="error")
+        assert np.allclose(g(w), grad(loss)(w), rtol=1e-12, atol=0)
+        print(g.cache_info()["compiles"], all(m in sys.modules for m in {AT_FIRST_TRACE[:-2]!r}))
+        """, env)
+    assert out.splitlines() == ["4 []", "1 True"]
+
+
+def test_a_rule_registered_before_the_first_trace_replaces_the_package_one():
+    """numpy.sin's and numpy.exp's rules (rules/elementwise.py) are not imported yet when the
+    user registers theirs: the registration imports the package's first, then replaces them."""
+    out = run(f"""
+        import sys
+        import numpy as onp
+        import autograd.numpy as np
+        import autograd_xla
+        from autograd_xla import jit_ps, register_trace_rule, register_translation_rule
+        print([m for m in {AT_FIRST_TRACE!r} if m in sys.modules])
+        register_translation_rule(onp.sin, lambda ctx, x: ctx.asvalue(x))   # "sin" is the identity
+        register_trace_rule(onp.exp, lambda x: x * 2.0)                      # "exp" doubles
+        x = onp.array([0.5, 2.0])
+        f = jit_ps(lambda x: np.sin(x) + np.exp(x) + np.cos(x), tiered=False, fallback="error")
+        assert onp.allclose(f(x), x + 2.0 * x + onp.cos(x), rtol=1e-12, atol=0), f(x)
+        print("ok")
+        """)
+    assert out.splitlines() == ["[]", "ok"]
+
+
+@pytest.mark.parametrize("module", ["autograd_xla.rules.special", "autograd_xla.batched",
+                                    "autograd_xla.control_flow.common"])
+def test_a_module_of_the_package_imported_first_then_the_rest_at_the_first_trace(module):
+    """A module whose import registers rules, imported before any trace (a test, a user's
+    `from autograd_xla.control_flow.common import ...`): its registrations do not import the
+    package's others (which would import it half made); the first look-up and trace do."""
+    out = run(f"""
+        import importlib
+        import numpy as onp
+        import autograd.numpy as np
+        importlib.import_module({module!r})
+        from autograd_xla import jit_ps, registry
+        assert registry.lookup(onp.sin).lowering is not None
+        f = jit_ps(lambda x: np.sum(np.sin(x) * np.exp(x)), tiered=False, fallback="error")
+        x = onp.linspace(0.0, 1.0, 4)
+        assert onp.allclose(f(x), onp.sum(onp.sin(x) * onp.exp(x)), rtol=1e-12, atol=0)
+        print("ok")
+        """)
+    assert out == "ok"
+
+
+def test_public_names_import_their_modules_at_first_use():
+    """Every name of __all__ is an attribute of the package (module __getattr__ for those whose
+    modules come in at their first use), and so is a submodule not imported yet."""
+    out = run("""
+        import sys
+        import autograd_xla
+        names = [n for n in autograd_xla.__all__ if getattr(autograd_xla, n, None) is None]
+        from autograd_xla import vmap, while_loop
+        print(names, autograd_xla.rolling.__name__, "while_loop" in dir(autograd_xla), vmap is autograd_xla.vmap)
+        """)
+    assert out == "[] autograd_xla.rolling True True"
+
+
 def test_bfloat16_from_ml_dtypes_imported_afterwards_compiles():
     """hlo.supported admits ml_dtypes' bfloat16 at its first sight, ml_dtypes imported by the
     user after the package (which does not import it)."""
