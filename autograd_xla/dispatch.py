@@ -24,9 +24,9 @@ What it takes, probed with jaxlib 0.10.2:
   would find a float32 signature's fast path, so while x64 is off only calls of DeviceArrays
   (passed as they are) are given C++ (`puts_as_taken`); the x64 state is part of C++'s
   signature, so turning it on or off sends a signature's calls back to be asked again.
-  jax gets imported also where the user never does: off the CPU each result's host copy
-  (backend.host_copy, jaxlib's single-device array to numpy) imports jax.core where jax is
-  installed, from the first call on; 32-bit calls, an accelerator's usual ones, are not narrowed.
+  jax gets imported also where the user never does: a result's host copy (backend.host_copy,
+  jaxlib's single-device array to numpy: off the CPU each result, on the CPU a bfloat16 one)
+  imports jax.core where jax is installed.
 * The fast-path data: a tuple type whose fields C++ reads by name (`FastpathData`).
 * Executables taking one buffer per argument leaf they read (C++ skips the others: the fast
   path's kept_var_bitvec), none packed, arguments below
