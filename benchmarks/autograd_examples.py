@@ -504,6 +504,7 @@ def run_one(name):
     import autograd_xla
     from autograd_xla import jit_ps
     import timing
+    timing.load_jit_ps()  # (its first calls time the example's trace and compile alone)
     spec = EX[name]()
     fun, args, argnum = spec["fun"], spec["args"], spec.get("argnum", 0)
     reset_ex = spec.get("reset")

@@ -214,6 +214,7 @@ def run_one(workload, n, contender, dtype, steady_calls):
     if contender == "autograd":
         fn = grad(loop)
     else:
+        timing.load_jit_ps()
         fn = jit_ps(grad(scanned if contender == "scan" else loop), roll_loops=contender == "rolled")
     t0 = time.perf_counter()
     fn(*args)

@@ -37,6 +37,15 @@ def time_calls(fn, args, number):
             gc.enable()
 
 
+def load_jit_ps(backend="cpu"):
+    """autograd_xla's lazily imported parts loaded (jaxlib, its client, the rules: a first
+    trace and compile load them) by compiling a trivial program, as importing jax loads
+    jaxlib: a timed first call then measures tracing and compiling its workload only."""
+    import numpy
+    from autograd_xla import jit_ps
+    jit_ps(lambda v: v * 2.0, backend=backend, tiered=False)(numpy.ones(2))
+
+
 def time_once(fn, args):
     """(seconds, result) of a single call: for first calls (trace + compile + run)."""
     t0 = _clock()
