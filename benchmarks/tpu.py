@@ -35,7 +35,8 @@ import numpy as onp  # noqa: E402
 
 import workloads as w  # noqa: E402
 
-#: name -> (workload in workloads.py, its inputs at TPU sizes, what one call does)
+#: name -> (workload in workloads.py, its inputs at TPU sizes, what one call does); the
+#: convnet last: its first compile is the longest (a run stopped by its time keeps the others)
 CASES = {
     "powers_1000": ("poly_big", w._big_inputs((1000, 1000), onp.float32), "x + x*x + x*x*x, 1000x1000 float32"),
     "powers_5000": ("poly_big", w._big_inputs((5000, 5000), onp.float32), "x + x*x + x*x*x, 5000x5000 float32"),
@@ -45,11 +46,11 @@ CASES = {
                       "selu(x @ W + b), 4096x4096"),
     "selu_grad_4096": ("selu_grad", functools.partial(w._selu_inputs, batch=4096, width=4096),
                        "grad of sum(selu(x @ W + b)) w.r.t. W, b; 4096x4096"),
-    "convnet_step_b128": ("patch_convnet_step", w._patch_convnet_inputs,
-                          "convnet SGD step (convolutions as products of patches), batch 128, 32x32x3"),
     "logreg_1e5x1000": ("logreg", functools.partial(w._logreg_inputs, N=100000, D=1000),
                         "value and gradient of the logistic loss, X 100000x1000"),
     "tiny_grad": ("tiny_grad", w._tiny_inputs, "grad(sum(tanh(x) * x)), 3 elements"),
+    "convnet_step_b128": ("patch_convnet_step", w._patch_convnet_inputs,
+                          "convnet SGD step (convolutions as products of patches), batch 128, 32x32x3"),
 }
 TRANSFER_MB = 100
 
