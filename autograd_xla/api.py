@@ -169,17 +169,16 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
     def _call_python(self, *args, **kwargs):
         if _trace_state.traces:  # inside another trace: inline, the outer function compiles us
             return self._fun(*args, **kwargs)
-        if not kwargs and self._simple_untraced:  # the plain tier's hot path: positional arrays, untraced
-            untraced = self._simple_untraced.get(
-                tuple([(a.shape, a.dtype) if type(a) is np.ndarray else None for a in args]))
-            if untraced is not None:
+        if not kwargs and (self._simple or self._simple_untraced):  # the hot paths: positional arrays
+            sig = tuple([(a.shape, a.dtype) if type(a) is np.ndarray else None for a in args])
+            untraced = self._simple_untraced.get(sig) if self._simple_untraced else None
+            if untraced is not None:  # a signature of the plain tier, untraced
                 if untraced.spent < untraced.due and tiering.PLAIN_SECONDS is None:
                     self.stats.plain_tier_calls += 1
                     return untraced.run(functools.partial(self._fun, *args))
-                self._simple_untraced.pop(tuple([(a.shape, a.dtype) for a in args]), None)  # decided below
-        if not kwargs and self._simple:  # the hot path: positional arrays of a known signature
-            hit = self._simple.get(tuple([(a.shape, a.dtype) if type(a) is np.ndarray else None for a in args]))
-            if hit is not None:
+                self._simple_untraced.pop(sig, None)  # decided below
+            hit = self._simple.get(sig)
+            if hit is not None:  # a known signature
                 entry, key = hit
                 if entry is None:  # plain autograd's for good (_run_plain_tier)
                     self.stats.plain_tier_calls += 1
