@@ -521,7 +521,7 @@ class Builder:
         shape = [x.shape[i] for i in lb] + free_x + free_y
         dims = (f"lhs_batching_dimensions = {i64_list(lb)}, rhs_batching_dimensions = {i64_list(rb)}, "
                 f"lhs_contracting_dimensions = {i64_list(lc)}, rhs_contracting_dimensions = {i64_list(rc)}")
-        attrs = {"dot_dimension_numbers": f"#stablehlo.dot<{dims}>", "precision_config": HIGHEST}
+        attrs = {"dot_dimension_numbers": f"#stablehlo.dot<{dims}>"}  # (precision: HIGHEST, in op)
         return self.op1("stablehlo.dot_general", [x, y], shape, dtype or x.dtype, attrs)
 
     def fold_transpose(self, v, contracting, batching):

@@ -16,7 +16,6 @@ import math
 import numpy as np
 
 from ..context import result_type
-from ..hlo import HIGHEST
 from ..registry import lowers, when_imported
 
 
@@ -53,7 +52,7 @@ def _convolution(ctx, lhs, rhs, padding, dtype):
     ones = "array<i64: " + ", ".join(["1"] * k) + ">"
     attrs = {"batch_group_count": "1 : i64", "dimension_numbers": f"#stablehlo.conv<{dims}>",
              "feature_group_count": "1 : i64", "lhs_dilation": ones, "rhs_dilation": ones,
-             "padding": f"dense<[{pads}]> : tensor<{k}x2xi64>", "window_strides": ones, "precision_config": HIGHEST}
+             "padding": f"dense<[{pads}]> : tensor<{k}x2xi64>", "window_strides": ones}  # (precision: Builder.op)
     return ctx.op1("stablehlo.convolution", [lhs, rhs], shape, dtype, attrs)
 
 
