@@ -4,7 +4,6 @@ fastest (backend.fast_compile_options), and once its calls have cost that compil
 compile thread and tried against it (tiering.TRIAL_CALLS calls each); the faster stays.
 Timing is only the trial's: the trial itself is tested with executables whose speed is set."""
 import logging
-import sys
 import time
 import types
 
@@ -437,20 +436,7 @@ def test_a_cheap_program_climbs_after_a_few_calls_without_the_rent(monkeypatch, 
     assert (entry.ladder is None) == cheap and f.cache_info()["upgrades"] == (3 if cheap else 0)
 
 
-@pytest.fixture
-def x64_as_ours():
-    """jax's x64 state on, as ours, where jax has been imported (a bfloat16 result's host copy
-    in an earlier test imports it where it is installed): C++ is then given numpy calls."""
-    jax = sys.modules.get("jax") if dispatch._jax_states() else None
-    was = jax.config.jax_enable_x64 if jax else None
-    if jax:
-        jax.config.update("jax_enable_x64", True)
-    yield
-    if jax:
-        jax.config.update("jax_enable_x64", was)
-
-
-def test_while_a_signature_rents_cpp_takes_its_calls(monkeypatch, x64_as_ours):
+def test_while_a_signature_rents_cpp_takes_its_calls(monkeypatch):
     """A climbing signature's first calls are timed on the Python path (HANDOFF_CALLS); then
     C++ takes them (Ladder.hand), counted down to those that pay the rent (here CHEAP_CALLS),
     and the next step's program is made on the compile thread. The next C++ call hands the
