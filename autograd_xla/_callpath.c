@@ -61,7 +61,7 @@ static new_from_descr_fn new_from_descr;
 static set_base_object_fn set_base_object;
 enum { ARRAY_CARRAY = 0x0001 | 0x0100 | 0x0400 };  /* C-contiguous, aligned, writeable (NPY_ARRAY_CARRAY) */
 static PyObject *move_to_end;    /* collections.OrderedDict.move_to_end, unbound */
-static PyObject *str_traces, *str_call_python;
+static PyObject *str_traces, *str_call_python, *str_jax_config, *str_enable_x64, *str_swap_local;
 static PyObject *empty_tuple;
 
 /* ----- Counts --------------------------------------------------------------------------- */
@@ -402,6 +402,52 @@ static int tracing(void) {
     return active;
 }
 
+/* jax's x64 state (a jaxlib Config), once jax's config module is imported: its C++ states
+ * are then in effect instead of ours (dispatch._setup), x64 off by default, under which C++
+ * keys and puts a float64 numpy argument as float32. NULL (no error set) while jax is not
+ * imported. */
+static PyObject *jax_x64_swap;  /* its swap_local */
+
+static PyObject *jax_x64_state(void) {
+    if (jax_x64_swap != NULL)
+        return jax_x64_swap;
+    PyObject *config = PyImport_GetModule(str_jax_config);
+    if (config != NULL) {
+        PyObject *state = PyObject_GetAttr(config, str_enable_x64);  /* NULL while jax's import is under way */
+        Py_DECREF(config);
+        if (state != NULL) {
+            jax_x64_swap = PyObject_GetAttr(state, str_swap_local);
+            Py_DECREF(state);
+        }
+    }
+    PyErr_Clear();
+    return jax_x64_swap;
+}
+
+/* Sets this thread's x64 state on for a call into C++ (its value is part of C++'s signature
+ * and decides its puts: with it on, each dtype is its own, as with our state) and returns the
+ * one to put back (`x64_restore`); NULL with no state to set, or an error set. */
+static PyObject *x64_on(int *failed) {
+    PyObject *swap = jax_x64_state();
+    PyObject *previous = swap == NULL ? NULL : PyObject_CallOneArg(swap, Py_True);
+    *failed = swap != NULL && previous == NULL;
+    return previous;
+}
+
+/* Puts `previous` back as this thread's x64 state, keeping the call's error, if any. */
+static void x64_restore(PyObject *previous) {
+    if (previous == NULL)
+        return;
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyObject *r = PyObject_CallOneArg(jax_x64_swap, previous);
+    if (r == NULL)
+        PyErr_WriteUnraisable(jax_x64_swap);
+    Py_XDECREF(r);
+    Py_DECREF(previous);
+    PyErr_Restore(type, value, traceback);
+}
+
 /* Whether `slot` describes an array of these bytes, dimensions and format. */
 static int describes(const Slot *slot, Py_ssize_t nbytes, int ndim, const Py_ssize_t *shape, const char *format) {
     return nbytes == slot->nbytes && ndim == slot->ndim && strcmp(format, slot->format) == 0
@@ -594,6 +640,10 @@ static PyObject *front_vectorcall(Front *self, PyObject *const *args, size_t nar
     PyObject *pass[MAX_ARGS];
     if (!scan(self, args, n, kwnames == NULL && !self->busy && self->n_stages ? &stage : NULL, pass))
         return call_python(self, args, nargsf, kwnames);
+    int failed;
+    PyObject *x64 = x64_on(&failed);
+    if (failed)
+        return NULL;
     PyObject *fast = self->fast;  /* alive through the call if reset meanwhile */
     Py_INCREF(fast);
     PyObject *r;
@@ -618,6 +668,8 @@ static PyObject *front_vectorcall(Front *self, PyObject *const *args, size_t nar
                 Py_DECREF(given[i]);
         }
         self->busy = 0;
+        x64_restore(x64);
+        x64 = NULL;
         if (r != NULL && !self->missed) {
             PyObject *outs = r;
             PyObject *result = PyTuple_Check(r) ? finish((Finish *)done, ((PyTupleObject *)r)->ob_item,
@@ -628,6 +680,7 @@ static PyObject *front_vectorcall(Front *self, PyObject *const *args, size_t nar
         Py_DECREF(arrays);
         Py_DECREF(done);
     }
+    x64_restore(x64);
     Py_DECREF(fast);
     return r;
 }
@@ -874,6 +927,9 @@ PyMODINIT_FUNC PyInit__callpath(void) {
         return NULL;
     str_traces = PyUnicode_InternFromString("traces");
     str_call_python = PyUnicode_InternFromString("_call_python");
+    str_jax_config = PyUnicode_InternFromString("jax._src.config");
+    str_enable_x64 = PyUnicode_InternFromString("enable_x64");
+    str_swap_local = PyUnicode_InternFromString("swap_local");
     empty_tuple = PyTuple_New(0);
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)

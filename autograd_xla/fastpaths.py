@@ -84,8 +84,8 @@ class FastPaths:
                 if executable is None:
                     return None  # not counted: a call of aligned arguments makes it, or it is compiling
                 sources = executable.sources  # the leaves it takes (not those the function never reads)
-                takes = all(type(i) is int and i < len(leaves) for i in sources) and dispatch.puts_as_taken(
-                    executable, leaves, x64=True)  # (the x64 state in effect: each call's, `_takes`)
+                takes = (all(type(i) is int and i < len(leaves) for i in sources)
+                         and dispatch.puts_as_taken(executable, leaves))
                 # staged: numpy arrays and Python numbers, positional or in lists and tuples
                 # (_callpath's scan matches a stage against their leaves and structure)
                 stage = not entry.donated
@@ -102,7 +102,7 @@ class FastPaths:
                 entry.fastpath = fast or False  # not self in it: C++ keeps it
         fast = hit[0].fastpath if hit is not None else False
         if fast and not self._takes(hit[0], leaves):
-            fast = False  # (this call's C++ signature only: another's arguments, or x64 state, may be taken)
+            fast = False  # (this call's C++ signature only: another's arguments may be taken)
         elif fast and any(type(x) is DeviceArray for x in leaves):
             fast = self._moving(hit, leaves)
             if fast is None:
@@ -114,8 +114,8 @@ class FastPaths:
 
     def _takes(self, entry, leaves):
         """Whether the fast path of `entry` may be given this call's leaves: C++ may be given
-        them (dispatch.takes_arguments) and puts them as its executable takes them, in the x64
-        state in effect (dispatch.puts_as_taken)."""
+        them (dispatch.takes_arguments) and puts them as its executable takes them (a float64
+        one computed in 32 bits is not: dispatch.puts_as_taken)."""
         executable = entry.executable
         if dispatch.needs_python(executable):
             executable = entry.direct  # (_direct's program, made before the fast path was given)

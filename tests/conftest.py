@@ -221,19 +221,6 @@ def _restore_platform():
 
 
 @pytest.fixture(autouse=True)
-def _x64_as_ours():
-    """jax's x64 state on after a test, as ours, where jax has been imported in this process: a
-    bfloat16 result's host copy imports it where it is installed (jaxlib's single-device array
-    to numpy), and jax's x64 off would keep numpy calls from C++ in every later test
-    (dispatch.puts_as_taken): the suite's results would depend on its order."""
-    yield
-    jax = sys.modules.get("jax")
-    config = getattr(jax, "config", None)  # (not a stand-in module of that name)
-    if config is not None and not config.jax_enable_x64:
-        config.update("jax_enable_x64", True)
-
-
-@pytest.fixture(autouse=True)
 def _platform(request):
     """Tests of the CPU's features run there (CPU_FILES, CPU_TESTS); after each test the suite's
     default platform is back (a test that resets the default would otherwise leave the CPU)."""
