@@ -56,6 +56,9 @@ class BatchedValue(hlo.Value):
     def with_weak_type(self, weak):
         return BatchedValue(self.phys, self.level, weak)
 
+    def as_dtype(self, dtype):
+        return BatchedValue(self.phys.as_dtype(dtype), self.level, self.weak_type)
+
     def __repr__(self):
         return f"{self.name}: batched {self.type}"
 

@@ -215,6 +215,11 @@ class Value(Aval):
         """This value under another handle, of weak type `weak` (numpy promotion only)."""
         return Value(self.name, self.shape, self.dtype, weak)
 
+    def as_dtype(self, dtype):
+        """This value under another handle standing for `dtype`, which it is computed in (float64
+        as float32 where 64-bit types are narrowed: `convert`); a batched one stays batched."""
+        return Value(self.name, self.shape, dtype, self.weak_type)
+
     def __repr__(self):
         return f"{self.name}: {self.type}"
 
@@ -488,7 +493,7 @@ class Builder:
         if x.dtype == dtype:
             return x
         if canonical_dtype(x.dtype) == canonical_dtype(dtype):  # x64 off: float64 to float32 is no op
-            return Value(x.name, x.shape, dtype)
+            return x.as_dtype(dtype)
         if x.dtype == np.bool_ and dtype.kind in "fc":
             # A select, not a convert: XLA's simplifier rewrites a * convert(mask) into
             # select(mask, a, 0), which drops numpy's nan * False = nan and -1.0 * False = -0.0
@@ -536,6 +541,8 @@ class Builder:
         free = [perm[d] for d in range(v.ndim) if d not in contracting and d not in batching]
         if free != sorted(free):
             return v, contracting, batching
+        if source.dtype != v.dtype:  # v: the transpose standing for float64 computed in 32 bits (`convert`)
+            source = source.as_dtype(v.dtype)
         return source, [perm[d] for d in contracting], [perm[d] for d in batching]
 
     def reduce(self, operands, inits, dims, body):

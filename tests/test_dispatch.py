@@ -447,7 +447,8 @@ def test_with_jax_imported_by_a_host_copy_cpp_takes_what_it_puts_as_the_programs
     in value and dtype, and jax's own state as it was."""
     if importlib.util.find_spec("jax") is None:  # (not imported here: its states would replace ours)
         pytest.skip("jax is not installed")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests")]))
+    # (jax's own calls on the CPU: beside a TPU the suite's process holds the chip)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests")]), JAX_PLATFORMS="cpu")
     r = subprocess.run([sys.executable, "-c", _JAX_TAKES_OVER], capture_output=True, text=True, timeout=300,
                        cwd=ROOT, env=env)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout[-3000:] + r.stderr[-3000:]

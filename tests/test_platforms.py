@@ -49,6 +49,35 @@ def test_float64_is_computed_in_float32_and_comes_back_float64_with_one_warning(
     assert jit_ps(grad(loss), backend="cpu")(X).dtype == onp.float64
 
 
+def test_a_product_of_float32_and_float64_read_through_a_transpose(narrow_cpu):
+    """A float64 value computed in float32 is the float32 value under a float64 handle (hlo's
+    convert emits nothing): a product that reads such a handle of a transpose through the
+    transpose (fold_transpose) computes in float64's handle, as the trace says. matmul's
+    gradient of float32 operands under a float64 weight multiplies swapaxes(a) by a float64
+    cotangent (it was lowered as float32 and the program refused)."""
+    a, b = onp.linspace(-1.0, 1.0, 12, dtype=onp.float32).reshape(3, 4), onp.ones((4, 2), onp.float32)
+    w = onp.linspace(0.5, 1.5, 6).reshape(3, 2)
+    f = lambda a, b: np.sum((a @ b) * w)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", autograd_xla.FallbackWarning)
+        got = jit_ps(grad(f, 1), backend="cpu")(a, b)
+    onp.testing.assert_allclose(got, grad(f, 1)(a, b), rtol=1e-6)
+
+
+def test_vmap_of_a_switch_on_a_batched_int64_index(narrow_cpu):
+    """A batched value's float64 or int64 handle (hlo.Value.as_dtype) stays batched: vmap of a
+    switch whose index differs per example selects per example (a case on the batched index,
+    typed as a scalar, was refused)."""
+    from autograd_xla import switch
+    branches = [np.sin, lambda x: x * 3.0, lambda x: -x]
+    f = lambda x, i: switch(i, branches, x)
+    x, i = onp.linspace(-1.0, 1.0, 12).reshape(3, 4), onp.array([2, 0, 1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", autograd_xla.FallbackWarning)
+        got = jit_ps(autograd_xla.vmap(f), backend="cpu")(x, i)
+    onp.testing.assert_allclose(got, onp.stack([branches[k](x[n]) for n, k in enumerate(i)]), rtol=1e-6)
+
+
 def test_x64_false_returns_float32_and_x64_true_float64_without_a_warning(narrow_cpu):
     (low, high), warned = caught(lambda: (jit_ps(loss, backend="cpu", x64=False)(X),
                                           jit_ps(loss, backend="cpu", x64=True)(X)))
