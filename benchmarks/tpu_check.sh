@@ -8,7 +8,9 @@
 #   STEP: setup           install autograd's wheel, build the C parts, print the environment
 #         tests K/N       setup, then chunk K of N of the test files (balanced by their size)
 #         tests cpu       setup, then the files of the CPU's features (conftest.CPU_FILES), apart
-#         tests FILE...   setup, then these test files or node ids (TESTS="..." for several)
+#         tests FILE...   setup, then these test files or node ids (TESTS="..." for several);
+#                         `tests $(sed -n Kp benchmarks/tpu_chunks.txt)`, K = 1, 2: the TPU's
+#                         files split by their measured time there (6 and 7 minutes of tests)
 #         bench           setup, then the benchmarks and their table
 #   PY (python3)  END (520: seconds for the step)  MEM_GB (24: the host memory at which the
 #   tests are stopped)  WHEELS (.whl-tpu: autograd 1.9.1 as a wheel, pip download --no-deps
