@@ -1120,7 +1120,9 @@ class Tracer:
         caller = sys._getframe(1)
         if storing_into_array(caller):  # y[a:b] = x (or the index of a store, when an integer)
             raise store_error(self, caller, hint=hint)
-        raise concretization_error(self, "np.asarray(x) / np.array(x)", hint=hint)
+        # data a library asks for (PennyLane's, scipy's): a float argument not being
+        # differentiated is made static, as for x.tolist()
+        raise concretization_error(self, "np.asarray(x) / np.array(x)", decides_shape=True, hint=hint)
 
     def __bool__(self):
         caller = sys._getframe(1)

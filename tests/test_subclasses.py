@@ -258,6 +258,25 @@ def test_numpy_of_an_argument_not_differentiated_is_made_static():
         tracing.trace_function(lambda x: x.numpy(), [tracing.Aval((2,), np.dtype(float))])
 
 
+def test_asarray_of_a_float_argument_not_differentiated_is_made_static():
+    """np.asarray of a float argument (a library that wants the data: scipy, PennyLane's
+    conversions) retraces with it static, one program per value, as x.tolist() does; of the
+    argument being differentiated, plain autograd's answer (here its error)."""
+    g = lambda x, n: anp.sum(x) * float(np.asarray(n).sum())
+    f = jit_ps(g, tiered=False)
+    x = np.ones(3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FallbackWarning)
+        for n in (np.array([1.0, 2.0]), np.array([1.0, 3.0]), np.array([1.0, 2.0])):
+            assert f(x, n) == g(x, n)
+    assert f.stats.traces == 2 and f.stats.fallbacks == 0
+    h = lambda n: anp.sum(n) * float(np.asarray(n).sum())
+    with pytest.raises(TypeError, match="ArrayBox"):
+        grad(h)(np.array([1.0, 2.0]))
+    with pytest.raises(TypeError, match="ArrayBox"):
+        jit_ps(grad(h), tiered=False)(np.array([1.0, 2.0]))
+
+
 def test_traced_values_register_with_autoray_once_it_is_imported():
     """autoray names a backend after the class's module; a Tracer is registered as autograd's
     array (when autoray is imported: never by us), and its lru caches are cleared."""
