@@ -1121,9 +1121,10 @@ class Tracer:
         if storing_into_array(caller):  # y[a:b] = x (or the index of a store, when an integer)
             raise store_error(self, caller, hint=hint)
         # an argument's own data, which a library asks for (scipy's, PennyLane's conversions):
-        # a float argument not being differentiated is made static, as for x.tolist(); a value
-        # computed from one (numpy's own indexing, `table[np.argmax(x)]`) is not
-        argument = type(self) is Tracer and self._var in self._trace.invars
+        # a float argument not being differentiated is made static, as for x.tolist(); not a
+        # value computed from one (numpy's own indexing, `table[np.argmax(x)]`), nor inside a
+        # primitive traced through (one without a rule: trace_through says which)
+        argument = type(self) is Tracer and not primitive_stack.names and self._var in self._trace.invars
         raise concretization_error(self, "np.asarray(x) / np.array(x)", decides_shape=argument, hint=hint)
 
     def __bool__(self):
