@@ -30,10 +30,15 @@ import re
 import numpy as np
 from autograd.tracer import box_types
 
-from . import dispatch, hlo, lowering, tree
+from . import calls, hlo, tree
 from .core import Aval, Graph, Var, prim_name
 from .errors import ArgumentError, CompileError, JitError, ProgramTooLargeError, UnsupportedPrimitiveError
+from .registry import LazyModule
 from .signatures import PlainArgument
+
+#: Imported at its first use here (a compile error's explanation): a job whose calls all run
+#: plainly does not import the interpreters.
+lowering = LazyModule("autograd_xla.lowering")
 
 #: The logger compile reports go to.
 logger = logging.getLogger("autograd_xla")
@@ -202,7 +207,7 @@ class CacheStats:
     __slots__ = tuple(set(FIELDS) - set(COUNTED)) + ("counts",)
 
     def __init__(self):
-        self.counts = dispatch.Counts()
+        self.counts = calls.Counts()
         self.reset()
 
     def reset(self):

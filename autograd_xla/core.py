@@ -7,6 +7,7 @@ every traced value is replaced by its Var. Translation rules therefore receive t
 arguments numpy would have, and a Graph prints as a readable list of numpy calls.
 """
 import math
+import threading
 
 import numpy as np
 
@@ -53,6 +54,17 @@ class Aval:
 
     __repr__ = __str__
 
+
+class _TraceState(threading.local):
+    def __init__(self):
+        self.traces = []
+        self.axes = {}  # named axes bound by the pmaps and vmaps being traced: name -> size
+
+
+#: The traces active in this thread, innermost last (tracing.state): here, below tracing, so
+#: that a jitted function's call asks whether it is traced without importing tracing (a job
+#: whose calls all run plainly never does).
+trace_state = _TraceState()
 
 # Python numbers traced as weakly typed scalars; a bool is static (it is a flag: keepdims=True)
 PY_SCALARS = {int: np.dtype(np.int64), float: np.dtype(np.float64), complex: np.dtype(np.complex128)}
