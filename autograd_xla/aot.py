@@ -30,14 +30,15 @@ import re
 import numpy as np
 from autograd.tracer import box_types
 
-from . import calls, hlo, tree
+from . import calls, tree
 from .core import Aval, Graph, Var, prim_name
 from .errors import ArgumentError, CompileError, JitError, ProgramTooLargeError, UnsupportedPrimitiveError
 from .registry import LazyModule
 from .signatures import PlainArgument
 
-#: Imported at its first use here (a compile error's explanation): a job whose calls all run
-#: plainly does not import the interpreters.
+#: Imported at their first use here (a program's output shapes, its text, a compile error's
+#: explanation): a job whose calls all run plainly imports neither.
+hlo = LazyModule("autograd_xla.hlo")
 lowering = LazyModule("autograd_xla.lowering")
 
 #: The logger compile reports go to.

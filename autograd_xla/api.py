@@ -33,10 +33,10 @@ from autograd.tracer import box_types, getval
 
 from . import aot, calls, clients, fastpaths, tiering, tree
 from .aot import COMPILED, LOWERED, TRACED, CacheStats, Entry
+from .core import SUPPORTED_DTYPES as _SUPPORTED
 from .core import trace_state as _trace_state
 from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, ImpureFunctionError, JitError,
                      PlatformUnavailableError, PrecisionWarning, library_file, annotate)
-from .hlo import SUPPORTED_DTYPES as _SUPPORTED
 from .registry import LazyModule
 from .signatures import (Learned, PlainArgument, Static, aval_of, describe_change, distance, donated_arguments,
                          function_shape, hashable, leaf_signature, positional_names, retrace_advice, short, sig_str,

@@ -19,8 +19,8 @@ import numpy as np
 
 from . import tiering, tree
 from .aot import COMPILED
+from .core import SUPPORTED_DTYPES as _SUPPORTED
 from .errors import CompileError
-from .hlo import SUPPORTED_DTYPES as _SUPPORTED
 from .registry import LazyModule
 from .signatures import PY_SCALARS, PlainArgument, is_device_array
 

@@ -20,10 +20,9 @@ from autograd.extend import VSpace
 from autograd.wrap_util import unary_to_nary
 
 from . import tree
-from .core import PY_SCALARS, Aval
+from .core import PY_SCALARS, Aval, supported
+from .core import SUPPORTED_DTYPES as _SUPPORTED
 from .errors import ArgumentError
-from .hlo import SUPPORTED_DTYPES as _SUPPORTED
-from .hlo import supported
 
 # The code object of the function autograd's differential operators return (grad(f) is an
 # `nary_f(*args, **kwargs)` closure over `fun`, the same code for every operator and function)

@@ -121,7 +121,7 @@ AT_FIRST_TRACE = ("autograd_xla.rules", "autograd_xla.compositions", "autograd_x
                   "autograd_xla.rolling", "autograd_xla.batched", "autograd_xla.collectives", "autograd_xla.parallel",
                   "autograd_xla.transforms", "autograd_xla.tracing", "autograd_xla.context", "autograd_xla.lowering",
                   "autograd_xla.dispatch", "autograd_xla.impurity", "autograd_xla.backend",
-                  "autograd_xla.blas", "autograd_xla.persistent_cache", "scipy", "numpy.ma")
+                  "autograd_xla.blas", "autograd_xla.persistent_cache", "autograd_xla.hlo", "scipy", "numpy.ma")
 
 #: ... and those that neither a plain call nor a compile on one device without autograd's
 #: boxes imports: the derivatives of compiled calls, several processes, device placement
