@@ -8,7 +8,7 @@ executable; what is left is turning the results into numpy arrays, or DeviceArra
 function's, keep_on_device). On every platform: off the CPU the Python path cost 30-65 µs a
 call more than jax.jit's C++ (a TPU v5e, benchmarks/tpu.py's launch row); there C++ is given
 numpy arguments only where the call waits for its results (`takes_arguments`).
-Where _callpath.c is built, a jitted function is a _callpath.Front (its base, `Calls`): the
+Where _callpath.c is built, a jitted function is a _callpath.Front (its base, calls.Calls): the
 call enters C, which copies numpy arguments of a staged signature (`_stage`) into device
 buffers kept for it and passes those, so C++ makes no buffer a call, and finishes the
 results in C (`_finisher`). Measured on a 3-element float64 array, numpy in and out, `x +
