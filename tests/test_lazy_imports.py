@@ -124,8 +124,9 @@ AT_FIRST_TRACE = ("autograd_xla.rules", "autograd_xla.compositions", "autograd_x
                   "autograd_xla.blas", "autograd_xla.persistent_cache", "autograd_xla.hlo", "scipy", "numpy.ma")
 
 #: ... and those that neither a plain call nor a compile on one device without autograd's
-#: boxes imports: the derivatives of compiled calls, several processes, device placement
-NOT_AT_ALL = ("autograd_xla.autodiff", "autograd_xla.distributed", "autograd_xla.placement")
+#: boxes imports: the derivatives of compiled calls, several processes, device placement; and
+#: logging, imported at the first compile report or tiering's first message
+NOT_AT_ALL = ("autograd_xla.autodiff", "autograd_xla.distributed", "autograd_xla.placement", "logging")
 
 
 def test_plain_tiered_calls_import_no_rules_and_a_trace_does():
