@@ -48,16 +48,12 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # jaxlib's INFO lines; before any module here imports jaxlib
 del os  # not part of the package's namespace
 
-from . import distributed, memory, registry  # noqa: E402
+from . import memory, registry  # noqa: E402
 from .api import JittedFunction, eval_shape, jit_ps  # noqa: E402
-from .backend import DeviceArray, default_platform, devices, set_cpu_device_count, set_default_platform  # noqa: E402
 from .core import Graph  # noqa: E402
-from .distributed import local_devices, process_count, process_index  # noqa: E402
 from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, UnsupportedDtypeError,  # noqa: E402,E501
                      ImpureFunctionError, JitError, PlatformUnavailableError, PrecisionWarning, ProcessLostError,
                      ProgramTooLargeError, TracerLeakError, UnsupportedPrimitiveError)
-from .persistent_cache import set_cache_dir  # noqa: E402
-from .placement import block_until_ready, device_put  # noqa: E402
 from .registry import register_batching_rule, register_trace_rule, register_translation_rule  # noqa: E402
 from .tiering import set_default_tiered  # noqa: E402
 
@@ -74,25 +70,33 @@ _LAZY = {"all_gather": "collectives", "axis_index": "collectives", "axis_size": 
          "switch": "control_flow", "while_loop": "control_flow", "iterated_map_reduce": "parallel",
          "pmap": "parallel", "ShardedArray": "replicated", "hessian": "transforms", "jacfwd": "transforms",
          "jacrev": "transforms", "vmap": "transforms"}
+#: ... and those that need no rules: the runtime, several processes as one job, device
+#: placement, the compiled executables kept on disk
+_DEFERRED = {"DeviceArray": "backend", "default_platform": "backend", "devices": "backend",
+             "set_cpu_device_count": "backend", "set_default_platform": "backend",
+             "local_devices": "distributed", "process_count": "distributed", "process_index": "distributed",
+             "block_until_ready": "placement", "device_put": "placement", "set_cache_dir": "persistent_cache"}
 
 
 def __getattr__(name):
     """A public name of _LAZY, imported now after the package's own rules (registry.load_builtin),
-    as a trace would have them; or a submodule not imported yet (`autograd_xla.rolling`)."""
+    as a trace would have them, or of _DEFERRED; or a submodule not imported yet
+    (`autograd_xla.rolling`, `autograd_xla.distributed`)."""
     import importlib.util
-    module = _LAZY.get(name)
+    module = _LAZY.get(name) or _DEFERRED.get(name)
     if module is None:  # `from . import x` of a module of the package asks here too, while importing it
         if name.startswith("__") or importlib.util.find_spec(f"{__name__}.{name}") is None:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
         return importlib.import_module(f"{__name__}.{name}")
-    registry.load_builtin()
+    if name in _LAZY:
+        registry.load_builtin()
     value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
     globals()[name] = value
     return value
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | set(_DEFERRED))
 
 
 memory.raise_malloc_thresholds()  # glibc: results and temporaries not faulted in afresh at every call

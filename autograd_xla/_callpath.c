@@ -70,7 +70,7 @@ static PyObject *empty_tuple;
  * function's cache last (`last`, by address) is the one finishing, its key is still the most
  * recently used and is not moved again (which hashed the key's tuple afresh): counting in
  * Python attributes and moving the key at every call cost 0.4-0.5 µs of a 5.8 µs call of
- * x + 1.0 (measured). The cache's own changes (dispatch.Signatures) call `reordered()`. */
+ * x + 1.0 (measured). The cache's own changes (calls.Signatures) call `reordered()`. */
 typedef struct {
     PyObject_HEAD
     Py_ssize_t hits, host_to_device, device_to_host;
@@ -141,7 +141,7 @@ typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     Counts *counts;       /* the function's */
-    PyObject *cache_ref;  /* weakref to the function's signature cache (dispatch.Signatures) */
+    PyObject *cache_ref;  /* weakref to the function's signature cache (calls.Signatures) */
     PyObject *key;        /* this signature's key in it */
     PyObject *results;    /* per result: (shape, dtype, nbytes, scalar) to view, or a converter to call */
     PyObject *unflatten;  /* None (one result, a leaf) or unflatten(list of results) */
@@ -388,7 +388,7 @@ typedef struct {
     PyObject *weakrefs;
 } Front;
 
-static PyObject *trace_state;  /* tracing.state: while its `traces` are not empty, calls are traced */
+static PyObject *trace_state;  /* core.trace_state (tracing.state): while its `traces` are not empty, calls are traced */
 
 /* Whether a trace is active in this thread (1), not (0), or an error (-1). */
 static int tracing(void) {

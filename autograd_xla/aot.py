@@ -23,20 +23,26 @@ function, reports each trace and compile with its reason and its seconds on the 
 """
 import collections
 import functools
-import logging
 import os
 import re
 
 import numpy as np
 from autograd.tracer import box_types
 
-from . import dispatch, hlo, lowering, tree
+from . import calls, tree
 from .core import Aval, Graph, Var, prim_name
 from .errors import ArgumentError, CompileError, JitError, ProgramTooLargeError, UnsupportedPrimitiveError
+from .registry import LazyModule
 from .signatures import PlainArgument
 
-#: The logger compile reports go to.
-logger = logging.getLogger("autograd_xla")
+#: Imported at their first use here (a program's output shapes, its text, a compile error's
+#: explanation): a job whose calls all run plainly imports neither.
+hlo = LazyModule("autograd_xla.hlo")
+lowering = LazyModule("autograd_xla.lowering")
+
+#: The logger compile reports go to (logging, 2.7 ms to import with traceback and string, is
+#: imported at the first report).
+LOGGER = "autograd_xla"
 #: Environment variable that turns the compile log on for functions that do not set `explain`.
 LOG_ENV = "AUTOGRAD_XLA_LOG_COMPILES"
 _OFF = ("", "0", "false", "no", "off")
@@ -51,7 +57,8 @@ def explaining(explain):
 
 
 def report(message):
-    logger.warning(message)
+    import logging
+    logging.getLogger(LOGGER).warning(message)
 
 
 def output_shapes(graph, out_tree, x64=True):
@@ -202,7 +209,7 @@ class CacheStats:
     __slots__ = tuple(set(FIELDS) - set(COUNTED)) + ("counts",)
 
     def __init__(self):
-        self.counts = dispatch.Counts()
+        self.counts = calls.Counts()
         self.reset()
 
     def reset(self):

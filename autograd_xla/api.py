@@ -21,6 +21,7 @@ import contextlib
 import functools
 import gc
 import inspect
+import os
 import sys
 import threading
 import time
@@ -30,19 +31,26 @@ import weakref
 import numpy as np
 from autograd.tracer import box_types, getval
 
-from . import aot, autodiff, dispatch, fastpaths
-from . import backend as backend_mod
-from . import impurity, lowering, tiering, tracing, tree
+from . import aot, calls, clients, fastpaths, tiering, tree
 from .aot import COMPILED, LOWERED, TRACED, CacheStats, Entry
-from .backend import DeviceArray
+from .core import SUPPORTED_DTYPES as _SUPPORTED
+from .core import trace_state as _trace_state
 from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, ImpureFunctionError, JitError,
                      PlatformUnavailableError, PrecisionWarning, library_file, annotate)
-from .hlo import SUPPORTED_DTYPES as _SUPPORTED
+from .registry import LazyModule
 from .signatures import (Learned, PlainArgument, Static, aval_of, describe_change, distance, donated_arguments,
                          function_shape, hashable, leaf_signature, positional_names, retrace_advice, short, sig_str,
                          signature_of, static_arguments, suspicious_arguments)
 
-_trace_state = tracing.state
+#: The interpreters, the runtime, jaxlib's C++ call path, random draws' replay and derivatives
+#: of compiled calls, imported at a function's first trace or compile (or boxed call): a job
+#: whose calls all run plainly (tiered execution's first calls) never imports them.
+autodiff = LazyModule("autograd_xla.autodiff")
+backend_mod = LazyModule("autograd_xla.backend")
+dispatch = LazyModule("autograd_xla.dispatch")
+impurity = LazyModule("autograd_xla.impurity")
+lowering = LazyModule("autograd_xla.lowering")
+tracing = LazyModule("autograd_xla.tracing")
 _FLAT_SPECS = {}
 # Arguments that a thread's differentiated call (autograd running jit_call's forward pass)
 # must keep: its backward pass reads them again, so donated device arrays are not consumed.
@@ -69,7 +77,7 @@ STATIC_FLOAT_VALUES = 4
 #: refuse a call gets another program, traced for that call, up to this many in all; a call
 #: none of them takes runs as plain autograd.
 GUARDED_PROGRAMS = 4
-#: `_waiting` (dispatch.Calls) while a signature runs in the plain tier: its calls go to
+#: `_waiting` (calls.Calls) while a signature runs in the plain tier: its calls go to
 #: Python without asking C++ (a miss and _fastpath's lookup, ~15-25 µs a call, for no fast
 #: path), until a compiled call of the function sets it back.
 PLAIN_TIER = 2
@@ -88,7 +96,7 @@ def _fallback_entry(cause, impure=False):
     return entry
 
 
-class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
+class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
     """A function compiled per signature. Call it like the original; made by `jit_ps`, whose
     docstring describes the arguments.
 
@@ -108,7 +116,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         if fallback not in ("python", "error"):
             raise ValueError("fallback must be 'python' or 'error'")
         if backend is not None:
-            backend_mod.canonical_platform(backend)  # an unknown name fails now, an absent one on first call
+            clients.canonical_platform(backend)  # an unknown name fails now, an absent one on first call
         functools.update_wrapper(self, fun)
         self._fun = fun
         self._signature = signature_of(fun)
@@ -125,7 +133,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         self._platform = None  # resolved on first compile: later default changes do not move us
         self.cache_size = cache_size
         self.stats = CacheStats()
-        self._cache = dispatch.Signatures(self.stats.counts)
+        self._cache = calls.Signatures(self.stats.counts)
         self._simple = {}  # (shape, dtype) per positional array -> entry needing no per-call work
         self._simple_untraced = {}  # ... -> tiering.Untraced: a signature in the plain tier (_plain_tier_hit)
         self._lock = threading.RLock()
@@ -165,7 +173,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
             qualname = name  # a wrapper that renamed itself: autograd's grad_of_loss_wrt_argnum_0
         return f"<jit_ps {qualname or self._fun}>"
 
-    # ----- the call path: dispatch.Calls, then (outside C++'s fast paths) this -----------------
+    # ----- the call path: calls.Calls, then (outside C++'s fast paths) this -----------------
     def _call_python(self, *args, **kwargs):
         if _trace_state.traces:  # inside another trace: inline, the outer function compiles us
             return self._fun(*args, **kwargs)
@@ -371,7 +379,8 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         """(results, None), or (None, the guard that refused these leaves: entry.guards[k])."""
         args = leaves
         if entry.donated and getattr(_keeping, "on", False):  # a host copy is donated instead
-            args = [np.asarray(x) if i in entry.donated and type(x) is DeviceArray else x for i, x in enumerate(args)]
+            args = [np.asarray(x) if i in entry.donated and type(x) is backend_mod.DeviceArray else x
+                    for i, x in enumerate(args)]
         if entry.static_leaves:
             args = [x for i, x in enumerate(args) if i not in entry.static_leaves]
         if entry.draws:
@@ -735,8 +744,8 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
         or the platform is not the CPU (an accelerator's user expects the device's memory
         and speed, and plain autograd runs on the host), nor under fallback="error" (compiled
         calls or an error, asked for)."""
-        platform = self._platform or (backend_mod.canonical_platform(self.backend) if self.backend
-                                      else backend_mod.default_platform())  # without starting a client (~7 ms)
+        platform = self._platform or (clients.canonical_platform(self.backend) if self.backend
+                                      else _default_platform())  # without starting a client (~7 ms)
         return (not self.keep_on_device and self.x64 is not False and not self._donate_argnums and platform == "cpu"
                 and self.fallback != "error")
 
@@ -908,7 +917,7 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
     def _backend(self):
         if self._platform is None:
             self._platform = backend_mod.get_backend(self.backend).platform
-            if isinstance(self, dispatch.Front) and self._platform != "cpu":
+            if isinstance(self, calls.Front) and self._platform != "cpu":
                 self._ordered = 1  # an accelerator's executions wait for C++'s puts (_callpath's scan)
         return backend_mod.get_backend(self._platform)
 
@@ -1073,6 +1082,21 @@ class JittedFunction(dispatch.Calls, aot.Introspection, fastpaths.FastPaths):
 
 #: The dtypes a platform without 64-bit floating point computes in 32 bits with a warning.
 _FLOAT64 = frozenset(np.dtype(d) for d in ("float64", "complex128"))
+
+
+def _default_platform():
+    """backend.default_platform(), without importing backend where it can only be the CPU: not
+    imported yet (so not chosen by set_default_platform), none named in the environment, and
+    no accelerator's plugin installed (looked for once)."""
+    if "autograd_xla.backend" not in sys.modules and not os.environ.get(clients.PLATFORM_ENV):
+        if _ACCELERATOR_PLUGINS[0] is None:
+            _ACCELERATOR_PLUGINS[0] = any(clients.plugin_present(p) for p in ("gpu", "tpu"))
+        if not _ACCELERATOR_PLUGINS[0]:
+            return "cpu"
+    return backend_mod.default_platform()
+
+
+_ACCELERATOR_PLUGINS = [None]  # _default_platform's look: whether an accelerator's plugin is installed
 
 
 def _has_float64(graph):

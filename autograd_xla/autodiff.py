@@ -6,14 +6,11 @@ Its VJP and JVP are themselves jitted functions, built by running autograd's own
 is compiled too, and because those derivative functions are jitted functions again,
 a second derivative (`grad(grad(jit_ps(f)))`, `hessian`) goes round the same loop.
 """
-import numpy as np
 from autograd import builtins as differentiable
 from autograd.core import make_jvp, make_vjp
-from autograd.extend import VSpace, defjvp, defjvp_argnums, defvjp_argnums, primitive, vspace
-from autograd.numpy.numpy_boxes import ArrayBox
+from autograd.extend import defjvp, defjvp_argnums, defvjp_argnums, primitive
 
 from . import tree
-from .backend import DeviceArray
 
 _LEAVES = 2  # jit_call(fn, spec, *leaves): leaves start at argument 2
 
@@ -121,8 +118,3 @@ def _jvp(argnums, gs, ans, args, kwargs):
 
 defvjp_argnums(jit_call, _vjp)
 defjvp_argnums(jit_call, _jvp)
-
-
-# DeviceArrays are differentiable like the numpy arrays they hold.
-ArrayBox.register(DeviceArray)
-VSpace.register(DeviceArray, lambda x: vspace(np.asarray(x)))

@@ -17,8 +17,6 @@ rules (what is read in place, viewed, copied or widened) are kept side by side.
 import collections
 import functools
 import hashlib
-import importlib
-import importlib.util
 import logging
 import math
 import os
@@ -28,9 +26,11 @@ import time
 import weakref
 
 import numpy as np
+from autograd.extend import VSpace, vspace
+from autograd.numpy.numpy_boxes import ArrayBox
 
 from . import blas, clients, hlo, persistent_cache
-from .clients import xc
+from .clients import PLATFORM_ALIASES, canonical_platform, xc  # noqa: F401 (backend's names)
 from .core import Aval
 from .errors import CompileError, PlatformUnavailableError, ProcessLostError
 
@@ -916,6 +916,10 @@ for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__
               "__pos__", "__abs__", "__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__", "__mod__", "__rmod__"):
     setattr(DeviceArray, _name, _host_operator(_name))
 DeviceArray.__hash__ = object.__hash__
+# DeviceArrays are differentiable like the numpy arrays they hold (device_put makes them
+# without any compile, so not where the derivatives of compiled calls are: autodiff.py).
+ArrayBox.register(DeviceArray)
+VSpace.register(DeviceArray, lambda x: vspace(np.asarray(x)))
 
 
 # ----- platforms -----------------------------------------------------------------------------
@@ -924,8 +928,6 @@ _unavailable = {}  # platform -> PlatformUnavailableError raised when it was fir
 _backends_lock = threading.RLock()
 _default_platform = None
 
-#: Platform names users may write, and the name we use for each.
-PLATFORM_ALIASES = {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "tpu": "tpu"}
 #: Platforms tried, in order, when nothing is requested.
 PREFERENCE = ("gpu", "tpu", "cpu")
 #: Platforms whose XLA computes 64-bit floating point in hardware. A TPU's is emulated (XLA:TPU
@@ -1001,13 +1003,6 @@ def set_cpu_client_options(device_count=None, **options):
 _FACTORIES = {"cpu": _make_cpu, "gpu": _make_gpu, "tpu": lambda: Backend("tpu", clients.tpu_client())}
 
 
-def canonical_platform(name):
-    try:
-        return PLATFORM_ALIASES[name.lower()]
-    except (KeyError, AttributeError):
-        raise ValueError(f"unknown platform {name!r}; choose one of 'cpu', 'gpu', 'tpu'") from None
-
-
 def get_backend(platform=None):
     """The backend of `platform` ('cpu', 'gpu', 'tpu'; None: the default platform)."""
     platform = canonical_platform(platform) if platform else default_platform()
@@ -1040,22 +1035,13 @@ def default_platform():
     global _default_platform
     if _default_platform is not None:
         return _default_platform
-    requested = os.environ.get("AUTOGRAD_XLA_PLATFORM")
+    requested = os.environ.get(clients.PLATFORM_ENV)
     if requested:
         return canonical_platform(requested)
     with _backends_lock:
         if _default_platform is None:
-            _default_platform = next(p for p in PREFERENCE if p == "cpu" or _plugin_present(p) and is_available(p))
+            _default_platform = next(p for p in PREFERENCE if p == "cpu" or clients.plugin_present(p) and is_available(p))
     return _default_platform
-
-
-def _plugin_present(platform):
-    """Cheap check before trying to start an accelerator client."""
-    if platform == "gpu":
-        return clients.cuda_plugin()[0] is not None
-    if platform == "tpu":
-        return "TPU_LIBRARY_PATH" in os.environ or importlib.util.find_spec("libtpu") is not None
-    return True
 
 
 def set_default_platform(platform):
@@ -1076,7 +1062,7 @@ def devices(platform=None):
         return list(get_backend(platform).devices)
     found = []
     for p in PREFERENCE:
-        if _plugin_present(p) and is_available(p):
+        if clients.plugin_present(p) and is_available(p):
             found.extend(get_backend(p).devices)
     return found
 

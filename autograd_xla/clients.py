@@ -68,6 +68,28 @@ def _unavailable_error(platform, reason, installed=False):
         "(jit_ps(f, backend='cpu') or AUTOGRAD_XLA_PLATFORM=cpu).")
 
 
+#: Platform names users may write, and the name we use for each.
+PLATFORM_ALIASES = {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "tpu": "tpu"}
+#: What names the default platform (backend.default_platform) before anything else does.
+PLATFORM_ENV = "AUTOGRAD_XLA_PLATFORM"
+
+
+def canonical_platform(name):
+    try:
+        return PLATFORM_ALIASES[name.lower()]
+    except (KeyError, AttributeError):
+        raise ValueError(f"unknown platform {name!r}; choose one of 'cpu', 'gpu', 'tpu'") from None
+
+
+def plugin_present(platform):
+    """Cheap check before trying to start an accelerator client."""
+    if platform == "gpu":
+        return cuda_plugin()[0] is not None
+    if platform == "tpu":
+        return "TPU_LIBRARY_PATH" in os.environ or importlib.util.find_spec("libtpu") is not None
+    return True
+
+
 def cuda_plugin():
     """(path of the CUDA PJRT plugin library, its package name) or (None, None)."""
     for flavor in ("xla_cuda13", "xla_cuda12"):

@@ -8,7 +8,7 @@ executable; what is left is turning the results into numpy arrays, or DeviceArra
 function's, keep_on_device). On every platform: off the CPU the Python path cost 30-65 µs a
 call more than jax.jit's C++ (a TPU v5e, benchmarks/tpu.py's launch row); there C++ is given
 numpy arguments only where the call waits for its results (`takes_arguments`).
-Where _callpath.c is built, a jitted function is a _callpath.Front (its base, `Calls`): the
+Where _callpath.c is built, a jitted function is a _callpath.Front (its base, calls.Calls): the
 call enters C, which copies numpy arguments of a staged signature (`_stage`) into device
 buffers kept for it and passes those, so C++ makes no buffer a call, and finishes the
 results in C (`_finisher`). Measured on a 3-element float64 array, numpy in and out, `x +
@@ -56,7 +56,6 @@ What it takes, probed with jaxlib 0.10.2:
 import collections
 import functools
 import operator
-import os
 import sys
 import weakref
 
@@ -64,57 +63,11 @@ import numpy as np
 
 from . import backend as backend_mod
 from . import memory
-from . import lowering, tracing, tree
+from . import lowering, tree
 from .clients import jaxlib_ext as _jax
 from .clients import xc
+from .calls import MAX_DEPTH, NATIVE_ENV, Calls, Front, _jax_x64, native  # noqa: F401 (also dispatch's names)
 from .core import PY_SCALARS
-
-try:
-    from . import _callpath as native  # the per-call work in C (_callpath.c); absent where setup.py had no compiler
-except ImportError:
-    native = None
-
-#: Set to "0" (before the package is imported) to run a fast call's work in Python: no
-#: staging, the results finished by `_finisher`'s Python function.
-NATIVE_ENV = "AUTOGRAD_XLA_NATIVE_CALLS"
-
-
-class _Counts:
-    """_callpath.Counts in Python, where it is not built."""
-
-    __slots__ = ("hits", "host_to_device", "device_to_host")
-
-    def __init__(self):
-        self.hits = self.host_to_device = self.device_to_host = 0
-
-    def reordered(self):
-        pass
-
-
-#: A jitted function's counts of calls and of the arrays they moved (aot.CacheStats' `hits`,
-#: `host_to_device` and `device_to_host`), kept in C where fast hits count them.
-Counts = native.Counts if native is not None else _Counts
-
-
-class Signatures(collections.OrderedDict):
-    """A jitted function's signature cache, least recently used first. A fast hit moves its
-    key to the end unless it is the one that did so last (_callpath.Counts); moves and
-    insertions here tell `counts` that the order changed."""
-
-    __slots__ = ("counts",)
-
-    def __init__(self, counts):
-        super().__init__()
-        self.counts = counts
-
-    def move_to_end(self, key, last=True):
-        super().move_to_end(key, last)
-        self.counts.reordered()
-
-    def __setitem__(self, key, value):
-        super().__setitem__(key, value)
-        self.counts.reordered()
-
 
 #: What C++ reads of a signature's fast path (jax's pxla.MeshExecutableFastpathData's fields).
 FastpathData = collections.namedtuple("FastpathData", [
@@ -129,13 +82,6 @@ def available():
     if "ok" not in _state:
         _state["ok"] = _setup()
     return _state["ok"]
-
-
-def _jax_x64():
-    """jax's x64 state, a jaxlib Config, once jax's config module is imported (its C++ states
-    are then in effect: _jax_states), else None. Each call into C++ sets it on in its thread
-    for the call (swap_local), so that C++ keys and puts each dtype as its own, as with ours."""
-    return getattr(sys.modules.get("jax._src.config"), "enable_x64", None)
 
 
 def _jax_states():
@@ -216,51 +162,6 @@ def function_for(jf):
     return function(getattr(jf._fun, "__name__", "jit_fn"), python, miss, jf)
 
 
-class _Calls:
-    """What a jitted function's call runs, in Python (JittedFunction's base where the Front
-    is not in use): C++ (`_fast`, function_for's PjitFunction, unless None) or, always while
-    tracing, `_call_python`; also for a numpy array whose bytes are not in the machine's order,
-    which C++ would read as if they were (its signatures and puts ignore byte order), and while
-    `_waiting` (no fast path to be had yet: a miss costs C++'s lookup and its call back)."""
-
-    _waiting = 0
-
-    def __call__(self, *args, **kwargs):
-        if self._fast is None or self._waiting or tracing.state.traces or _foreign(args):
-            return self._call_python(*args, **kwargs)
-        x64 = _jax_x64()
-        if x64 is None:
-            return self._fast(*args, **kwargs)
-        previous = x64.swap_local(True)  # (as _callpath's x64_on)
-        try:
-            return self._fast(*args, **kwargs)
-        finally:
-            x64.swap_local(previous)
-
-
-#: How deep in tuples and lists the arrays of a call C++ takes may be (_callpath.c's MAX_DEPTH):
-#: deeper ones are not looked at, and their calls go to Python.
-MAX_DEPTH = 32
-
-
-def _foreign(args, depth=0):
-    """Whether a numpy array among `args`, or in their tuples and lists (C++ flattens those
-    and puts their arrays), has its bytes in the other order, or is a subclass (traced as its
-    class, tracing.Kind), or they nest deeper than MAX_DEPTH (as _callpath's walk)."""
-    for a in args:
-        if type(a) is tuple or type(a) is list:
-            if depth == MAX_DEPTH or _foreign(a, depth + 1):
-                return True
-        elif isinstance(a, np.ndarray) and (not a.dtype.isnative or type(a) is not np.ndarray):
-            return True
-    return False
-
-
-if native is not None and os.environ.get(NATIVE_ENV, "1") != "0":
-    Calls = Front = native.Front  # the same, in C; and the staging
-    native.set_trace_state(tracing.state)
-else:
-    Calls, Front = _Calls, ()
 #: What each argument of a fast path's executable stays below: the Front stages one that
 #: PJRT would copy apart (see above); without it C++ is given numpy arrays as they are.
 ARGUMENT_BYTES = lowering.LARGE_ARRAY_BYTES if Calls is Front else backend_mod.IN_PLACE_MIN_BYTES

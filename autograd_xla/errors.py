@@ -3,6 +3,7 @@
 Every error raised while tracing names the primitive involved and points at the first
 stack frame outside autograd, numpy, scipy and this package: the line the user wrote.
 """
+import functools
 import importlib.util
 import linecache
 import os
@@ -14,12 +15,6 @@ import autograd.core
 import numpy
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-# scipy's directory found without importing it (`import scipy`, with subprocess and shutil, took
-# 13-30 ms of the package's import)
-_LIBRARY_DIRS = tuple(
-    os.path.dirname(os.path.abspath(origin)) + os.sep
-    for origin in (autograd.__file__, numpy.__file__, importlib.util.find_spec("scipy").origin)
-) + (_PACKAGE_DIR + os.sep,)
 _STDLIB_FILES = ("contextlib.py", "functools.py", "threading.py")
 
 
@@ -40,11 +35,24 @@ class SourceInfo:
 _is_library = {}
 
 
+@functools.lru_cache(maxsize=None)
+def _library_dirs():
+    """The directories of autograd, numpy, scipy and this package. scipy's is found without
+    importing it (`import scipy`, with subprocess and shutil, took 13-30 ms of the package's
+    import), and only at the first question: where scipy is not imported yet, find_spec's
+    look through sys.path took 3-4 ms of `import autograd_xla` (pymanopt's process)."""
+    return tuple(
+        os.path.dirname(os.path.abspath(origin)) + os.sep
+        for origin in (autograd.__file__, numpy.__file__, importlib.util.find_spec("scipy").origin)
+    ) + (_PACKAGE_DIR + os.sep,)
+
+
 def library_file(filename):
     hit = _is_library.get(filename)
     if hit is None:
         path = os.path.abspath(filename)
-        hit = path.startswith(_LIBRARY_DIRS) or os.path.basename(path) in _STDLIB_FILES or filename.startswith("<frozen")
+        hit = (path.startswith(_library_dirs()) or os.path.basename(path) in _STDLIB_FILES
+               or filename.startswith("<frozen"))
         _is_library[filename] = hit
     return hit
 

@@ -17,12 +17,17 @@ import weakref
 
 import numpy as np
 
-from . import dispatch, tiering, tree
+from . import tiering, tree
 from .aot import COMPILED
-from .backend import DeviceArray, Executable
+from .core import SUPPORTED_DTYPES as _SUPPORTED
 from .errors import CompileError
-from .hlo import SUPPORTED_DTYPES as _SUPPORTED
-from .signatures import PY_SCALARS, PlainArgument
+from .registry import LazyModule
+from .signatures import PY_SCALARS, PlainArgument, is_device_array
+
+#: The runtime and jaxlib's C++ call path, imported at a function's first fast path or
+#: compile: a job whose calls all run plainly never asks for one.
+backend = LazyModule("autograd_xla.backend")
+dispatch = LazyModule("autograd_xla.dispatch")
 
 #: A function whose calls C++ has handed back this many times for good (keyword, bool or dict
 #: arguments, large arrays), none ever taken, keeps to the Python path: C++'s
@@ -37,7 +42,7 @@ def takes_leaf(x):
     as it is: a DeviceArray's buffer (which of them it may be given: dispatch.takes_arguments).
     A bool, static here, is one of C++'s other signatures."""
     t = type(x)
-    return (t is np.ndarray or t is DeviceArray) and x.dtype in _SUPPORTED or t in PY_SCALARS
+    return (t is np.ndarray or is_device_array(t)) and x.dtype in _SUPPORTED or t in PY_SCALARS
 
 
 def _ladder_due(owner, key):
@@ -103,7 +108,7 @@ class FastPaths:
         fast = hit[0].fastpath if hit is not None else False
         if fast and not self._takes(hit[0], leaves):
             fast = False  # (this call's C++ signature only: another's arguments may be taken)
-        elif fast and any(type(x) is DeviceArray for x in leaves):
+        elif fast and any(type(x) is backend.DeviceArray for x in leaves):
             fast = self._moving(hit, leaves)
             if fast is None:
                 return None  # not counted
@@ -119,7 +124,7 @@ class FastPaths:
         executable = entry.executable
         if dispatch.needs_python(executable):
             executable = entry.direct  # (_direct's program, made before the fast path was given)
-        return (isinstance(executable, Executable) and dispatch.puts_as_taken(executable, leaves)
+        return (isinstance(executable, backend.Executable) and dispatch.puts_as_taken(executable, leaves)
                 and dispatch.takes_arguments(entry.executable, leaves, self.keep_on_device))
 
     def _moving(self, hit, leaves):
@@ -133,7 +138,7 @@ class FastPaths:
         executable = self._direct(entry, leaves)
         if executable is None:
             return None
-        moved = sum(type(leaves[i]) is not DeviceArray for i in executable.sources)
+        moved = sum(type(leaves[i]) is not backend.DeviceArray for i in executable.sources)
         if moved == len(executable.sources):
             return entry.fastpath
         own, made = entry.on_device

@@ -13,60 +13,22 @@ import contextlib
 import functools
 import itertools
 import math
-import sys
 import threading
 
 import numpy as np
 
-from .core import Aval
+from .core import ELEMENT_TYPES, SUPPORTED_DTYPES, Aval, supported  # noqa: F401 (hlo's names; in core for signatures)
 from .errors import ConcreteValueRequired, UnsupportedDtypeError
-
-_ELEMENT_TYPES = {
-    np.dtype(np.bool_): "i1",
-    np.dtype(np.int8): "i8",
-    np.dtype(np.int16): "i16",
-    np.dtype(np.int32): "i32",
-    np.dtype(np.int64): "i64",
-    np.dtype(np.uint8): "ui8",
-    np.dtype(np.uint16): "ui16",
-    np.dtype(np.uint32): "ui32",
-    np.dtype(np.uint64): "ui64",
-    np.dtype(np.float16): "f16",
-    np.dtype(np.float32): "f32",
-    np.dtype(np.float64): "f64",
-    np.dtype(np.complex64): "complex<f32>",
-    np.dtype(np.complex128): "complex<f64>",
-}
-#: The dtypes XLA has a type for (`supported` says it of the others: ml_dtypes' join at their first sight).
-SUPPORTED_DTYPES = set(_ELEMENT_TYPES)
-_ML_DTYPES = {"bfloat16": "bf16"}  # ml_dtypes' types XLA has, by name
-
-
-def supported(dtype):
-    """Whether XLA has a type for numpy's `dtype`. ml_dtypes' (bfloat16) join the tables at their
-    first sight: an array of one exists only once ml_dtypes is imported, and importing it with
-    this module cost every process 0.55-0.85 s (its extension: python -X importtime)."""
-    if dtype in SUPPORTED_DTYPES:
-        return True
-    ml_dtypes = sys.modules.get("ml_dtypes")
-    if ml_dtypes is None:
-        return False
-    for name, element in _ML_DTYPES.items():
-        d = np.dtype(getattr(ml_dtypes, name))
-        _ELEMENT_TYPES[d] = element
-        SUPPORTED_DTYPES.add(d)
-    return dtype in SUPPORTED_DTYPES
-
 
 def element_type(dtype):
     try:
-        return _ELEMENT_TYPES[dtype]
+        return ELEMENT_TYPES[dtype]
     except (KeyError, TypeError):
         pass
     dtype = np.dtype(dtype)
     if not supported(dtype):
         raise UnsupportedDtypeError(f"dtype {dtype} has no XLA equivalent", dtype)
-    return _ELEMENT_TYPES[dtype]
+    return ELEMENT_TYPES[dtype]
 
 
 #: 64-bit types computed in 32 bits under jit_ps(..., x64=False) (and on TPU).

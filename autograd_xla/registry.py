@@ -209,13 +209,17 @@ class LazyModule:
     calls a slow-to-import module's functions only once a program uses that module (the
     rules registered with when_imported), so that importing the code does not import it."""
 
-    __slots__ = ("_name",)
+    __slots__ = ("_name", "_module")
 
     def __init__(self, name):
         self._name = name
+        self._module = None
 
     def __getattr__(self, attr):
-        return getattr(importlib.import_module(self._name), attr)
+        module = self._module
+        if module is None:
+            module = self._module = importlib.import_module(self._name)
+        return getattr(module, attr)
 
     def __repr__(self):
         return f"<module {self._name!r}, imported on first use>"

@@ -20,11 +20,9 @@ from autograd.extend import VSpace
 from autograd.wrap_util import unary_to_nary
 
 from . import tree
-from .backend import DeviceArray
-from .core import PY_SCALARS, Aval
+from .core import PY_SCALARS, Aval, supported
+from .core import SUPPORTED_DTYPES as _SUPPORTED
 from .errors import ArgumentError
-from .hlo import SUPPORTED_DTYPES as _SUPPORTED
-from .hlo import supported
 
 # The code object of the function autograd's differential operators return (grad(f) is an
 # `nary_f(*args, **kwargs)` closure over `fun`, the same code for every operator and function)
@@ -55,6 +53,13 @@ def _native(dtype):
     return None
 
 
+def is_device_array(t):
+    """Whether type `t` is backend.DeviceArray, without importing backend: none exists before it
+    is imported (a job whose calls all run plainly never does)."""
+    backend = sys.modules.get("autograd_xla.backend")
+    return backend is not None and t is backend.DeviceArray
+
+
 def leaf_signature(x):
     """What the cache key holds of one argument leaf: (shape, dtype) for an array, the type for
     a Python number (traced weakly typed), else the leaf itself as a `Static` value."""
@@ -68,7 +73,7 @@ def leaf_signature(x):
         if t is int and not -2**63 <= x < 2**63:
             raise PlainArgument(f"the Python int {x} does not fit in int64")
         return t
-    if t is DeviceArray:
+    if is_device_array(t):
         return (x.shape, x.dtype)
     if isinstance(x, (np.generic, np.ndarray)):
         if _rejected(x):

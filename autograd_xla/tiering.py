@@ -32,7 +32,6 @@ import atexit
 import collections
 import contextlib
 import functools
-import logging
 import math
 import os
 import threading
@@ -486,7 +485,16 @@ PLAIN_MARGIN_SECONDS = 10e-6
 #: The step of a ladder that tries plain autograd (api.JittedFunction's PlainStep).
 PLAIN = "plain autograd"
 
-log = logging.getLogger(__name__)
+class _Log:
+    """This module's logger, made at its first message: a job that logs nothing does not
+    import logging (2.7 ms with traceback and string, where nothing else has)."""
+
+    def __getattr__(self, name):
+        import logging
+        return getattr(logging.getLogger(__name__), name)
+
+
+log = _Log()
 
 
 class Ladder:

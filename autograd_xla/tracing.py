@@ -48,19 +48,13 @@ from autograd.tracer import Box, box_types, getval, trace_primitives_map
 from . import hlo, registry, tree
 from .context import LoweringContext, ModuleState
 from .core import (Aval, DynamicSlice, Eqn, Graph, UfuncMethod, Var, dynamic_getitem, dynamic_update, index_axes,
-                   map_structure, map_vars, prim_name, setitem)
+                   map_structure, map_vars, prim_name, setitem, trace_state)
 from .errors import (ConcreteValueRequired, ConcretizationError, ForwardVJP, SubclassError, TracerLeakError,
                      UnsupportedDtypeError, UnsupportedPrimitiveError,
                      annotate, library_file, primitive_stack, user_frame)
 
 
-class _State(threading.local):
-    def __init__(self):
-        self.traces = []
-        self.axes = {}  # named axes bound by the pmaps and vmaps being traced: name -> size
-
-
-state = _State()  # the traces active in this thread, innermost last
+state = trace_state  # the traces active in this thread, innermost last
 
 
 def current_trace():

@@ -27,6 +27,15 @@ def modules():
     return found
 
 
+def lazy_module(node):
+    """The module named by `LazyModule("name")` (registry.LazyModule: imported at its first
+    attribute), which is an import like any other; else None."""
+    if (isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "LazyModule"
+            and node.args and isinstance(node.args[0], ast.Constant)):
+        return node.args[0].value
+    return None
+
+
 def imported(module, path, known):
     """The package modules `module` imports anywhere in its source. `from . import x`
     imports the submodule x when there is one, else a name of the package itself."""
@@ -35,7 +44,9 @@ def imported(module, path, known):
     if path.suffix == ".c":
         return set()  # C imports no module of ours
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
+        if lazy_module(node) in known:
+            out.add(lazy_module(node))
+        elif isinstance(node, ast.Import):
             out.update(a.name for a in node.names if a.name in known)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
@@ -65,7 +76,7 @@ FLOORS = [
     ("what a translation rule's ctx offers", ["context"]),
     ("translation rules", ["rules"]),
     ("interpreters: tracing, lowering, batching, partial evaluation; the runtime, its C++ dispatch, its processes",
-     ["tracing", "lowering", "batching", "partial_eval", "backend", "replicated", "dispatch", "_callpath",
+     ["tracing", "lowering", "batching", "partial_eval", "backend", "replicated", "dispatch", "calls", "_callpath",
       "persistent_cache", "distributed", "placement"]),
     ("structured control flow", ["control_flow"]),
     ("loop rolling: a trace's repeated runs of equations as scans", ["rolling"]),
@@ -149,9 +160,10 @@ def test_function_local_imports_count(tmp_path):
     (pkg / "__init__.py").write_text("")
     (pkg / "a.py").write_text("from . import b\n")
     (pkg / "b.py").write_text("def f():\n    from .a import g\n    return g\n")
-    known = {"pkg": pkg / "__init__.py", "pkg.a": pkg / "a.py", "pkg.b": pkg / "b.py"}
+    (pkg / "c.py").write_text("from .registry import LazyModule\nb = LazyModule('pkg.b')\n")
+    known = {"pkg": pkg / "__init__.py", "pkg.a": pkg / "a.py", "pkg.b": pkg / "b.py", "pkg.c": pkg / "c.py"}
     graph = {m: imported(m, p, known) for m, p in known.items()}
-    assert graph == {"pkg": set(), "pkg.a": {"pkg.b"}, "pkg.b": {"pkg.a"}}
+    assert graph == {"pkg": set(), "pkg.a": {"pkg.b"}, "pkg.b": {"pkg.a"}, "pkg.c": {"pkg.b"}}
     assert cycles(graph) == [["pkg.a", "pkg.b"]]
 
 

@@ -114,17 +114,27 @@ def test_plain_tiered_calls_import_no_jaxlib_and_a_compile_does():
     assert out.splitlines() == ["4 0 []", "1 ['jaxlib', 'ml_dtypes']"]
 
 
-#: The package's modules a trace needs and a plain call does not (registry.load_builtin), and
-#: the libraries only they import
+#: The package's modules a trace needs and a plain call does not (registry.load_builtin; the
+#: interpreters, the runtime, jaxlib's C++ call path and random draws' replay: api's
+#: LazyModules), and the libraries only they import
 AT_FIRST_TRACE = ("autograd_xla.rules", "autograd_xla.compositions", "autograd_xla.control_flow",
                   "autograd_xla.rolling", "autograd_xla.batched", "autograd_xla.collectives", "autograd_xla.parallel",
-                  "autograd_xla.transforms", "scipy", "numpy.ma")
+                  "autograd_xla.transforms", "autograd_xla.tracing", "autograd_xla.context", "autograd_xla.lowering",
+                  "autograd_xla.dispatch", "autograd_xla.impurity", "autograd_xla.backend",
+                  "autograd_xla.blas", "autograd_xla.persistent_cache", "autograd_xla.hlo", "scipy", "numpy.ma")
+
+#: ... and those that neither a plain call nor a compile on one device without autograd's
+#: boxes imports: the derivatives of compiled calls, several processes, device placement; and
+#: logging, imported at the first compile report or tiering's first message
+NOT_AT_ALL = ("autograd_xla.autodiff", "autograd_xla.distributed", "autograd_xla.placement", "logging")
 
 
 def test_plain_tiered_calls_import_no_rules_and_a_trace_does():
     """Tiered calls that stay plain (tiering's default, turned off by conftest for the suite:
-    not in this process) import none of the translation rules, compositions, control flow or
-    loop rolling; the first trace imports them, and its program computes as plain autograd."""
+    not in this process) import none of the translation rules, compositions, control flow,
+    loop rolling, interpreters or C++ call path, nor the modules of several processes and
+    device placement; the first trace imports them, and its program computes as plain
+    autograd."""
     env = {k: v for k, v in os.environ.items() if k != "AUTOGRAD_XLA_TIERED"}
     out = run(f"""
         import sys
@@ -136,7 +146,7 @@ def test_plain_tiered_calls_import_no_rules_and_a_trace_does():
         f = jit_ps(grad(loss))
         for _ in range(4):
             assert np.array_equal(f(w), grad(loss)(w))
-        print(f.cache_info()["plain_tier_calls"], [m for m in {AT_FIRST_TRACE!r} if m in sys.modules])
+        print(f.cache_info()["plain_tier_calls"], [m for m in {AT_FIRST_TRACE!r} + {NOT_AT_ALL!r} if m in sys.modules])
         g = jit_ps(grad(loss), tiered=False, fallback="error")
         assert np.allclose(g(w), grad(loss)(w), rtol=1e-12, atol=0)
         print(g.cache_info()["compiles"], all(m in sys.modules for m in {AT_FIRST_TRACE[:-2]!r}))
@@ -196,6 +206,28 @@ def test_public_names_import_their_modules_at_first_use():
         print(names, autograd_xla.rolling.__name__, "while_loop" in dir(autograd_xla), vmap is autograd_xla.vmap)
         """)
     assert out == "[] autograd_xla.rolling True True"
+
+
+def test_a_boxed_plain_tier_call_and_device_put_arrays_differentiate():
+    """grad of a tiered function (its call on autograd boxes runs plainly, the derivatives of
+    compiled calls not imported) is plain autograd's; a DeviceArray (placement, no compile)
+    is differentiable as the array it holds."""
+    env = {k: v for k, v in os.environ.items() if k != "AUTOGRAD_XLA_TIERED"}
+    out = run("""
+        import sys
+        import numpy as onp
+        import autograd.numpy as np
+        from autograd import grad
+        from autograd_xla import device_put, jit_ps
+        loss = lambda w: np.sum(np.tanh(w) ** 2 + w ** 3)
+        w = onp.linspace(-1.0, 1.0, 5)
+        f = jit_ps(loss)
+        assert onp.array_equal(grad(f)(w), grad(loss)(w))
+        print("autograd_xla.autodiff" in sys.modules, f.cache_info()["plain_tier_calls"])
+        assert onp.array_equal(grad(loss)(device_put(w)), grad(loss)(w))
+        print("ok")
+        """, env)
+    assert out.splitlines() == ["False 1", "ok"]
 
 
 def test_bfloat16_from_ml_dtypes_imported_afterwards_compiles():
