@@ -60,9 +60,10 @@ class Signatures(collections.OrderedDict):
 
 
 def _jax_x64():
-    """jax's x64 state, a jaxlib Config, once jax's config module is imported (its C++ states
-    are then in effect: dispatch._jax_states), else None. Each call into C++ sets it on in its thread
-    for the call (swap_local), so that C++ keys and puts each dtype as its own, as with ours."""
+    """jax's x64 state, a jaxlib Config, once jax's config module is imported (its C++
+    states are then in effect: dispatch._jax_states), else None. Each call into C++ sets it
+    on in its thread for the call (swap_local), so that C++ keys and puts each dtype as its
+    own, as with ours."""
     return getattr(sys.modules.get("jax._src.config"), "enable_x64", None)
 
 
