@@ -22,7 +22,7 @@ What it takes, probed with jaxlib 0.10.2:
   (`_setup`). With jax imported its own are in effect, x64 off by default, under which C++
   keys and puts 64-bit numpy arrays and Python numbers in 32 bits: a float64 call would find
   a float32 signature's fast path. So each call into C++ sets jax's x64 state on in its
-  thread for the call (`_jax_x64`; its value is part of C++'s signature): `x + 1.0` on 3
+  thread for the call (`calls._jax_x64`; its value is part of C++'s signature): `x + 1.0` on 3
   float64, numpy in and out, 5.9-6.0 µs a call with jax imported (5.2-5.3 without; 16.7 on
   the Python path, where such calls went before).
   jax gets imported also where the user never does: a result's host copy (backend.host_copy,
@@ -366,7 +366,7 @@ def puts_as_taken(executable, leaves):
     """Whether C++ puts these leaves of a call (numpy arrays, Python numbers, DeviceArrays) as
     `executable`'s parameters: those at its `sources`, in its `in_avals`' shapes and dtypes
     (a DeviceArray's buffer is passed as it is), the x64 state being on for its calls
-    (`_jax_x64`)."""
+    (`calls._jax_x64`)."""
     for i, param in zip(executable.sources, executable.in_avals):
         x = leaves[i]
         t = type(x)
