@@ -69,6 +69,9 @@ from .clients import xc
 from .calls import MAX_DEPTH, NATIVE_ENV, Calls, Front, _jax_x64, native  # noqa: F401 (also dispatch's names)
 from .core import PY_SCALARS
 
+if Calls is Front:
+    native.set_device_array(backend_mod.DeviceArray)  # kept results made in C (_callpath's `kept`)
+
 #: What C++ reads of a signature's fast path (jax's pxla.MeshExecutableFastpathData's fields).
 FastpathData = collections.namedtuple("FastpathData", [
     "xla_executable", "out_pytree_def", "in_shardings", "out_shardings", "out_avals", "out_committed",
@@ -403,17 +406,18 @@ def _finisher(executable, out_tree, stats, cache_ref, key, keep=False, moved=Non
     numpy arrays (`keep`: DeviceArrays) in the function's output structure. In C where
     _callpath is built (its Finish, with the converters' views made there), else in one
     Python frame (each more costs ~0.1 µs of a ~6 µs call)."""
-    converters = executable.keepers() if keep else executable.converters
     n_in = len(executable.in_avals) if moved is None else moved  # what a call counts as moved each way
     n_out = 0 if keep else len(executable.out_avals)
     leaf = out_tree is tree.LEAF
-    if Calls is Front:
-        platform = executable.backend.platform
-        results = tuple((a.shape, np.dtype(a.dtype), a.size * a.dtype.itemsize, a.shape == ())
-                        if backend_mod.viewable(a, platform) and h is None and not keep else convert
-                        for a, h, convert in zip(executable.out_avals, executable.host_dtypes, converters))
+    if Calls is Front:  # per result (_callpath's convert): kept, (aval, backend, host_dtype), made a
+        backend = executable.backend  # DeviceArray; a view, (shape, dtype, nbytes, scalar); else its converter
+        results = tuple((a, backend, h) if keep
+                        else (a.shape, np.dtype(a.dtype), a.size * a.dtype.itemsize, a.shape == ())
+                        if backend_mod.viewable(a, backend.platform) and h is None else convert
+                        for a, h, convert in zip(executable.out_avals, executable.host_dtypes, executable.converters))
         return native.Finish(stats.counts, cache_ref, key, results, None if leaf else _unflattener(out_tree),
                              n_in, n_out)
+    converters = executable.keepers() if keep else executable.converters
     unflatten = None if leaf else _unflattener(out_tree)
 
     def finish(outs):

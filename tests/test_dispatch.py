@@ -242,6 +242,30 @@ def test_device_arrays_go_through_cpp_as_their_buffers():
     assert len(calls) == 1
 
 
+def test_kept_results_of_cpp_calls_are_whole_device_arrays():
+    """A fast call's kept results are made in C (_callpath's `kept`, where it is built): each a
+    DeviceArray with the four slots its __init__ sets, weak-referenceable, freed with its last
+    reference and holding no extra one to its buffer."""
+    jf = jit_ps(lambda x: (x * 2.0, [x + 1.0]), keep_on_device=True)
+    calls = counting(jf)
+    x = jit_ps(lambda a: a * 1.0, keep_on_device=True)(rs.randn(3))
+    for _ in range(4):
+        out = jf(x)
+    assert len(calls) == 1 and jf._fast_calls[0] == 0  # (DeviceArrays are not staged)
+    a, (b,) = out
+    model = DeviceArray(a.buffer, a.aval, a.backend, a.host_dtype)
+    for d in (a, b):
+        assert type(d) is DeviceArray and d.aval == x.aval and d.backend is x.backend and d.host_dtype is None
+        assert [getattr(d, n) for n in ("aval", "backend", "host_dtype")] == [getattr(model, n) for n in
+                                                                             ("aval", "backend", "host_dtype")]
+    assert_close(onp.asarray(a), onp.asarray(x) * 2.0)
+    assert_close(onp.asarray(b), onp.asarray(x) + 1.0)
+    buffer, alive = a.buffer, weakref.ref(a)
+    held = sys.getrefcount(buffer)
+    del a, out, model
+    assert alive() is None and sys.getrefcount(buffer) == held - 2  # (a's slot and model's)
+
+
 def test_a_donated_device_array_passed_again_raises_the_python_path_s_error():
     """C++ signs a deleted buffer like a live one and its execution raises a ValueError: a
     deleted DeviceArray's call goes to the Python path instead, whose RuntimeError it raises."""
