@@ -338,9 +338,10 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
                 untraced = self._untraced.plain(key)
                 if untraced is not None:
                     return untraced  # tiered: plain calls until they have cost a compile
-            if entry is not None and count:
-                self.stats.hits += 1  # found traced (by graph() or lower()): the trace is reused
-            return self._compile(key, spec, leaves, stage)
+            found = self._compile(key, spec, leaves, stage)
+            if found is entry and count and entry.stage >= stage:
+                self.stats.hits += 1  # found traced (by graph() or lower()): the trace reused, compiled here
+            return found  # (else its call runs plainly meanwhile and counts there: another thread compiles it)
         if count:
             self.stats.hits += 1
         try:
