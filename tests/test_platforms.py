@@ -3,6 +3,9 @@ programs in float32 and hands results back in numpy's dtypes, with one Precision
 function; x64=False returns float32, x64=True computes in float64. Simulated on the CPU by
 taking it out of FLOAT64_PLATFORMS. And results leave the device in one copy: the host's array
 is the transfer's own, never one a later copy shares."""
+import os
+import subprocess
+import sys
 import warnings
 
 import autograd.numpy as np
@@ -14,6 +17,7 @@ from autograd import grad
 import autograd_xla
 from autograd_xla import DeviceArray, PrecisionWarning, jit_ps
 from autograd_xla import backend as backend_mod
+from helpers import NARROW, ROOT
 
 X = onp.linspace(-2.0, 2.0, 7)
 
@@ -76,6 +80,18 @@ def test_vmap_of_a_switch_on_a_batched_int64_index(narrow_cpu):
         warnings.simplefilter("error", autograd_xla.FallbackWarning)
         got = jit_ps(autograd_xla.vmap(f), backend="cpu")(x, i)
     onp.testing.assert_allclose(got, onp.stack([branches[k](x[n]) for n, k in enumerate(i)]), rtol=1e-6)
+
+
+@pytest.mark.skipif(NARROW, reason="this run computes float64 in 32 bits already")
+def test_the_products_and_vmap_files_pass_under_the_tpus_floating_point_rule():
+    """tests/test_numpy_contractions.py and test_vmap.py again, in a process where the CPU
+    computes float64 in 32 bits (AUTOGRAD_XLA_TESTS_32BIT=1, a TPU's rule): the chip's run of
+    the suite found float64 handles of float32 values losing what they stand for there
+    (the two tests above), which CI, without a TPU, sees this way."""
+    env = dict(os.environ, AUTOGRAD_XLA_TESTS_32BIT="1", PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests")]))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_numpy_contractions.py",
+                        "tests/test_vmap.py"], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    assert r.returncode == 0 and " passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
 
 
 def test_x64_false_returns_float32_and_x64_true_float64_without_a_warning(narrow_cpu):
