@@ -182,7 +182,8 @@ static PyObject *address(PyObject *module, PyObject *out) {
 /* backend.DeviceArray (`set_device_array`) and where its slots buffer, aval, backend and
  * host_dtype are in an instance: a kept result is made here, as DeviceArray(out, aval,
  * backend, host_dtype) would (its __init__ sets those four and nothing else), without the
- * two Python frames of a converter and __init__ (0.4 µs a result on the CPU). */
+ * two Python frames of a converter and __init__ (6 DeviceArrays in and out on the CPU: 14.4
+ * -> 13.6 µs a call). */
 static PyTypeObject *device_array_type;
 static Py_ssize_t device_array_slots[4];
 static const char *const device_array_names[4] = {"buffer", "aval", "backend", "host_dtype"};
