@@ -10,6 +10,9 @@ between the two runs of each is the line that builds the gradient function:
 Both runs start from the same parameters and print the same losses.
 """
 import argparse
+import json
+import subprocess
+import sys
 import time
 
 import numpy as onp
@@ -72,31 +75,37 @@ def regression_log_posterior(params, inputs, targets, noise_scale=0.1, l2_reg=0.
 
 
 # ----- training --------------------------------------------------------------------------------
-def train(name, objective_grad, objective, init_params, num_iters, report_every):
-    """Adam from init_params; logs the loss every report_every steps, and prints progress on one
-    line as it goes. Returns the losses, the seconds in all, the seconds spent logging and the
-    seconds spent in the gradient calls."""
-    losses, logging, in_gradient, start = [], [0.0], [0.0], time.perf_counter()
-    print(f"  {name:>8}: iteration", end="", flush=True)
+CONTENDERS = {
+    "plain": ("plain autograd", "grad(objective)"),
+    "tiered": ("jit_ps", "jit_ps(grad(objective))"),
+    "at_once": ("jit_ps, tiered=False", "jit_ps(grad(objective), tiered=False)"),
+}
 
-    def timed_grad(params, it):
-        begin = time.perf_counter()
-        try:
-            return objective_grad(params, it)
-        finally:
-            in_gradient[0] += time.perf_counter() - begin
 
-    def callback(params, it, g):
-        if it % report_every == 0:
-            begin = time.perf_counter()
-            losses.append((it, float(objective(params, it))))
-            logging[0] += time.perf_counter() - begin
-            print(f"{',' if it else ''} {it} at {begin - start:.1f} s", end="", flush=True)
+def models(args):
+    """name -> (title, objective, initial parameters, iterations): the two models, their data
+    made from one seed, so that every process trains the same ones."""
+    rs = onp.random.RandomState(0)
+    # 1. A small regression network: autograd's tape costs more than the arithmetic, which
+    #    jit_ps compiles away (one fused program per gradient call); autograd's Adam, which
+    #    flattens and unflattens the parameters every step, is the rest of a step's time.
+    inputs, y = regression_data(80, rs)
+    small_params = init_random_params(0.1, [1, 20, 20, 1], rs)
 
-    adam(timed_grad, init_params, step_size=0.01, num_iters=num_iters, callback=callback)
-    seconds = time.perf_counter() - start
-    print(f", {num_iters} at {seconds:.1f} s")
-    return losses, seconds, logging[0], in_gradient[0]
+    def regression_objective(params, iter):
+        return -regression_log_posterior(params, inputs, y)
+
+    # 2. An MNIST-sized classifier: the time goes into large matrix products (BLAS on the
+    #    host, XLA's own in the compiled program), which compiling barely speeds up.
+    images, targets = make_data(args.samples, rs)
+    layer_sizes, l2_reg = [784, 200, 100, 10], 1.0
+    big_params = init_random_params(0.1, layer_sizes, rs)
+
+    def objective(params, iter):
+        return -log_posterior(params, images, targets, l2_reg)
+    return {"regression": ("Regression MLP [1, 20, 20, 1], 80 points", regression_objective, small_params,
+                           5 * args.iters),
+            "classifier": (f"Classifier MLP {layer_sizes}, {args.samples} samples", objective, big_params, args.iters)}
 
 
 def seconds_per_call(gradient, params, budget=0.5):
@@ -114,76 +123,100 @@ def seconds_per_call(gradient, params, budget=0.5):
     return best
 
 
-def compare(title, objective, init_params, num_iters):
-    """Train with grad(objective), then with jit_ps(grad(objective)); print both."""
-    print(f"{title}, Adam, {num_iters} iterations (float64)\n")
-    every = max(1, num_iters // 5)
-    plain_losses, plain_time, _, plain_gradients = train("autograd", grad(objective), objective, init_params,
-                                                         num_iters, every)
-    compiled_grad = jit_ps(grad(objective))
-    jit_losses, jit_time, jit_logging, gradients = train("jit_ps", compiled_grad, objective, init_params,
-                                                         num_iters, every)
-    info = compiled_grad.cache_info()
-    plain_tier = compiled_grad.stats.plain_tier_calls  # (before the calls timed below)
-    plain_g, jit_g = flatten(grad(objective)(init_params, 0))[0], flatten(compiled_grad(init_params, 0))[0]
-    start_gap = onp.max(onp.abs(plain_g - jit_g)) / onp.max(onp.abs(plain_g))
-    per_call = [seconds_per_call(g, init_params) for g in (grad(objective), compiled_grad)]
+def train(model, contender, args):
+    """One training in this process (a process of its own per contender: two XLA clients, or
+    one contender's compiled programs, would otherwise share what the other measures): Adam
+    from the model's initial parameters, the loss logged five times; its losses, seconds in
+    all, in the gradient calls and in logging, printed as one JSON line."""
+    _, objective, params, num_iters = models(args)[model]
+    plain = grad(objective)
+    gradient = {"plain": lambda: plain, "tiered": lambda: jit_ps(plain),
+                "at_once": lambda: jit_ps(plain, tiered=False)}[contender]()
+    every, losses, in_gradient, logging = max(1, num_iters // 5), [], [0.0], [0.0]
+    start = time.perf_counter()
 
-    print(f"\n{'iter':>6} {'autograd loss':>16} {'jit_ps loss':>16}")
-    for (it, a), (_, b) in zip(plain_losses, jit_losses):
-        print(f"{it:>6} {a:>16.6f} {b:>16.6f}")
-    first_call = info["trace_seconds"] + info["lower_seconds"] + info["compile_seconds"]
-    one_call = per_call[0] / per_call[1]
-    print(f"\nplain autograd : {plain_time:7.3f} s")
-    print(f"jit_ps         : {jit_time:7.3f} s  (of which {first_call:.3f} s tracing and compiling, once; "
-          f"{plain_tier} first calls ran as plain autograd: tiered execution)")
-    print(f"speed-up       : {plain_time / jit_time:7.2f}x  (one gradient call: {1e3 * per_call[0]:.2f} ms plain, "
-          f"{1e3 * per_call[1]:.2f} ms jit_ps, {one_call:.1f}x)")
-    # The rest of a step is autograd's Adam: unflatten_optimizer (autograd.misc.optimizers) flattens
-    # the gradient and unflattens the parameters every step (twice more for the callback), each a
-    # make_vjp trace or a backward pass in autograd, and updates them in numpy; none of it is compiled.
-    # The gradient calls are timed as they ran: a signature's first calls run as plain autograd
-    # until they have cost about twice a compile, then the program XLA compiles fastest while a
-    # faster one is made and tried beside it (autograd_xla.tiering).
-    adam_own = jit_time - gradients - jit_logging
-    print(f"why not {one_call:.1f}x: of jit_ps's {jit_time:.3f} s, {gradients:.3f} s went to the {num_iters} "
-          f"gradient calls (plain: {plain_gradients:.3f} s), {first_call:.3f} s of it tracing and compiling, "
-          f"{plain_tier} of them plain, and {num_iters * per_call[1]:.3f} s what they all cost once settled; "
-          f"{adam_own:.3f} s is "
-          f"Adam's own work, which jit_ps leaves to autograd (it flattens and unflattens the parameters every "
-          f"step), {jit_logging:.3f} s logging losses")
-    worst = max(abs(a - b) / max(abs(a), 1e-300) for (_, a), (_, b) in zip(plain_losses, jit_losses))
+    def timed_grad(params, it):
+        begin = time.perf_counter()
+        try:
+            return gradient(params, it)
+        finally:
+            in_gradient[0] += time.perf_counter() - begin
+
+    def callback(params, it, g):
+        if it % every == 0:
+            begin = time.perf_counter()
+            losses.append((it, float(objective(params, it))))
+            logging[0] += time.perf_counter() - begin
+            print(f"{',' if it else f'  {CONTENDERS[contender][0]:>20}: iteration'} {it} at {begin - start:.1f} s",
+                  end="", file=sys.stderr, flush=True)
+
+    adam(timed_grad, params, step_size=0.01, num_iters=num_iters, callback=callback)
+    seconds = time.perf_counter() - start
+    print(f", {num_iters} at {seconds:.1f} s", file=sys.stderr, flush=True)
+    result = {"losses": losses, "seconds": seconds, "gradient": in_gradient[0], "logging": logging[0]}
+    if contender != "plain":
+        info = gradient.cache_info()
+        result["plain_calls"] = info["plain_tier_calls"]
+        result["making"] = info["trace_seconds"] + info["lower_seconds"] + info["compile_seconds"]
+        result["compiled"] = info["compiles"] > 0
+        plain_g, jit_g = flatten(plain(params, 0))[0], flatten(gradient(params, 0))[0]
+        result["start_gap"] = float(onp.max(onp.abs(plain_g - jit_g)) / onp.max(onp.abs(plain_g)))
+    if contender != "tiered":  # one call once settled: plain, and compiled at the first call
+        result["per_call"] = seconds_per_call(gradient, params)
+    print(json.dumps(result))
+
+
+def compare(model, args):
+    """Each contender's training in a process of its own, one after the other; a table of the
+    three."""
+    title, _, _, num_iters = models(args)[model]
+    print(f"{title}, Adam, {num_iters} iterations (float64)", flush=True)
+    runs = {}
+    for contender in CONTENDERS:
+        out = subprocess.run([sys.executable, __file__, "--iters", str(args.iters), "--samples", str(args.samples),
+                              "--train", model, contender], stdout=subprocess.PIPE, text=True, check=True).stdout
+        runs[contender] = json.loads(out.splitlines()[-1])
+    plain = runs["plain"]
+    print(f"\n{'iter':>6}" + "".join(f" {CONTENDERS[c][0] + ' loss':>26}" for c in runs))
+    for i, (it, _) in enumerate(plain["losses"]):
+        print(f"{it:>6}" + "".join(f" {runs[c]['losses'][i][1]:>26.6f}" for c in runs))
+    print(f"\n{'':>29} {'whole run':>10} {'gradient calls':>15} {'speed-up':>9}")
+    for contender, run in runs.items():
+        name, code = CONTENDERS[contender]
+        line = f"{code:>29} {run['seconds']:>8.3f} s {run['gradient']:>13.3f} s"
+        if contender == "plain":
+            print(line)
+            continue
+        how = (f"its first {run['plain_calls']} calls plain, then compiled" if run["compiled"]
+               else f"all {run['plain_calls']} calls plain: a compile would not have paid") if contender == "tiered" \
+            else "compiled at the first call"
+        making = f" ({run['making']:.2f} s tracing and compiling)" if run["compiled"] else ""
+        print(f"{line} {plain['seconds'] / run['seconds']:>8.2f}x  {how}{making}")
+    settled = runs["at_once"]["per_call"]
+    print(f"one gradient call once compiled: {1e3 * settled:.2f} ms against plain autograd's "
+          f"{1e3 * plain['per_call']:.2f} ms ({plain['per_call'] / settled:.1f}x); the rest of a step, "
+          f"{plain['seconds'] - plain['gradient'] - plain['logging']:.2f} s of plain's run, is autograd's Adam "
+          f"(it flattens and unflattens the parameters every step), which jit_ps leaves to autograd")
+    worst = max(abs(a - b) / max(abs(a), 1e-300) for c in ("tiered", "at_once")
+                for (_, a), (_, b) in zip(plain["losses"], runs[c]["losses"]))
+    start_gap = max(runs[c]["start_gap"] for c in ("tiered", "at_once"))
     print(f"largest relative difference: gradient at the start {start_gap:.1e}, loss curves {worst:.1e}")
     print("(a training run amplifies last-digit differences between BLAS and XLA arithmetic)\n")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--iters", type=int, default=200, help="Adam iterations of the classifier")
+    parser.add_argument("--iters", type=int, default=200, help="Adam iterations of the classifier (5x the regression's)")
     parser.add_argument("--samples", type=int, default=1000, help="training images of the classifier")
+    parser.add_argument("--train", nargs=2, metavar=("MODEL", "CONTENDER"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    rs = onp.random.RandomState(0)
-
-    # 1. A small regression network: autograd's tape costs more than the arithmetic, which
-    #    jit_ps compiles away (one fused program per gradient call); autograd's Adam, which
-    #    flattens and unflattens the parameters every step, then takes most of the time (the
-    #    "why not" line measures it).
-    inputs, y = regression_data(80, rs)
-    small_params = init_random_params(0.1, [1, 20, 20, 1], rs)
-
-    def regression_objective(params, iter):
-        return -regression_log_posterior(params, inputs, y)
-    compare("Regression MLP [1, 20, 20, 1], 80 points", regression_objective, small_params, 5 * args.iters)
-
-    # 2. An MNIST-sized classifier: the time goes into large matrix products and the
-    #    elementwise work around them, which XLA fuses; Adam's own work per step weighs less.
-    images, targets = make_data(args.samples, rs)
-    layer_sizes, l2_reg = [784, 200, 100, 10], 1.0
-    big_params = init_random_params(0.1, layer_sizes, rs)
-
-    def objective(params, iter):
-        return -log_posterior(params, images, targets, l2_reg)
-    compare(f"Classifier MLP {layer_sizes}, {args.samples} samples", objective, big_params, args.iters)
+    if args.train:
+        return train(*args.train, args)
+    for model in ("regression", "classifier"):
+        compare(model, args)
+    print("By default (tiered) a new signature runs as plain autograd until its calls have cost about twice\n"
+          "what compiling it is expected to, so that a short job costs what plain autograd does; a job known\n"
+          "to be long compiles at its first call with tiered=False, as jax.jit does.")
 
 
 if __name__ == "__main__":
