@@ -37,6 +37,7 @@ ROOT_ENV = "LIFELINES_FITS_ROOT"  # the checkout whose autograd_xla a worker imp
 ROOT = os.environ.get(ROOT_ENV) or os.path.dirname(HERE)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+import bytecode  # noqa: E402,F401  (ROOT's package byte-compiled, as installed)
 
 UNIVARIATE = ["WeibullFitter", "ExponentialFitter", "LogNormalFitter", "LogLogisticFitter", "GeneralizedGammaFitter",
               "PiecewiseExponentialFitter", "SplineFitter", "MixtureCureFitter"]

@@ -14,6 +14,8 @@ import os
 import statistics
 import time
 
+import bytecode  # noqa: F401  (the package byte-compiled, as installed)
+
 # These benchmarks time compiled programs and the first calls that compile them: a new
 # signature compiles at its first call (tiered execution, jit_ps's default, is timed by
 # tiered.py and the library harnesses, benchmarks/libraries/).

@@ -17,6 +17,8 @@ import warnings
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.append(os.path.dirname(HERE))
+import bytecode  # noqa: E402,F401  (the package under test byte-compiled, as installed)
 RTOL, ATOL = 1e-8, 1e-10  # float64 throughout; compiled results agree with plain to ~1e-12
 
 
