@@ -253,10 +253,10 @@ def bind(prim, args, kwargs, entry=None, source=None):
     outs, outvars, made = [], [], False
     counter = trace._counter
     for aval, same_as in zip(leaves, passthrough):
-        if same_as is not None:
+        if same_as is not None and not same_as.aval.weak_type:
             outs.append(Tracer(same_as, trace))
             outvars.append(None)
-        else:
+        else:  # (a weak input passed through is a new, strong value: numpy's np.max(0.5) is np.float64)
             var = Var(aval, next(counter))
             outs.append(Tracer(var, trace))
             outvars.append(var)
@@ -525,6 +525,15 @@ def _operator(ufunc, swap=False):
         return out
     method.__name__ = ufunc.__name__
     return method
+
+
+def _unary(ufunc, x):
+    """Python's -x, +x, abs(x), ~x: of a value standing for a Python number, a Python number
+    (weak, NEP 50: `a32 + -s` is float32), where numpy's np.negative(s) is a numpy scalar."""
+    out = ufunc(x)
+    if type(out) is Tracer and x._var.aval.weak_type:
+        out.mark_weak()
+    return out
 
 
 # ----- integer arithmetic on traced scalars, for slices of traced length ---------------------
@@ -1218,16 +1227,16 @@ class Tracer:
         _assign(self, np.sort(self, axis=axis), "sort")
 
     def __neg__(self):
-        return np.negative(self)
+        return _unary(np.negative, self)
 
     def __pos__(self):
-        return np.positive(self)
+        return _unary(np.positive, self)
 
     def __abs__(self):
-        return np.absolute(self)
+        return _unary(np.absolute, self)
 
     def __invert__(self):
-        return np.invert(self)
+        return _unary(np.invert, self)
 
 
 builtins_type = type

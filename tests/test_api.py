@@ -79,6 +79,23 @@ def test_scalars_follow_numpy_promotion():
     assert jit_ps(lambda s, t: s / t)(3, 2) == 1.5
 
 
+@pytest.mark.parametrize("name, f", [
+    ("max", lambda a, s: a + np.max(s)), ("sum", lambda a, s: a + np.sum(s)),
+    ("reshape", lambda a, s: a + np.reshape(s, ())), ("asarray", lambda a, s: a + np.asarray(s)),
+    ("negative", lambda a, s: a + np.negative(s)), ("neg", lambda a, s: a + -s), ("pos", lambda a, s: a + (+s)),
+    ("abs", lambda a, s: a + abs(s)), ("np.abs", lambda a, s: a + np.abs(s)), ("mul", lambda a, s: a * (s * 2.0)),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_a_python_float_argument_keeps_numpys_promotion_through_functions_and_operators(name, f):
+    """A Python float argument stands for a Python number (weak, NEP 50): Python's operators
+    on it give Python numbers (-s, abs(s), s * 2.0: weak), numpy's functions numpy values
+    (np.max(s), np.reshape(s, ()): float64), also where they pass it through unchanged (the
+    fuzzer found np.max(s) added to a float32 0-d array float32 here, float64 plainly)."""
+    a = onp.array(0.1464405, dtype=onp.float32)
+    want, got = f(a, 0.6455680991172583), jit_ps(f, tiered=False)(a, 0.6455680991172583)
+    assert onp.asarray(got).dtype == onp.asarray(want).dtype, name
+    assert_close(got, want)
+
+
 def test_zero_d_results_are_numpy_scalars_and_arrays_are_writable():
     f = jit_ps(lambda x: (np.sum(x), x * 2))
     s, y = f(onp.arange(3.0))

@@ -230,6 +230,9 @@ FOUND = [
     # a Python float times np.float32 is float32 (NEP 50): the gradient is float32-accurate
     ("def program(x0):\n    v0 = x0 * np.float32(1.5)\n    return (np.maximum(v0, v0), v0 / (1.0 + v0 ** 2))\n",
      [((), float)]),
+    # np.max of a Python float is np.float64; the traced max passed the weak scalar through, and
+    # a float32 0-d array plus it was float32
+    ("def program(x0, x1):\n    return x0 + np.max(x1)\n", [((), "float32"), ((), float)]),
 ]
 
 
