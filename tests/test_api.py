@@ -84,12 +84,14 @@ def test_scalars_follow_numpy_promotion():
     ("reshape", lambda a, s: a + np.reshape(s, ())), ("asarray", lambda a, s: a + np.asarray(s)),
     ("negative", lambda a, s: a + np.negative(s)), ("neg", lambda a, s: a + -s), ("pos", lambda a, s: a + (+s)),
     ("abs", lambda a, s: a + abs(s)), ("np.abs", lambda a, s: a + np.abs(s)), ("mul", lambda a, s: a * (s * 2.0)),
+    ("where", lambda a, s: a + np.where(True, s, 0.0)), ("where_array", lambda a, s: a + np.where(a > 0, s, 0.0)),
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_a_python_float_argument_keeps_numpys_promotion_through_functions_and_operators(name, f):
     """A Python float argument stands for a Python number (weak, NEP 50): Python's operators
     on it give Python numbers (-s, abs(s), s * 2.0: weak), numpy's functions numpy values
     (np.max(s), np.reshape(s, ()): float64), also where they pass it through unchanged (the
-    fuzzer found np.max(s) added to a float32 0-d array float32 here, float64 plainly)."""
+    fuzzer found np.max(s) added to a float32 0-d array float32 here, float64 plainly), and
+    autograd's np.where of Python numbers alone a Python number."""
     a = onp.array(0.1464405, dtype=onp.float32)
     want, got = f(a, 0.6455680991172583), jit_ps(f, tiered=False)(a, 0.6455680991172583)
     assert onp.asarray(got).dtype == onp.asarray(want).dtype, name

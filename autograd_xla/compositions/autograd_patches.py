@@ -161,6 +161,23 @@ def traced_select(condlist, choicelist, default=0):
     return np.select(list(condlist), list(choicelist), default=default)
 
 
+_custom_where = anp.custom_where  # (autograd's own, not a patch installed while tracing)
+_PYTHON_NUMBERS = (bool, int, float, complex)
+
+
+def traced_where(condition, *args, **kwargs):
+    """autograd.numpy.where gives Python numbers (numpy's result `.tolist()`) where none of
+    the condition, x and y is a numpy value or a box: traced values standing for Python
+    numbers (weak) give a weak value, that number (`a32 + np.where(True, s, 0.0)` of a Python
+    float s is float32, as plainly)."""
+    out = _custom_where(condition, *args, **kwargs)
+    operands = (condition, *args, *kwargs.values())
+    if (type(out) is Tracer and not out.shape and len(operands) == 3
+            and all(type(x) in _PYTHON_NUMBERS or type(x) is Tracer and x.aval.weak_type for x in operands)):
+        out.mark_weak()
+    return out
+
+
 def _array_vspace_zeros(concrete_zeros):
     """Gradients with respect to a concrete array (a constant being differentiated inside a
     traced function) start as zeros that autograd then adds traced cotangents into in place
@@ -267,6 +284,8 @@ for _owner, _name, _replacement in (
            (numpy_vjps, "repeat_to_match_shape", traced_repeat_to_match_shape),
            (numpy_wrapper, "select", traced_select),
            (anp, "select", traced_select),
+           (numpy_wrapper, "where", traced_where),
+           (anp, "where", traced_where),
            (ArrayVSpace, "zeros", _array_vspace_zeros(ArrayVSpace.zeros)),
            (ArrayVSpace, "_mut_add", _array_vspace_mut_add(ArrayVSpace._mut_add)),
            (VJPNode, "__init__", _vjp_node_init(VJPNode.__init__)),
