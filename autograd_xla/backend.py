@@ -30,7 +30,7 @@ from autograd.extend import VSpace, vspace
 from autograd.numpy.numpy_boxes import ArrayBox
 
 from . import blas, clients, hlo, persistent_cache
-from .clients import PLATFORM_ALIASES, canonical_platform, xc  # noqa: F401 (backend's names)
+from .clients import canonical_platform, xc
 from .core import Aval
 from .errors import CompileError, PlatformUnavailableError, ProcessLostError
 

@@ -66,7 +66,7 @@ from . import memory
 from . import lowering, tree
 from .clients import jaxlib_ext as _jax
 from .clients import xc
-from .calls import MAX_DEPTH, NATIVE_ENV, Calls, Front, _jax_x64, native  # noqa: F401 (also dispatch's names)
+from .calls import Calls, Front, native
 from .core import PY_SCALARS
 
 if Calls is Front:

@@ -17,7 +17,7 @@ import threading
 
 import numpy as np
 
-from .core import ELEMENT_TYPES, SUPPORTED_DTYPES, Aval, supported  # noqa: F401 (hlo's names; in core for signatures)
+from .core import ELEMENT_TYPES, Aval, supported  # (in core: signatures ask them without importing hlo)
 from .errors import ConcreteValueRequired, UnsupportedDtypeError
 
 def element_type(dtype):

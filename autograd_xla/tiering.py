@@ -485,6 +485,7 @@ PLAIN_MARGIN_SECONDS = 10e-6
 #: The step of a ladder that tries plain autograd (api.JittedFunction's PlainStep).
 PLAIN = "plain autograd"
 
+
 class _Log:
     """This module's logger, made at its first message: a job that logs nothing does not
     import logging (2.7 ms with traceback and string, where nothing else has)."""

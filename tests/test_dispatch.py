@@ -18,6 +18,7 @@ import pytest
 import autograd.numpy as np
 from autograd import grad
 from autograd_xla import DeviceArray, FallbackWarning, backend, dispatch, fastpaths, jit_ps, lowering, tiering
+from autograd_xla import calls as calls_mod
 from helpers import assert_close, placed, run_threads
 
 pytestmark = [pytest.mark.skipif(not dispatch.available(), reason="this jaxlib offers no C++ dispatch"),
@@ -392,7 +393,7 @@ def test_a_stand_in_jax_module_has_no_x64_state(monkeypatch):
     if "jax._src.config" in sys.modules:
         pytest.skip("jax itself is imported in this process")
     monkeypatch.setitem(sys.modules, "jax", types.ModuleType("jax"))
-    assert dispatch._jax_x64() is None and not dispatch._jax_states()
+    assert calls_mod._jax_x64() is None and not dispatch._jax_states()
     jf = jit_ps(lambda x: x - 1.0)
     calls = counting(jf)
     x = rs.randn(2)
@@ -467,7 +468,7 @@ def test_with_jax_imported_by_a_host_copy_cpp_takes_what_it_puts_as_the_programs
     """Off the CPU a result's host copy imports jax where it is installed (jaxlib's single-
     device array to numpy imports jax.core), and jax's C++ states, x64 off, replace ours:
     C++ still takes calls of numpy arrays, Python numbers and DeviceArrays, each dtype its own
-    (jax's x64 state set on for each call: dispatch._jax_x64); every result as plain numpy's,
+    (jax's x64 state set on for each call: calls._jax_x64); every result as plain numpy's,
     in value and dtype, and jax's own state as it was."""
     if importlib.util.find_spec("jax") is None:  # (not imported here: its states would replace ours)
         pytest.skip("jax is not installed")
@@ -541,7 +542,7 @@ def test_arrays_in_tuples_and_lists_go_through_cpp():
 @pytest.mark.filterwarnings("ignore:the matrix subclass")
 @pytest.mark.parametrize("case", ["matrix", "recarray", ">f8", "misaligned large", "nested 40 deep"])
 def test_arrays_in_lists_that_cpp_would_misread_run_through_python(case):
-    """Inside tuples and lists as at the top (_callpath's walk, dispatch._foreign),
+    """Inside tuples and lists as at the top (_callpath's walk, calls._foreign),
     an array C++ would read otherwise than the Python path goes to Python: a subclass (an
     np.matrix's operators are not an array's: plain autograd runs it), one of the other
     byte order, arrays nested deeper than 32 levels; one PJRT would copy apart (100 KiB,
@@ -553,7 +554,7 @@ def test_arrays_in_lists_that_cpp_would_misread_run_through_python(case):
     a, b, y = placed((n,), offset=0), rs.randn(n), rs.randn(n)
     a[:] = rs.randn(n)
     deep = b
-    for _ in range(dispatch.MAX_DEPTH + 8 if case == "nested 40 deep" else 1):
+    for _ in range(calls_mod.MAX_DEPTH + 8 if case == "nested 40 deep" else 1):
         deep = [deep]
     odd = {"matrix": lambda: onp.asmatrix(a), "recarray": lambda: a.view(onp.recarray),
            ">f8": lambda: a.astype(">f8"), "misaligned large": lambda: placed((n,), offset=16),
@@ -568,7 +569,7 @@ def test_arrays_in_lists_that_cpp_would_misread_run_through_python(case):
             assert_close(onp.asarray(jf([odd, deep], y)).ravel(), a * 2.0 + b * y)
         assert_close(jf([a, deep], y), a * 2.0 + b * y)
     if dispatch.native is not None:
-        assert dispatch.native.MAX_DEPTH == dispatch.MAX_DEPTH  # the C and the Python check alike
+        assert dispatch.native.MAX_DEPTH == calls_mod.MAX_DEPTH  # the C and the Python check alike
     # (without the Front no fast path takes arguments from backend.IN_PLACE_MIN_BYTES: dispatch.ARGUMENT_BYTES)
     ordinary_in_cpp = case != "nested 40 deep" and (case != "misaligned large" or isinstance(jf, dispatch.Front))
     # staged: the first call with it copied into the stage is a new signature to C++ (the aligned
@@ -997,12 +998,12 @@ def test_staged_calls_hold_no_reference_of_theirs():
     assert sys.getrefcount(holder) == 2
 
 
-@pytest.mark.skipif(dispatch.native is None or os.environ.get(dispatch.NATIVE_ENV) == "0",
+@pytest.mark.skipif(dispatch.native is None or os.environ.get(calls_mod.NATIVE_ENV) == "0",
                     reason="the Python finishing is the one this run tests")
 def test_the_python_call_path_passes_this_file_too():
     """Where the Front runs, this file's tests run again in a process with it off."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests")]),
-               **{dispatch.NATIVE_ENV: "0"})
+               **{calls_mod.NATIVE_ENV: "0"})
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
                         "not python_call_path_passes"], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
