@@ -25,8 +25,13 @@
  * aot.CacheStats, and which signature moved its key to the end of the function's cache last.
  *
  * Hold: the buffer a result array views (writable, as backend.converter's), keeping the device
- * array alive. Nothing here uses numpy's C API: arrays are read through the buffer protocol and
- * made by calling numpy.ndarray, so the extension builds without numpy's headers. */
+ * array alive. Nothing here includes numpy's headers: arrays are read through the buffer
+ * protocol and made through the entries of numpy's C API read from its capsule (or by calling
+ * numpy.ndarray where it is missing), so the extension builds without them.
+ *
+ * This module is long because its types share one per-call state (the staging, numpy's entries
+ * read from its capsule, the interned names) and each other's structs: split into extensions,
+ * they would pass those through capsules of their own. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
@@ -61,7 +66,7 @@ static new_from_descr_fn new_from_descr;
 static set_base_object_fn set_base_object;
 enum { ARRAY_CARRAY = 0x0001 | 0x0100 | 0x0400 };  /* C-contiguous, aligned, writeable (NPY_ARRAY_CARRAY) */
 static PyObject *move_to_end;    /* collections.OrderedDict.move_to_end, unbound */
-static PyObject *str_traces, *str_call_python, *str_jax_config, *str_enable_x64, *str_swap_local;
+static PyObject *str_traces, *str_call_python, *str_deleted_argument, *str_jax_config, *str_enable_x64, *str_swap_local;
 static PyObject *empty_tuple;
 
 /* ----- Counts --------------------------------------------------------------------------- */
@@ -680,6 +685,24 @@ static PyObject *call_python(Front *self, PyObject *const *args, size_t nargsf, 
     return r;
 }
 
+/* Whether a DeviceArray argument has lost its buffer (donated), where the fast call raised a
+ * ValueError: C++ passes such a buffer like a live one (dispatch._setup) and its execution
+ * fails; the call then runs in Python, whose error it is (`self._deleted_argument`). Else the
+ * call's error stands. */
+static int deleted_argument(Front *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *check = PyObject_GetAttr((PyObject *)self, str_deleted_argument);
+    PyObject *r = check == NULL ? NULL : PyObject_Vectorcall(check, args, nargsf, kwnames);
+    int deleted = r != NULL && PyObject_IsTrue(r) == 1;
+    Py_XDECREF(check);
+    Py_XDECREF(r);
+    PyErr_Restore(type, value, tb);  /* (in place of the check's own error, if any) */
+    if (deleted)
+        PyErr_Clear();
+    return deleted;
+}
+
 static PyObject *front_vectorcall(Front *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     Py_ssize_t n = PyVectorcall_NARGS(nargsf);
     int traced = self->fast == NULL || self->fast == Py_None || self->waiting ? 1 : tracing();
@@ -733,6 +756,8 @@ static PyObject *front_vectorcall(Front *self, PyObject *const *args, size_t nar
     }
     x64_restore(x64);
     Py_DECREF(fast);
+    if (r == NULL && PyErr_ExceptionMatches(PyExc_ValueError) && deleted_argument(self, args, nargsf, kwnames))
+        return call_python(self, args, nargsf, kwnames);
     return r;
 }
 
@@ -979,6 +1004,7 @@ PyMODINIT_FUNC PyInit__callpath(void) {
         return NULL;
     str_traces = PyUnicode_InternFromString("traces");
     str_call_python = PyUnicode_InternFromString("_call_python");
+    str_deleted_argument = PyUnicode_InternFromString("_deleted_argument");
     str_jax_config = PyUnicode_InternFromString("jax._src.config");
     str_enable_x64 = PyUnicode_InternFromString("enable_x64");
     str_swap_local = PyUnicode_InternFromString("swap_local");

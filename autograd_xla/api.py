@@ -174,6 +174,12 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         return f"<jit_ps {qualname or self._fun}>"
 
     # ----- the call path: calls.Calls, then (outside C++'s fast paths) this -----------------
+    def _deleted_argument(self, *args, **kwargs):
+        """Whether a DeviceArray among the arguments has lost its buffer (donated): C++ runs such
+        a call to a ValueError, and calls.Calls runs it again here, whose error it is."""
+        return any(type(x) is backend_mod.DeviceArray and x.buffer.is_deleted()
+                   for x in tree.flatten((args, kwargs))[0])
+
     def _call_python(self, *args, **kwargs):
         if _trace_state.traces:  # inside another trace: inline, the outer function compiles us
             return self._fun(*args, **kwargs)

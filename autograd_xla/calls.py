@@ -80,13 +80,16 @@ class _Calls:
         if self._fast is None or self._waiting or trace_state.traces or _foreign(args):
             return self._call_python(*args, **kwargs)
         x64 = _jax_x64()
-        if x64 is None:
-            return self._fast(*args, **kwargs)
-        previous = x64.swap_local(True)  # (as _callpath's x64_on)
+        previous = None if x64 is None else x64.swap_local(True)  # (as _callpath's x64_on)
         try:
             return self._fast(*args, **kwargs)
+        except ValueError:  # (as _callpath's after_fast_error)
+            if not self._deleted_argument(*args, **kwargs):
+                raise
         finally:
-            x64.swap_local(previous)
+            if x64 is not None:
+                x64.swap_local(previous)
+        return self._call_python(*args, **kwargs)
 
 
 #: How deep in tuples and lists the arrays of a call C++ takes may be (_callpath.c's MAX_DEPTH):

@@ -1,7 +1,7 @@
 """The TPU benchmark: jit_ps against jax.jit on the same chip, float32, and the seed's powers
 against numpy on the host.
 
-    python benchmarks/tpu.py run jit_ps|jax|numpy [--only NAME,...] [--json PATH] [--budget S]
+    python benchmarks/tpu.py run jit_ps|jax|numpy [--only NAME,...] [--json PATH] [--budget S] [--first-only]
     python benchmarks/tpu.py table A.json B.json ...
 
 One process holds a TPU at a time, so each contender runs in a process of its own, one after
@@ -15,6 +15,10 @@ benchmarks/run.py does on the CPU. Per workload a process measures:
           (jit_ps(..., keep_on_device=True) / jax.device_put), the launch alone in `launch`
 The transfers of 100 MB of float32 each way are rows of their own. With --json the file is
 written after each row, so that a run stopped by a time limit keeps the rows it finished.
+XLA's compile time on the chip varies from process to process (the same 5000² program: 0.20
+or 0.46 s, on either side), so one first call per side says little: `--first-only` runs
+measure the first calls alone, and `table` gives each side's median over all its files
+(benchmarks/tpu_check.sh's FIRST_ROUNDS alternates such processes of the two sides).
 The workloads are benchmarks/workloads.py's, at TPU sizes (the convnet is patch_convnet_step:
 XLA:TPU compiled convnet_step's 5x5 convolutions of NCHW batches, on either side, for over
 140 s); jax runs with jax_default_matmul_precision=highest,
@@ -116,8 +120,28 @@ def _leaves(tree):
     return [tree]
 
 
-def run(side_name, only, budget, save=lambda rows: None):
-    """The rows of `side_name`, each handed to `save` (with those before it) once measured."""
+def steady(side, workload, f, args, row, budget):
+    """`row`'s steady-state modes: numpy in and out, on the device, its launch."""
+    row["numpy"] = median_call(lambda: side.fetch(f(*args)), budget=budget)
+    if side.name != "numpy":
+        kept = side.build(workload, kept=True)
+        on_chip = side.put(list(args))
+        side.wait(kept(*on_chip))
+        row["device"] = median_call(lambda: side.wait(kept(*on_chip)), budget=budget)
+        launches = []
+        for _ in range(20):
+            t = time.perf_counter()
+            out = kept(*on_chip)
+            launches.append(time.perf_counter() - t)
+            side.wait(out)
+        row["launch"] = statistics.median(launches)
+        if side.name == "jit_ps":  # [calls C++ handed back for good, fast paths given it]: numpy, device
+            row["cpp"] = [list(f._fast_calls), list(kept._fast_calls)]
+
+
+def run(side_name, only, budget, save=lambda rows: None, first_only=False):
+    """The rows of `side_name`, each handed to `save` (with those before it) once measured;
+    `first_only`: the first calls alone."""
     side = Side(side_name)
     rows = {"side": side_name, "platform": side.platform, "workloads": {}}
     if side_name != "numpy":  # the chip's start, paid here by both sides (not by a first call)
@@ -134,27 +158,14 @@ def run(side_name, only, budget, save=lambda rows: None):
             t = time.perf_counter()
             side.fetch(f(*args))
             row["first"] = time.perf_counter() - t
-            row["numpy"] = median_call(lambda: side.fetch(f(*args)), budget=budget)
-            if side_name != "numpy":
-                kept = side.build(workload, kept=True)
-                on_chip = side.put(list(args))
-                side.wait(kept(*on_chip))
-                row["device"] = median_call(lambda: side.wait(kept(*on_chip)), budget=budget)
-                launches = []
-                for _ in range(20):
-                    t = time.perf_counter()
-                    out = kept(*on_chip)
-                    launches.append(time.perf_counter() - t)
-                    side.wait(out)
-                row["launch"] = statistics.median(launches)
-                if side_name == "jit_ps":  # [calls C++ handed back for good, fast paths given it]: numpy, device
-                    row["cpp"] = [list(f._fast_calls), list(kept._fast_calls)]
+            if not first_only:
+                steady(side, workload, f, args, row, budget)
         except Exception as e:  # a row that failed says why, the others still run
             row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
         print(side_name, name, {k: (round(v * 1e3, 3) if isinstance(v, float) else v) for k, v in row.items()},
               "ms", flush=True)
         save(rows)
-    if side_name != "numpy" and (not only or "transfers" in only):
+    if side_name != "numpy" and not first_only and (not only or "transfers" in only):
         x = rng.random(TRANSFER_MB * (1 << 20) // 4, dtype=onp.float32)
         rows["workloads"]["to_device_100MB"] = {"numpy": median_call(lambda: side.wait(side.put(x)), budget=budget)}
         fetches = []  # each from an array put afresh (jax's keeps its host copy once made)
@@ -182,11 +193,17 @@ def saver(path):
 
 def table(paths):
     """A markdown table of jit_ps against jax.jit (and numpy's powers) from run's JSON files."""
-    sides = {}
+    sides, firsts = {}, {}  # side -> workload -> its rows; (side, workload) -> every first call measured
     for p in paths:
         with open(p) as fh:
             data = json.load(fh)
-        sides[data["side"]] = data["workloads"]
+        for name, row in data["workloads"].items():
+            sides.setdefault(data["side"], {}).setdefault(name, {}).update(row)
+            if "first" in row:
+                firsts.setdefault((data["side"], name), []).append(row["first"])
+    for (side, name), samples in firsts.items():
+        sides[side][name]["first"] = statistics.median(samples)
+        sides[side][name]["first samples"] = len(samples)
     ours, theirs, host = sides.get("jit_ps", {}), sides.get("jax", {}), sides.get("numpy", {})
     ms = lambda v: "" if v is None else f"{v * 1e3:.2f}"  # noqa: E731
     ratio = lambda a, b: "" if a is None or b is None else f"{a / b:.2f}x"  # noqa: E731
@@ -197,7 +214,9 @@ def table(paths):
             continue
         for mode in ("numpy", "device", "launch", "first"):
             if mode in a or mode in b:
-                lines.append(f"| {name} | {mode} | {ms(b.get(mode))} | {ms(a.get(mode))} | "
+                label = mode if mode != "first" or max(a.get("first samples", 1), b.get("first samples", 1)) == 1 \
+                    else f"first (median of {b.get('first samples', 0)} / {a.get('first samples', 0)})"
+                lines.append(f"| {name} | {label} | {ms(b.get(mode))} | {ms(a.get(mode))} | "
                              f"{ratio(a.get(mode), b.get(mode))} | {ms(h.get(mode)) if mode in ('numpy', 'first') else ''} |")
         for side, data in (("jit_ps", a), ("jax", b)):
             if "error" in data:
@@ -213,13 +232,14 @@ def main(argv=None):
     r.add_argument("--only", help="workloads (and 'transfers'), comma-separated: " + ", ".join(CASES))
     r.add_argument("--json")
     r.add_argument("--budget", type=float, default=1.0, help="seconds of samples per median")
+    r.add_argument("--first-only", action="store_true", help="the first calls alone (no steady state, no transfers)")
     t = sub.add_parser("table")
     t.add_argument("paths", nargs="+")
     args = p.parse_args(argv)
     if args.command == "table":
         print(table(args.paths))
         return
-    run(args.side, set(args.only.split(",")) if args.only else None, args.budget, saver(args.json))
+    run(args.side, set(args.only.split(",")) if args.only else None, args.budget, saver(args.json), args.first_only)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@
 #                         `tests $(sed -n Kp benchmarks/tpu_chunks.txt)`, K = 1, 2: the TPU's
 #                         files split by their measured time there (6 and 7 minutes of tests)
 #         bench           setup, then the benchmarks and their table
+#   FIRST_ROUNDS (0: more processes per side that measure first calls alone, alternating;
+#   the table gives each side's median) FIRST_ONLY (their workloads: the five shortest compiles)
 #   PY (python3)  END (520: seconds for the step)  MEM_GB (24: the host memory at which the
 #   tests are stopped)  WHEELS (.whl-tpu: autograd 1.9.1 as a wheel, pip download --no-deps
 #   --only-binary=:all: autograd==1.9.1 -d .whl-tpu)  BENCH_ONLY (workloads of benchmarks/tpu.py)
@@ -133,6 +135,15 @@ bench() {
         stamp "benchmarks, $side, at most ${T}s"
         timeout -s INT -k 10 $T $PY benchmarks/tpu.py run $side ${only:+--only $only} --json "$out/bench_$side.json" \
             2>&1 | grep -v "hugepages" | tee "$out/bench_$side.log"
+    done
+    local r
+    for (( r = 1; r <= ${FIRST_ROUNDS:-0}; r++ )); do  # more first calls, each side's processes alternating
+        for side in jax jit_ps; do
+            stamp "first calls, round $r, $side"
+            timeout -s INT -k 10 $(( $(left) / 2 )) $PY benchmarks/tpu.py run $side --first-only \
+                --only ${FIRST_ONLY:-powers_1000,powers_5000,mlp_step_b1024,logreg_1e5x1000,tiny_grad} \
+                --json "$out/bench_${side}_first$r.json" 2>&1 | grep -v "hugepages"
+        done
     done
     stamp "benchmarks, numpy on the host (the powers)"
     timeout -s INT -k 10 $(( $(left) - 5 )) $PY benchmarks/tpu.py run numpy --only powers_1000,powers_5000 \

@@ -211,7 +211,7 @@ def test_what_cpp_cannot_do_runs_through_python(case):
 
 
 def test_device_arrays_go_through_cpp_as_their_buffers():
-    """C++ passes a DeviceArray's buffer to the executable as it is (dispatch._device_children),
+    """C++ passes a DeviceArray's buffer to the executable as it is (dispatch._setup),
     positional or in lists and tuples, and a kept function's results are DeviceArrays: a
     training loop's parameters fed back never reach Python, nor count as moved."""
     jf = jit_ps(sgd_step, keep_on_device=True)
@@ -280,6 +280,25 @@ def test_a_donated_device_array_passed_again_raises_the_python_path_s_error():
             jf(d)
         d = e
     assert jf._fast_calls[1] >= 1
+
+
+def test_a_donated_device_array_passed_to_another_function_raises_the_python_path_s_error():
+    """C++ flattens a DeviceArray to its buffer with no Python call (dispatch._setup), a deleted
+    one too: any function's fast call of it fails in C++ and runs again in Python, which raises
+    its error; the function's fast path stays."""
+    step = jit_ps(lambda x: x * 2.0, keep_on_device=True, donate_argnums=0)
+    other = jit_ps(lambda x: x + 1.0, keep_on_device=True)
+    x = rs.randn(3)
+    live = step(x)
+    for _ in range(3):
+        assert_close(onp.asarray(other(live)), x * 2.0 + 1.0)  # C++'s fast path of the signature
+    hits = other.cache_info()["hits"]
+    gone = step(x)
+    step(gone)  # donated: its buffer deleted
+    with pytest.raises(RuntimeError, match="deleted or donated"):
+        other(gone)
+    assert_close(onp.asarray(other(live)), x * 2.0 + 1.0)
+    assert other.cache_info()["hits"] > hits and other._fast_calls[1] >= 1
 
 
 def test_which_arguments_cpp_is_given_off_the_cpu():

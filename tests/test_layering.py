@@ -172,8 +172,8 @@ def test_module_size(module):
     path = modules()[module]
     text = path.read_text()
     lines = text.count("\n")
-    if lines > MAX_LINES:
-        doc = ast.get_docstring(ast.parse(text)) or ""
+    if lines > MAX_LINES:  # (a C extension's doc: its leading comment)
+        doc = text.partition("*/")[0] if path.suffix == ".c" else ast.get_docstring(ast.parse(text)) or ""
         assert LONG_REASON in doc, (f"{path.name} has {lines} lines: split it, or say at its top why not "
                                     f"('{LONG_REASON} ...')")
 
