@@ -97,7 +97,7 @@ def cases():
         "ndtr": (sc.ndtr, [erf_x]),
         "log_ndtr": (sc.log_ndtr, [np.concatenate([erf_x, -_logspace(0, 3, 100)])]),
         # the elementary functions the portable algorithms are made of: XLA's own, so the
-        # platform's arithmetic (a TPU's float32 gammainc was 2.4e-4 off, the CPU's exact)
+        # platform's arithmetic (a TPU v5e's float32 log up to 3,669 ulps off numpy's, the CPU's 2)
         "log": (anp.log, [np.concatenate([_logspace(-30, 30, 600), np.linspace(0.5, 4.0, 701)])]),
         "log1p": (anp.log1p, [np.concatenate([_signed(-8, 0, 300)[300:], np.linspace(-0.9, 4.0, 491)])]),
         "exp": (anp.exp, [np.linspace(-80, 80, 1601)]),

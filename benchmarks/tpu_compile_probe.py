@@ -9,8 +9,9 @@ The sum of a matrix's first three powers (x + x*x + x*x*x*c) at 1000², 5000², 
 and 1000² again, a fresh constant c each time so that nothing is reused: jax's lowering and
 XLA's compile (``lower().compile()``), jit_ps's trace, lowering and compile (its
 cache_info) of a first call, and (jit_ps, after jax's run) jax's StableHLO text of the last
-5000² program compiled by jit_ps's client with its options (JAX_TEXT); then 2,000 calls in a row of ``a * b + 1.0`` on 3 float32 kept
-on the device, and (jit_ps) where the Python part of those calls goes (cProfile)."""
+5000² program and jit_ps's own compiled alternately by jit_ps's client with its options
+(JAX_TEXT; 5 rounds, a fresh constant each); then 2,000 calls in a row of ``a * b + 1.0`` on
+3 float32 kept on the device, and (jit_ps) where the Python part of those calls goes (cProfile)."""
 import cProfile
 import io
 import pstats
@@ -57,6 +58,24 @@ def jax_side():
     print(f"jax kept call: {kept_pace(jax.jit(lambda a, b: a * b + 1.0))[0]:.1f} µs", flush=True)
 
 
+def alternate(theirs, rounds=5):
+    """jit_ps's client compiles jax's text of the 5000² program and jit_ps's own, alternately,
+    each round with a fresh constant (no cache answers), with jit_ps's compile options."""
+    from autograd_xla import backend, jit_ps
+    be = backend.get_backend()
+    devices = backend.xc.DeviceList((be.default_device,))
+    x = onp.ones(SHAPES[2], onp.float32)
+    for i in range(rounds):
+        c = 10.5 + i
+        texts = {"jit_ps's": jit_ps(lambda v, c=c: v + v * v + v * v * v * c).lower(x).as_text(),
+                 "jax's": theirs.replace("dense<3.500000e+00>", f"dense<{c:e}>")}  # (SHAPES[2]'s constant)
+        for name in sorted(texts, reverse=bool(i % 2)):
+            t0 = time.perf_counter()
+            be.client.compile_and_load(texts[name], devices, be._options())
+            print(f"{name} text of the 5000² program, jit_ps's client: compile "
+                  f"{1e3 * (time.perf_counter() - t0):.0f} ms", flush=True)
+
+
 def jit_ps_side():
     from autograd_xla import jit_ps
     jit_ps(lambda v: v + 1, tiered=False)(onp.ones(3, onp.float32))  # the chip's start, the lazy imports
@@ -75,11 +94,7 @@ def jit_ps_side():
     except OSError:
         pass
     else:
-        from autograd_xla import backend
-        be = backend.get_backend()
-        t0 = time.perf_counter()
-        be.client.compile_and_load(text, backend.xc.DeviceList((be.default_device,)), be._options())
-        print(f"jax's text of the 5000² program, jit_ps's client: compile {1e3 * (time.perf_counter() - t0):.0f} ms")
+        alternate(text)
     kept = jit_ps(lambda a, b: a * b + 1.0, keep_on_device=True)
     pace, (a, b) = kept_pace(kept)
     print(f"jit_ps kept call: {pace:.1f} µs", flush=True)
