@@ -83,7 +83,7 @@ class _Calls:
         previous = None if x64 is None else x64.swap_local(True)  # (as _callpath's x64_on)
         try:
             return self._fast(*args, **kwargs)
-        except ValueError:  # (as _callpath's after_fast_error)
+        except ValueError:  # (as _callpath's deleted_argument)
             if not self._deleted_argument(*args, **kwargs):
                 raise
         finally:
