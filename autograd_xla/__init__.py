@@ -26,7 +26,8 @@ The modules stand on floors; each imports only its own floor and those below
     (numpy promotion, broadcasting, constants)
  4. rules/: translation rules only, one module per family (adding a primitive is one
     @lowers function in one of them)
- 5. tracing, lowering, partial_eval: the interpreters of a graph; batching: lowering for
+ 5. tracing, lowering, partial_eval: the interpreters of a graph; numpy_tier: a graph run by
+    numpy (tiered execution's calls while a signature is held or compiling); batching: lowering for
     a batch of examples (vmap), op by op; backend: the runtime on one device; replicated:
     programs over several devices (pmap's); dispatch: jaxlib's C++ call path driving our
     executables; persistent_cache: compiled executables kept on disk (opt-in); distributed:

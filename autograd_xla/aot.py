@@ -198,13 +198,14 @@ class CacheStats:
     `persistent_hits` counts executables loaded from the on-disk cache instead (persistent_cache.py),
     in `persistent_load_seconds`; `host_to_device` / `device_to_host` count arrays moved by calls;
     `plain_tier_calls` counts calls run as plain autograd while their signature compiled in the
-    background (tiered=True), or before, or for good, which `hits` does not count; `plain_kept`
+    background (tiered=True), or before, or for good, which `hits` does not count, and
+    `numpy_tier_calls` those of them that ran the trace by numpy (numpy_tier.py); `plain_kept`
     counts the compiled signatures that run as plain autograd from then on, their plain calls
     measured faster (tiering.PlainStep)."""
 
     FIELDS = ("hits", "traces", "compiles", "trace_seconds", "lower_seconds", "compile_seconds", "fallbacks",
               "evictions", "host_to_device", "device_to_host", "persistent_hits", "persistent_load_seconds",
-              "plain_tier_calls", "upgrades", "upgrade_seconds", "plain_kept")
+              "plain_tier_calls", "numpy_tier_calls", "upgrades", "upgrade_seconds", "plain_kept")
     COUNTED = ("hits", "host_to_device", "device_to_host")  # kept by `counts`, in C for C++'s hits
     __slots__ = tuple(set(FIELDS) - set(COUNTED)) + ("counts",)
 
@@ -235,7 +236,7 @@ class Entry:
 
     __slots__ = ("executable", "out_tree", "graph", "lowered", "fallback_cause", "reason", "guards", "draws",
                  "static_leaves", "impure", "stage", "donated", "dynamic", "background", "fastpath", "ladder", "options",
-                 "variant", "previous", "following", "flat", "direct", "seconds", "on_device")
+                 "variant", "previous", "following", "flat", "direct", "seconds", "on_device", "replay")
 
     def __init__(self, out_tree, graph, draws=(), static_leaves=(), impure=False, dynamic=()):
         self.out_tree, self.graph = out_tree, graph
@@ -260,6 +261,7 @@ class Entry:
         self.flat = False                           # its leaves are numpy arrays and Python numbers, in tuples and lists: C++ may take its calls
         self.direct = None                          # the program C++ runs, where not `executable` (api._direct)
         self.seconds = 0.0                          # what making it has cost so far: trace, lowering, compile
+        self.replay = None                          # its graph run by numpy (numpy_tier.Replay) once asked for; False: none
 
     @property
     def python_fallback(self):

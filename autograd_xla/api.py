@@ -47,6 +47,7 @@ from .signatures import (Learned, PlainArgument, Static, aval_of, describe_chang
 #: whose calls all run plainly (tiered execution's first calls) never imports them.
 autodiff = LazyModule("autograd_xla.autodiff")
 backend_mod = LazyModule("autograd_xla.backend")
+numpy_tier = LazyModule("autograd_xla.numpy_tier")
 dispatch = LazyModule("autograd_xla.dispatch")
 impurity = LazyModule("autograd_xla.impurity")
 lowering = LazyModule("autograd_xla.lowering")
@@ -189,7 +190,7 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
             if untraced is not None:  # a signature of the plain tier, untraced
                 if untraced.spent < untraced.due and tiering.PLAIN_SECONDS is None:
                     self.stats.plain_tier_calls += 1
-                    return untraced.run(functools.partial(self._fun, *args))
+                    return untraced.run(functools.partial(self._fun, *args), args)
                 self._simple_untraced.pop(sig, None)  # decided below
             hit = self._simple.get(sig)
             if hit is not None:  # a known signature
@@ -264,12 +265,21 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
             self._waiting = PLAIN_TIER  # no fast path to be had: calls skip C++'s miss and _fastpath meanwhile
         call = (functools.partial(self._apply, spec, leaves, autodiff.BOXING) if original is None
                 else functools.partial(self._fun, *original[0], **original[1]))
-        if type(entry) is not tiering.Untraced:
-            return call()
+        if type(entry) is not tiering.Untraced:  # compiling in the background: traced
+            replay = self._replay_of(entry) if original is not None else None
+            return call() if replay is None else replay(leaves, call)
         if spec is _FLAT_SPECS.get(len(leaves)) and not self._auto_static[spec] and all(
                 type(x) is np.ndarray and x.dtype in _SUPPORTED for x in leaves):
             self._plain_tier_hit(tuple([(x.shape, x.dtype) for x in leaves]), entry)
-        return entry.run(call)
+        return entry.run(call, leaves if original is not None else None)
+
+    def _replay_of(self, entry):
+        """The numpy tier's run of a traced entry (numpy_tier.replay), made at its first ask;
+        None where it has none (random draws, guards, a primitive numpy does not run)."""
+        if entry.replay is None:
+            entry.replay = (not entry.impure and numpy_tier.replay(entry.graph, entry.dynamic, entry.out_tree,
+                                                                   self.stats)) or False
+        return entry.replay or None
 
     def _plain_tier_hit(self, sig, untraced):
         """Let _call_python's plain-tier path take the later calls of simple signature `sig`
@@ -502,6 +512,7 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
             if stage == COMPILED and entry.stage == TRACED and entry.graph is not None:
                 held = self._untraced.hold(asked, key, entry.graph.size())  # tiered: the trace kept, for later
                 if held is not None:
+                    held.replay = self._replay_of(entry)  # its calls meanwhile: the trace run by numpy
                     if built:
                         self._note_recompile(key)
                     return held

@@ -187,9 +187,10 @@ class Graph:
     closes over; lowering passes them in after `invars`.
     """
 
-    __slots__ = ("invars", "captured", "eqns", "outvars", "in_tree", "out_tree", "arg_names", "guards")
+    __slots__ = ("invars", "captured", "eqns", "outvars", "in_tree", "out_tree", "arg_names", "guards", "operators")
 
-    def __init__(self, invars, eqns, outvars, in_tree=None, out_tree=None, captured=(), arg_names=None, guards=()):
+    def __init__(self, invars, eqns, outvars, in_tree=None, out_tree=None, captured=(), arg_names=None, guards=(),
+                 operators=None):
         self.invars, self.eqns, self.outvars = invars, eqns, outvars
         self.in_tree, self.out_tree = in_tree, out_tree
         self.captured = list(captured)
@@ -197,6 +198,10 @@ class Graph:
         # (SourceInfo, why, decided) of each trailing boolean output that must hold; decided: a
         # branch decided by the traced call's values, which a trace of other values may decide otherwise
         self.guards = list(guards)
+        # the Vars of `**` on values autograd did not box, which plain autograd computes by numpy's
+        # operator (its scalar math, its square and sqrt for ** 2 and ** 0.5), not np.power's loop:
+        # a set where the trace made the graph (tracing.Trace.to_graph), None where not known
+        self.operators = operators
 
     @property
     def in_avals(self):

@@ -244,22 +244,25 @@ class Untraced:
     where its trace said its compile would not pay back yet (`worth_compiling`). It stands in
     for a cache entry that is not compiled yet (`stage`)."""
 
-    __slots__ = ("spent", "calls", "least", "held", "due")
+    __slots__ = ("spent", "calls", "least", "held", "due", "replay")
     stage, python_fallback, impure = 0, False, False
 
     def __init__(self):
         self.spent, self.calls, self.held, self.due = 0.0, 0, 0.0, 0.0
         self.least = math.inf  # its quickest call's seconds
+        self.replay = None  # while held, its trace run by numpy (numpy_tier.Replay), where it has one
 
     def for_good(self):
         """Whether it runs plainly for good (a plain trial kept plain autograd: plain_budget)."""
         return self.due == math.inf
 
-    def run(self, call):
-        """call(), its seconds counted."""
+    def run(self, call, leaves=None):
+        """call(), its seconds counted; where the call's `leaves` are given and it is held with a
+        replay, that runs them instead."""
         t0 = time.perf_counter()
         try:
-            return call()
+            replay = self.replay
+            return call() if replay is None or leaves is None else replay(leaves, call)
         finally:
             seconds = time.perf_counter() - t0
             self.spent += seconds

@@ -86,6 +86,7 @@ class Trace:
         self.kinds = False  # whether a Tracer of this trace has a Kind (stands for an ndarray subclass...)
         self.views = set()  # Vars two Tracers of different Kinds share (Tracer.view): not updated in place
         self.zeros = set()  # Vars of the zeros autograd's gradient sums start from (accumulator_zeros)
+        self.operators = set()  # Vars of ** on unboxed values (core.Graph.operators)
         self._counter = parent._counter if parent is not None else itertools.count()
 
     def new_var(self, aval):
@@ -165,7 +166,7 @@ class Trace:
         outvars = [self.output(x) for x in outs]
         captured = [(inner, outer) for inner, outer in self.captured.values()]
         return Graph(list(self.invars), list(self.eqns), outvars, out_tree=out_tree, captured=captured,
-                     arg_names=list(self.arg_names))
+                     arg_names=list(self.arg_names), operators=frozenset(self.operators))
 
     def output(self, x):
         if isinstance(x, Tracer):
@@ -518,6 +519,8 @@ def _operator(ufunc, swap=False):
             other = other.item()  # a number autograd's derivative code made (np.mean's count) is weak
         a, b = (other, self) if swap else (self, other)
         out = bind(ufunc, (a, b), {})
+        if ufunc is np.power and type(out) is Tracer:
+            out._trace.operators.add(out._var)
         if _is_weak(a) and _is_weak(b):
             out.mark_weak()
         if ufunc in _AFFINE_OPS and not out.shape and out.dtype.kind in "iu":
@@ -638,6 +641,8 @@ def _inplace(ufunc):
         if self._var.aval.weak_type:  # Python numbers are immutable: x += 1 rebinds, never mutates
             return _operator(ufunc)(self, other)
         result = bind(ufunc, (self, other), {})
+        if ufunc is np.power and type(result) is Tracer:
+            result._trace.operators.add(result._var)
         _assign(self, result, ufunc.__name__)
         return self
     return method

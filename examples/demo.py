@@ -159,6 +159,7 @@ def train(model, contender, args):
     if contender != "plain":
         info = gradient.cache_info()
         result["plain_calls"] = info["plain_tier_calls"]
+        result["numpy_calls"] = info["numpy_tier_calls"]
         result["making"] = info["trace_seconds"] + info["lower_seconds"] + info["compile_seconds"]
         result["compiled"] = info["compiles"] > 0
         plain_g, jit_g = flatten(plain(params, 0))[0], flatten(gradient(params, 0))[0]
@@ -190,8 +191,9 @@ def compare(model, args):
         if contender == "plain":
             print(line)
             continue
-        how = (f"its first {run['plain_calls']} calls plain, then compiled" if run["compiled"]
-               else f"all {run['plain_calls']} calls plain: a compile would not have paid") if contender == "tiered" \
+        numpy = f" ({run['numpy_calls']} of them the trace run by numpy)" if run["numpy_calls"] else ""
+        how = (f"its first {run['plain_calls']} calls plain{numpy}, then compiled" if run["compiled"]
+               else f"all {run['plain_calls']} calls plain{numpy}: a compile would not have paid") if contender == "tiered" \
             else "compiled at the first call"
         making = f" ({run['making']:.2f} s tracing and compiling)" if run["compiled"] else ""
         print(f"{line} {plain['seconds'] / run['seconds']:>8.2f}x  {how}{making}")

@@ -1,0 +1,173 @@
+"""The numpy tier (numpy_tier.py): a tiered signature's calls while it is held or compiling run
+its trace by numpy, and give plain autograd's results bit for bit; what does not qualify
+(random draws, guards, sub-graphs), or differs at its first call, runs as plain autograd."""
+import operator
+
+import numpy as onp
+import numpy.random as npr
+import pytest
+
+import autograd.numpy as np
+from autograd import grad, value_and_grad
+from autograd_xla import fori_loop, jit_ps, numpy_tier, tiering
+from helpers import assert_close
+
+compile_thread = tiering.compile_thread
+rs = npr.RandomState(0)
+
+
+@pytest.fixture(autouse=True)
+def held(monkeypatch):
+    """Traced at a signature's second call, then held: no program pays back (tiering's second stage)."""
+    monkeypatch.setattr(tiering, "PLAIN_SECONDS", None)
+    monkeypatch.setattr(tiering, "plain_budget", lambda learned, call: 0.0 if call is not None else float("inf"))
+    monkeypatch.setattr(tiering, "COST_PER_EQN", 1e6)
+    assert compile_thread.wait(60)
+    yield
+    assert compile_thread.wait(60)
+
+
+def mlp_loss(params, x, y):
+    for W, b in params:
+        x = np.tanh(np.dot(x, W) + b)
+    return np.mean((x - y) ** 2)
+
+
+def mlp_sum(params, x, y):
+    for W, b in params:
+        x = np.tanh(np.dot(x, W) + b)
+    return np.sum((x - y) ** 2)
+
+
+def picked(x, idx):
+    return np.sum(x[idx] ** 2) + np.sum(x[1:3] * 2.0)  # getitem's VJP: np.add.at, which the tier runs on a copy
+
+
+def scaled(x, scale, power=2):
+    return np.sum(np.sin(x) * scale ** power)
+
+
+def head(x, n):
+    return np.sum(x[:int(n)] ** 3)  # n made static by the trace
+
+
+PARAMS = [(rs.randn(3, 5), rs.randn(5)), (rs.randn(5, 2), rs.randn(2))]
+X, Y = rs.randn(4, 3), rs.randn(4, 2)
+PARAMS32 = [(W.astype(onp.float32), b.astype(onp.float32)) for W, b in PARAMS]
+V = rs.randn(6)
+CASES = {
+    "a list of pairs' gradient": (grad(mlp_loss), lambda k: ((PARAMS, X + k, Y), {})),
+    "value and gradient": (value_and_grad(mlp_loss), lambda k: ((PARAMS, X * k, Y), {})),
+    "indexing's gradient": (grad(picked), lambda k: ((V + k, onp.array([0, 2, 2, 5])), {})),
+    "keywords, Python floats": (grad(scaled), lambda k: ((V, 1.5 + k), {"power": 3})),
+    "float32": (grad(mlp_sum), lambda k: ((PARAMS32, (X + k).astype(onp.float32), Y.astype(onp.float32)), {})),
+    "a value the trace made static": (grad(head), lambda k: ((V + k, onp.array(4)), {})),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_held_calls_run_the_trace_by_numpy_with_plain_autograd_s_bits(name):
+    g, args = CASES[name]
+    jf = jit_ps(g, tiered=True)
+    for k in range(6):
+        a, kw = args(k)
+        got = jf(*a, **kw)
+        assert numpy_tier.same(got, g(*a, **kw)), k
+    info = jf.cache_info()
+    assert (info["traces"], info["compiles"], info["plain_tier_calls"]) == (1, 0, 6)
+    assert info["numpy_tier_calls"] == 4  # (call 1 untraced; call 2 traced and checked against plain autograd)
+
+
+def test_calls_while_compiling_in_the_background_run_the_trace_by_numpy(monkeypatch):
+    monkeypatch.setattr(tiering, "COST_PER_EQN", 1e-12)  # every program pays back: compiled in the background
+    g = grad(mlp_loss)
+    jf = jit_ps(g, tiered=True)
+    with compile_thread.paused():
+        for k in range(5):
+            assert numpy_tier.same(jf(PARAMS, X + k, Y), g(PARAMS, X + k, Y))
+        assert (jf.stats.compiles, jf.stats.numpy_tier_calls) == (0, 3)
+    assert compile_thread.wait(60)
+    assert_close(jf(PARAMS, X, Y), g(PARAMS, X, Y), rtol=1e-12)
+    assert jf.stats.compiles == 1 and jf.stats.numpy_tier_calls == 3
+
+
+def test_powers_of_values_autograd_does_not_box_are_numpy_s_operator():
+    """Plainly, `s ** 3` of a numpy scalar is numpy's scalar math and `a ** 0.5` of an array
+    its sqrt, where np.power's loop (which autograd's boxed ** calls) differs in the last bit
+    for some values (the fuzzer's `x0 ** 3`, np.float64(0.7366...): 1 ulp); the gradient's
+    boxed ** stays np.power."""
+    def f(s, a):
+        return s ** 3, a ** 0.5, a ** s
+
+    g = grad(lambda s, a: np.sum(f(s, a)[1] * f(s, a)[0] + f(s, a)[2]), argnum=1)
+    jf, jg = jit_ps(f, tiered=True), jit_ps(g, tiered=True)
+    for v in onp.linspace(0.5, 1.5, 200):
+        s, a = onp.float64(v), onp.abs(V) * v
+        assert numpy_tier.same(jf(s, a), f(s, a)) and numpy_tier.same(jg(s, a), g(s, a)), v
+    assert jf.stats.numpy_tier_calls == jg.stats.numpy_tier_calls == 198
+
+
+def draws(x):
+    return np.sum(x * npr.randn(*x.shape))
+
+
+def guarded(x):
+    return np.sum(x ** 2) if np.sum(x) > 0 else np.sum(x ** 3)  # a guard: the branch the trace took must hold
+
+
+def looped(x):
+    return np.sum(fori_loop(0, 3, lambda i, c: np.sin(c) + x, x))  # a sub-graph
+
+
+@pytest.mark.parametrize("f", [draws, guarded, looped])
+def test_what_does_not_qualify_runs_as_plain_autograd(f):
+    g = grad(f)
+    jf = jit_ps(g, tiered=True)
+    for k in range(5):
+        npr.seed(k)
+        got = jf(V + 1.0)
+        npr.seed(k)
+        assert numpy_tier.same(got, g(V + 1.0))
+    assert jf.stats.traces == 1 and jf.stats.numpy_tier_calls == 0
+
+
+def test_a_trace_whose_first_results_differ_from_plain_autograd_s_keeps_to_plain_autograd():
+    """np.mean's VJP in plain autograd divides by numpy's int64 count, in float64 (NEP 50) for
+    a float32 model; the trace divides by the count as a Python int, in float32, as the
+    compiled program does (README: float32, float64 and x64): its first replayed results are
+    checked against plain autograd's, differ in their last bits, and its calls run plainly."""
+    g = grad(mlp_loss)
+    jf = jit_ps(g, tiered=True)
+    for k in range(5):
+        x = (X + k).astype(onp.float32)
+        got = jf(PARAMS32, x, Y.astype(onp.float32))
+        assert numpy_tier.same(got, g(PARAMS32, x, Y.astype(onp.float32)))
+    assert jf.stats.traces == 1 and jf.stats.numpy_tier_calls == 0
+
+
+def test_what_qualifies():
+    from autograd.tracer import trace_primitives_map
+    from autograd_xla.core import Aval, Eqn, Var
+
+    def face(prim, operators=frozenset()):
+        return numpy_tier._face(Eqn(prim, (), {}, [out], None, None), operators)
+    out = Var(Aval((), onp.float64), 0)
+    raw = onp.sin
+    assert raw in trace_primitives_map and face(raw) is raw and face(operator.getitem) is operator.getitem
+    assert face(lambda x: x) is None and face(np.sin) is None  # (autograd's wrapper, which boxes)
+    assert face(onp.power) is onp.power and face(onp.power, {out}) is operator.pow and face(onp.power, None) is None
+
+
+@pytest.mark.parametrize("a, b, equal", [
+    (onp.float64(1.0), onp.float64(1.0), True),
+    (onp.float64(1.0), 1.0, False),  # a numpy scalar is not a Python float
+    (onp.zeros(3), onp.zeros(3, onp.float32), False),
+    (onp.zeros(3), onp.zeros((3, 1)), False),
+    (onp.array([0.0]), onp.array([-0.0]), False),  # bits, not values
+    (onp.array([onp.nan]), onp.array([onp.nan]), True),
+    ((onp.ones(2), [1.0]), (onp.ones(2), [1.0]), True),
+    ((onp.ones(2), [1.0]), [onp.ones(2), [1.0]], False),
+    (float("nan"), float("nan"), True),
+])
+def test_same_means_structure_types_dtypes_shapes_and_bits(a, b, equal):
+    assert numpy_tier.same(a, b) is equal
