@@ -5,10 +5,10 @@ A plain autograd gradient call pays for its tape: a box, a node and a VJP closur
 primitive, and the backward pass's toposort, on top of numpy's own work; the traced graph of
 the same call (jit_ps(grad(f)): forward and backward passes as one list of numpy calls) is
 those numpy calls alone, in the order autograd made them. Run from a list prepared once
-(`Replay`), it gives plain autograd's results bit for bit: measured on lifelines 0.30.3's
-seven parametric fitters' value_and_grad (51-429 primitive calls) 2.5-4.6x faster than
-plain autograd's calls, and on the README demo's regression network 3.8x (1.9 ms -> 0.50
-ms); on matrix products it is as fast (the demo's classifier: 1.00x).
+(`Replay`), it gives plain autograd's results bit for bit, faster (benchmarks/numpy_tier.py:
+five of lifelines 0.30.3's parametric fitters' value_and_grad, 51-429 primitive calls,
+2.5-4.2x; the README demo's regression network 5.2x; where matrix products take the time,
+the demo's classifier, 1.17x).
 
 A graph qualifies (`replay`) where every equation is a call of a raw function autograd wraps
 as a primitive (what autograd itself calls when no box is among the arguments), of
@@ -65,8 +65,9 @@ def _at(ufunc):
 
 
 class Replay:
-    """A graph prepared as a list of (function, operands, keywords, result slots); operands
-    name slots of one list of values (inputs first), or hold constants."""
+    """A graph prepared as a list of steps (function, operands, keywords, result slots,
+    whether the operands are flat, the slots read last there); operands name slots of one
+    list of values (inputs first), or hold constants."""
 
     __slots__ = ("steps", "slots", "dynamic", "outputs", "out_tree", "checked", "stats")  # steps None: plain's
 
@@ -100,8 +101,8 @@ class Replay:
                 kept.append(step)
         self.steps = kept[::-1]
         # each value is let go after the step that reads it last, as plain autograd's backward
-        # pass lets its intermediates go: kept to the end, an MNIST-sized MLP gradient's made
-        # each call's memory afresh (3.2 ms plain, 5-40 ms by numpy)
+        # pass lets its intermediates go (all kept to the end, an MNIST-sized MLP gradient's
+        # call takes fresh memory each time: 5-40 ms by numpy against plain autograd's 3.2)
         last = {}
         for k, step in enumerate(self.steps):
             for x in _slots_read(list(step[1]) + list(step[2].values())):
