@@ -22,6 +22,9 @@ def held(monkeypatch):
     monkeypatch.setattr(tiering, "PLAIN_SECONDS", None)
     monkeypatch.setattr(tiering, "plain_budget", lambda learned, call: 0.0 if call is not None else float("inf"))
     monkeypatch.setattr(tiering, "COST_PER_EQN", 1e6)
+    for name in ("_costs", "_savings"):  # nothing learned from earlier tests' programs
+        monkeypatch.setattr(tiering, name, tiering.collections.OrderedDict())
+    monkeypatch.setattr(tiering, "_sized", [0, 0.0])
     assert compile_thread.wait(60)
     yield
     assert compile_thread.wait(60)
