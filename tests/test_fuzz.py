@@ -8,7 +8,9 @@ same programs every time in well under a minute. Raise it on demand:
     AUTOGRAD_XLA_FUZZ_EXAMPLES=2000 pytest tests/test_fuzz.py        # more programs
     AUTOGRAD_XLA_FUZZ_SEED=7 AUTOGRAD_XLA_FUZZ_EXAMPLES=500 pytest ... # other programs
 
-A failure prints the program as Python source, with its inputs' shapes and dtypes.
+A failure prints the program as Python source, with its inputs' shapes and dtypes. The same
+programs also run through the numpy tier (a held signature's calls run by numpy), which must
+give plain autograd's results bit for bit.
 """
 import os
 import warnings
@@ -21,7 +23,7 @@ from hypothesis import strategies as st
 import autograd.numpy as np
 import autograd.scipy.special as sps
 from autograd import grad
-from autograd_xla import jit_ps
+from autograd_xla import jit_ps, numpy_tier, tiering
 from helpers import assert_close
 
 EXAMPLES = int(os.environ.get("AUTOGRAD_XLA_FUZZ_EXAMPLES", "100"))
@@ -225,6 +227,40 @@ def _seeded(test):
 def test_random_programs_match_autograd(program):
     source, inputs = program
     check_program(source, inputs)
+
+
+def check_numpy_tier(source, inputs):
+    """The program and its gradient, tiered, every signature traced at its second call and
+    held (numpy_tier.py: its later calls run the trace by numpy), at five inputs: plain
+    autograd's results bit for bit."""
+    f = build(source)
+    s = scalarized(f)
+    g = grad(lambda *xs: s(*xs))
+    saved = tiering.PLAIN_SECONDS, tiering.plain_budget, tiering.worth_compiling
+    tiering.PLAIN_SECONDS, tiering.worth_compiling = None, lambda *a: False
+    tiering.plain_budget = lambda learned, call: 0.0 if call is not None else float("inf")
+    try:
+        for fn in (f, g):
+            jf = jit_ps(fn, tiered=True)
+            for k in range(5):
+                xs = [x * (1 + 0.01 * k) if isinstance(x, float) else (x * (1 + 0.01 * k)).astype(x.dtype)
+                      for x in inputs]
+                try:
+                    want = fn(*xs)
+                except Exception:  # plain autograd refuses it: no oracle
+                    break
+                got = jf(*xs)
+                assert numpy_tier.same(got, want), f"call {k}: {got!r} against {want!r}{describe(source, inputs)}"
+    finally:
+        tiering.PLAIN_SECONDS, tiering.plain_budget, tiering.worth_compiling = saved
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@_seeded
+@_settings
+@given(programs())
+def test_random_programs_through_the_numpy_tier(program):
+    check_numpy_tier(*program)
 
 
 # Programs the fuzzer found failing, kept as regression tests (all fixed).
