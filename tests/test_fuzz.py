@@ -255,7 +255,7 @@ def check_numpy_tier(source, inputs):
         tiering.PLAIN_SECONDS, tiering.plain_budget, tiering.worth_compiling = saved
 
 
-@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore:Output seems independent of input")
 @_seeded
 @_settings
 @given(programs())
