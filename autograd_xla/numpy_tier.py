@@ -33,10 +33,8 @@ def replay(graph, dynamic, out_tree, stats):
     qualify."""
     if graph is None or graph.guards or graph.captured:
         return None
-    for eqn in graph.eqns:
-        if _face(eqn, graph.operators) is None:
-            return None
-    return Replay(graph, dynamic, out_tree, stats)
+    faces = [_face(eqn, graph.operators) for eqn in graph.eqns]
+    return None if None in faces else Replay(graph, faces, dynamic, out_tree, stats)
 
 
 def _face(eqn, operators):
@@ -71,10 +69,11 @@ class Replay:
 
     __slots__ = ("steps", "slots", "dynamic", "outputs", "out_tree", "checked", "stats")  # steps None: plain's
 
-    def __init__(self, graph, dynamic, out_tree, stats):
+    def __init__(self, graph, faces, dynamic, out_tree, stats):
+        """`faces`: what runs each equation (_face)."""
         slot = {v: k for k, v in enumerate(graph.invars)}
         self.steps = []
-        for eqn in graph.eqns:
+        for eqn, face in zip(graph.eqns, faces):
             args = tuple(_operand(a, slot) for a in eqn.args)
             kwargs = {k: _operand(v, slot) for k, v in eqn.kwargs.items()}
             outs = []
@@ -83,8 +82,7 @@ class Replay:
                     slot[v] = len(slot)
                 outs.append(None if v is None else slot[v])
             flat = all(kind != _NESTED for kind, _ in args) and not kwargs
-            self.steps.append([_face(eqn, graph.operators), args, kwargs, outs[0] if eqn.out_tree is tree.LEAF else outs,
-                               flat, ()])
+            self.steps.append([face, args, kwargs, outs[0] if eqn.out_tree is tree.LEAF else outs, flat, ()])
         self.slots = len(slot)
         self.dynamic = list(dynamic)
         self.outputs = [_operand(v, slot) for v in graph.outvars]

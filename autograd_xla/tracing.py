@@ -518,9 +518,7 @@ def _operator(ufunc, swap=False):
                 and derivative_code(sys._getframe(1)):
             other = other.item()  # a number autograd's derivative code made (np.mean's count) is weak
         a, b = (other, self) if swap else (self, other)
-        out = bind(ufunc, (a, b), {})
-        if ufunc is np.power and type(out) is Tracer:
-            out._trace.operators.add(out._var)
+        out = _bind_operator(ufunc, a, b)
         if _is_weak(a) and _is_weak(b):
             out.mark_weak()
         if ufunc in _AFFINE_OPS and not out.shape and out.dtype.kind in "iu":
@@ -528,6 +526,15 @@ def _operator(ufunc, swap=False):
         return out
     method.__name__ = ufunc.__name__
     return method
+
+
+def _bind_operator(ufunc, a, b):
+    """Python's binary operator on a value autograd did not box, bound: `**`'s result noted
+    (core.Graph.operators: plainly it is numpy's operator, not np.power's loop)."""
+    out = bind(ufunc, (a, b), {})
+    if ufunc is np.power and type(out) is Tracer:
+        out._trace.operators.add(out._var)
+    return out
 
 
 def _unary(ufunc, x):
@@ -640,9 +647,7 @@ def _inplace(ufunc):
             return NotImplemented
         if self._var.aval.weak_type:  # Python numbers are immutable: x += 1 rebinds, never mutates
             return _operator(ufunc)(self, other)
-        result = bind(ufunc, (self, other), {})
-        if ufunc is np.power and type(result) is Tracer:
-            result._trace.operators.add(result._var)
+        result = _bind_operator(ufunc, self, other)
         _assign(self, result, ufunc.__name__)
         return self
     return method
