@@ -96,10 +96,12 @@ def op_work(name, operands, results):
 class ModuleState:
     """What all builders of one module share: lifted constants become parameters; the
     source locations of its ops (an hlo.Locations, or None for none); the named axes its
-    collectives may reduce over (`axes`: name -> size), each a pmap's devices."""
+    collectives may reduce over (`axes`: name -> size), each a pmap's devices; whether it is
+    built only for its types (`shapes_only`: tracing.abstract_eval's, never compiled)."""
 
-    def __init__(self, platform="cpu", locations=None, axes=None, use_blas=False, merge=True, gemm=True):
-        self.platform = platform
+    def __init__(self, platform="cpu", locations=None, axes=None, use_blas=False, merge=True, gemm=True,
+                 shapes_only=False):
+        self.platform, self.shapes_only = platform, shapes_only
         # whether independent calls of a looping primitive are emitted as one
         # (lowering.schedule), and how many such groups were
         self.merge, self.merged = merge, 0

@@ -380,7 +380,7 @@ def _operands_key(obj, inputs):
 
 
 def _run_rule(rule, args, kwargs):
-    ctx = LoweringContext(ModuleState(axes=state.axes))
+    ctx = LoweringContext(ModuleState(axes=state.axes, shapes_only=True))
     env = {}
 
     def placeholder(var):

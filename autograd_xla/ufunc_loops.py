@@ -53,11 +53,11 @@ _registered = {}  # target -> its capsule, kept alive as long as XLA may call it
 _lock = threading.Lock()
 
 
-def target(ufunc, dtypes):
+def target(ufunc, dtypes, register=True):
     """The target calling `ufunc`'s loop for operands and results of `dtypes` (numpy's loop
-    dtypes: the loop whose type string they spell), registered; None where there is no such
-    loop or it cannot be called (the C module not built, a type the handler does not read, a
-    ufunc object not laid out as numpy's PyUFuncObject)."""
+    dtypes: the loop whose type string they spell), registered with XLA unless `register` is
+    false; None where there is no such loop or it cannot be called (the C module not built, a
+    type the handler does not read, a ufunc object not laid out as numpy's PyUFuncObject)."""
     if native is None or not all(np.dtype(d) in DTYPES for d in dtypes):
         return None
     chars = "".join(np.dtype(d).char for d in dtypes)
@@ -70,6 +70,8 @@ def target(ufunc, dtypes):
             head = _UFunc.from_address(id(ufunc))
             if (head.ntypes, head.nin, head.nout) != (ufunc.ntypes, ufunc.nin, ufunc.nout) or not head.functions:
                 return None
+            if not register:
+                return name
             capsule = native.loop(name, head.functions[index], head.data[index] or 0, ufunc.nin, ufunc.nout)
             xc.register_custom_call_target(name, capsule, platform="cpu", api_version=1)
             _registered[name] = capsule

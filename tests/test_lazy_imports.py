@@ -114,6 +114,29 @@ def test_plain_tiered_calls_import_no_jaxlib_and_a_compile_does():
     assert out.splitlines() == ["4 0 []", "1 ['jaxlib', 'ml_dtypes']"]
 
 
+def test_a_trace_of_scipy_special_imports_no_jaxlib():
+    """A trace works out its scipy.special calls' types by building their rules, which name
+    scipy's own loops on the CPU (ufunc_loops): registering those with XLA waits for a program
+    lowered to compile, so a trace alone (one run by numpy: numpy_tier) imports no jaxlib. (A
+    function made with tiered=False imports it at once: C++'s call path.)"""
+    env = {k: v for k, v in os.environ.items() if k != "AUTOGRAD_XLA_TIERED"}
+    out = run("""
+        import sys
+        import autograd.numpy as np
+        import autograd.scipy.special as sp
+        from autograd import grad
+        from autograd_xla import jit_ps
+        loss = lambda x: np.sum(sp.gammaln(x) + sp.gammainc(2.0, x) + sp.erfc(x))
+        x = np.linspace(0.5, 2.0, 5)
+        jit_ps(grad(loss)).graph(x)
+        print([m for m in ("jaxlib", "ml_dtypes") if m in sys.modules])
+        f = jit_ps(grad(loss), tiered=False, fallback="error")
+        assert np.allclose(f(x), grad(loss)(x), rtol=1e-12, atol=0)
+        print(f.cache_info()["compiles"], "jaxlib" in sys.modules)
+        """, env)
+    assert out.splitlines() == ["[]", "1 True"]
+
+
 #: The package's modules a trace needs and a plain call does not (registry.load_builtin; the
 #: interpreters, the runtime, jaxlib's C++ call path and random draws' replay: api's
 #: LazyModules), and the libraries only they import

@@ -51,10 +51,13 @@ def scipy_loop(ctx, ufunc, values, out_dtypes):
     """The custom call target of scipy's own loop of `ufunc` for these operands, or None:
     not the CPU, FORCE_PORTABLE set, or no such loop the handler can call. The loop is chosen
     by the types the buffers really have (hlo.canonical_dtype): with x64 off a float64 operand
-    is float32, which scipy's double loop would read as half as many doubles."""
+    is float32, which scipy's double loop would read as half as many doubles. Registered with
+    XLA only for a program being lowered: a trace (which builds the rule for its types alone)
+    never imports jaxlib, and a trace run by numpy (numpy_tier) needs none."""
     if ctx.platform != "cpu" or FORCE_PORTABLE:
         return None
-    return ufunc_loops.target(ufunc, [hlo.canonical_dtype(d) for d in [v.dtype for v in values] + list(out_dtypes)])
+    return ufunc_loops.target(ufunc, [hlo.canonical_dtype(d) for d in [v.dtype for v in values] + list(out_dtypes)],
+                              register=not ctx.module.shapes_only)
 
 
 def call_scipy_loop(ctx, target, values, out_dtype):
