@@ -13,10 +13,15 @@ the demo's classifier, 1.17x).
 A graph qualifies (`replay`) where every equation is a call of a raw function autograd wraps
 as a primitive (what autograd itself calls when no box is among the arguments), of
 `operator.getitem`, or of a ufunc method (`np.add.at` works on a copy: the tracer records it
-as a pure function), and it has no guards, no random draws and no sub-graphs. Its first call
-runs plain autograd too and compares (`Replay.__call__`): the same structure, types, dtypes
-and bits, or the signature keeps to plain autograd. Python's side effects in the function
-then run no more, as with a compiled call (README: Gotchas).
+as a pure function), or of a ufunc (scipy.special's that autograd does not wrap, called by a
+composition: compositions/stats.py's norm.logsf, log_ndtr of the standardised value, as scipy
+computes it), and it has no random draws and no sub-graphs. Its guards (a Python
+branch on a traced value, core.Graph.guards) are computed as the compiled program computes
+them: a call where one fails runs as plain autograd, and a signature whose guards refuse
+more calls than they let through (past REFUSALS_KEPT) keeps to plain autograd. Its first
+replayed call runs plain autograd too and compares (`Replay.__call__`): the same structure,
+types, dtypes and bits, or the signature keeps to plain autograd. Python's side effects in
+the function then run no more, as with a compiled call (README: Gotchas).
 """
 import operator
 
@@ -26,12 +31,16 @@ from autograd.tracer import trace_primitives_map
 from . import tree
 from .core import UfuncMethod, Var
 
+#: Calls a signature's guards may refuse before the tier gives up on it, if they refuse more
+#: than they let through: each refused call runs by numpy and then plainly.
+REFUSALS_KEPT = 8
+
 
 def replay(graph, dynamic, out_tree, stats):
     """A Replay of `graph` (its inputs the call's leaves at `dynamic`, its results built into
     `out_tree`; its calls counted in `stats`, an aot.CacheStats), or None where it does not
     qualify."""
-    if graph is None or graph.guards or graph.captured:
+    if graph is None or graph.captured:
         return None
     faces = [_face(eqn, graph.operators) for eqn in graph.eqns]
     return None if None in faces else Replay(graph, faces, dynamic, out_tree, stats)
@@ -46,8 +55,8 @@ def _face(eqn, operators):
         return operator.pow if eqn.outvars[0] in operators else prim
     if type(prim) is UfuncMethod:
         return _at(prim.ufunc) if prim.method == "at" else prim
-    if prim is operator.getitem:
-        return prim
+    if prim is operator.getitem or type(prim) is np.ufunc:  # (a scipy.special ufunc autograd does not wrap,
+        return prim                                          # from a composition: scipy.stats' norm.logcdf's log_ndtr)
     try:
         return prim if prim in trace_primitives_map else None
     except TypeError:  # unhashable
@@ -67,7 +76,8 @@ class Replay:
     whether the operands are flat, the slots read last there); operands name slots of one
     list of values (inputs first), or hold constants."""
 
-    __slots__ = ("steps", "slots", "dynamic", "outputs", "out_tree", "checked", "stats")  # steps None: plain's
+    __slots__ = ("steps", "slots", "dynamic", "outputs", "out_tree", "guards", "ran", "refused", "checked",
+                 "stats")  # steps None: plain's
 
     def __init__(self, graph, faces, dynamic, out_tree, stats):
         """`faces`: what runs each equation (_face)."""
@@ -111,6 +121,8 @@ class Replay:
             self.steps[k][5] += (x,)
         self.steps = [tuple(step) for step in self.steps]
         self.out_tree, self.stats = out_tree, stats
+        self.guards = len(graph.guards)  # the trailing outputs that must hold
+        self.ran = self.refused = 0  # calls run by numpy; calls the guards refused
         self.checked = False
 
     def __call__(self, leaves, plain):
@@ -120,18 +132,34 @@ class Replay:
         if self.checked:
             if self.steps is None:
                 return plain()
+            got = self.run(leaves)
+            if got is _REFUSED:
+                self._refuse()
+                return plain()
+            self.ran += 1
             self.stats.numpy_tier_calls += 1
-            return self.run(leaves)
+            return got
         want = plain()
         try:
             got = self.run(leaves)
         except Exception:
             self.steps = None
         else:
+            if got is _REFUSED:  # checked at a call the guards let through
+                self._refuse()
+                return want
             if not same(got, want):
                 self.steps = None
         self.checked = True
         return want
+
+    def _refuse(self):
+        """Count a call the guards refused; plain autograd's for good where they refuse more
+        calls than they let through."""
+        self.refused += 1
+        if self.refused > REFUSALS_KEPT and self.refused > self.ran:
+            self.steps = None
+            self.checked = True
 
     def run(self, leaves):
         env = [leaves[i] for i in self.dynamic]
@@ -150,10 +178,15 @@ class Replay:
                     if k is not None:
                         env[k] = x
         outs = [_value(o, env) for o in self.outputs]
+        if self.guards:
+            if not all(outs[-self.guards:]):
+                return _REFUSED
+            del outs[-self.guards:]
         return outs[0] if self.out_tree is tree.LEAF else tree.unflatten(self.out_tree, outs)
 
 
 _SLOT, _CONSTANT, _NESTED = "slot", "constant", "nested"
+_REFUSED = object()  # Replay.run's result where a guard is false
 
 
 def _operand(x, slot):

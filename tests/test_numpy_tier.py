@@ -1,6 +1,7 @@
 """The numpy tier (numpy_tier.py): a tiered signature's calls while it is held or compiling run
-its trace by numpy, and give plain autograd's results bit for bit; what does not qualify
-(random draws, guards, sub-graphs), or differs at its first call, runs as plain autograd."""
+its trace by numpy, and give plain autograd's results bit for bit; a call its guards refuse
+runs as plain autograd, as does what does not qualify (random draws, sub-graphs) or differs
+at its first call."""
 import operator
 
 import numpy as onp
@@ -9,6 +10,7 @@ import pytest
 
 import autograd.numpy as np
 from autograd import grad, value_and_grad
+from autograd.scipy.stats import norm
 from autograd_xla import fori_loop, jit_ps, numpy_tier, tiering
 from helpers import assert_close
 
@@ -50,6 +52,10 @@ def scaled(x, scale, power=2):
     return np.sum(np.sin(x) * scale ** power)
 
 
+def log_survival(x, mu):
+    return -np.sum(norm.logsf(x, mu, 2.0))  # a composition (compositions/stats.py): scipy.special.log_ndtr
+
+
 def head(x, n):
     return np.sum(x[:int(n)] ** 3)  # n made static by the trace
 
@@ -64,6 +70,7 @@ CASES = {
     "indexing's gradient": (grad(picked), lambda k: ((V + k, onp.array([0, 2, 2, 5])), {})),
     "keywords, Python floats": (grad(scaled), lambda k: ((V, 1.5 + k), {"power": 3})),
     "float32": (grad(mlp_sum), lambda k: ((PARAMS32, (X + k).astype(onp.float32), Y.astype(onp.float32)), {})),
+    "a composition": (grad(log_survival, 1), lambda k: ((V, 0.5 + k), {})),
     "a value the trace made static": (grad(head), lambda k: ((V + k, onp.array(4)), {})),
 }
 
@@ -122,7 +129,34 @@ def looped(x):
     return np.sum(fori_loop(0, 3, lambda i, c: np.sin(c) + x, x))  # a sub-graph
 
 
-@pytest.mark.parametrize("f", [draws, guarded, looped])
+def test_a_guarded_trace_runs_by_numpy_where_its_guards_hold():
+    """`guarded`'s trace takes the branch of its second call's values (sum > 0) and guards it:
+    calls whose values take the other branch run as plain autograd, the rest by numpy."""
+    g = grad(guarded)
+    jf = jit_ps(g, tiered=True)
+    signs = [1, 1, 1, -1, 1, -1, 1, 1]
+    for k, sign in enumerate(signs):
+        x = sign * (V + 1.0 + k)
+        assert numpy_tier.same(jf(x), g(x)), k
+    assert jf.stats.traces == 1 and jf.stats.numpy_tier_calls == 4  # (the 1st untraced, 2nd checked, two refused)
+
+
+def test_a_trace_whose_guards_refuse_most_calls_keeps_to_plain_autograd(monkeypatch):
+    """Each refused call ran by numpy before it ran plainly: past REFUSALS_KEPT refusals, more
+    than the calls let through, the tier stops trying."""
+    monkeypatch.setattr(numpy_tier, "REFUSALS_KEPT", 2)
+    runs = []
+    run = numpy_tier.Replay.run
+    monkeypatch.setattr(numpy_tier.Replay, "run", lambda self, leaves: runs.append(1) or run(self, leaves))
+    g = grad(guarded)
+    jf = jit_ps(g, tiered=True)
+    for k in range(8):
+        x = (1 if k < 2 else -1) * (V + 1.0 + k)
+        assert numpy_tier.same(jf(x), g(x)), k
+    assert jf.stats.numpy_tier_calls == 0 and len(runs) == 4  # (the 2nd call's check, then 3 refused)
+
+
+@pytest.mark.parametrize("f", [draws, looped])
 def test_what_does_not_qualify_runs_as_plain_autograd(f):
     g = grad(f)
     jf = jit_ps(g, tiered=True)
