@@ -510,7 +510,8 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
                     self._forget_fast_paths()  # refilled by the next calls; never holding an evicted entry
                     self.stats.evictions += 1
             if stage == COMPILED and entry.stage == TRACED and entry.graph is not None:
-                held = self._untraced.hold(asked, key, entry.graph.size())  # tiered: the trace kept, for later
+                held = self._untraced.hold(asked, key, entry.graph.size(),  # tiered: the trace kept, for later
+                                           entry.seconds if built else None)
                 if held is not None:
                     held.replay = self._replay_of(entry)  # its calls meanwhile: the trace run by numpy
                     if built:

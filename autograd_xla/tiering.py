@@ -130,6 +130,18 @@ MIN_SAVING = 0.1
 #: A held signature is decided again once its plain calls have cost this many times what
 #: they had at the decision.
 HOLD_GROWTH = 2.0
+#: The first stage's trace: a new signature is traced, its compile then judged (`hold`), once
+#: its plain calls have cost TRACE_FACTOR times what its trace is expected to, if that is
+#: before plain_budget (the trace is kept: a held signature's calls run it by numpy,
+#: numpy_tier, 2.5-5x faster a call than plain autograd on small arrays). A job ending just
+#: after its trace loses at most 1 / TRACE_FACTOR of its time to it.
+TRACE_FACTOR = 3.0
+#: A trace's seconds, in plain calls of its signature, before this process has traced one:
+#: measured (trace / one plain call) 5-26 on lifelines' value_and_grad, the demo's models
+#: and pymanopt's cost functions; each trace of a tiered signature then moves it towards what
+#: this process's traces cost.
+TRACE_IN_CALLS = 15.0
+_traced = [0, 0.0]  # tiered signatures traced, the sum of their traces' seconds in plain calls
 LEARNED_KEPT = 1024  # signatures' savings and costs kept, the least recently noted forgotten first
 _savings = collections.OrderedDict()  # (function shape, signature) -> a compiled call's seconds over a plain one's
 _costs = collections.OrderedDict()  # (function shape, signature) -> seconds its program took to make
@@ -160,6 +172,22 @@ def plain_budget(learned=None, call=None):
         n, total = _made
         cost = min(max(call * (COST_IN_CALLS + total) / (n + 1), COST_FLOOR_SECONDS), COST_CAP_SECONDS)
     return factor * cost
+
+
+def trace_budget(call):
+    """Seconds of plain calls (`call`: their mean) a new signature runs before its first-stage
+    trace: TRACE_FACTOR times its trace's expected seconds (TRACE_IN_CALLS before this
+    process's first trace, counted as one of them)."""
+    n, total = _traced
+    return TRACE_FACTOR * call * (TRACE_IN_CALLS + total) / (n + 1)
+
+
+def note_trace(seconds, plain):
+    """Note, for trace_budget, that a tiered signature's trace took `seconds` where its plain
+    calls took `plain` (their mean) each."""
+    with _learned_lock:
+        _traced[0] += 1
+        _traced[1] += seconds / plain
 
 
 def _learned(learned):
@@ -244,11 +272,12 @@ class Untraced:
     where its trace said its compile would not pay back yet (`worth_compiling`). It stands in
     for a cache entry that is not compiled yet (`stage`)."""
 
-    __slots__ = ("spent", "calls", "least", "held", "due", "replay")
+    __slots__ = ("spent", "calls", "least", "held", "due", "replay", "budget")
     stage, python_fallback, impure = 0, False, False
 
     def __init__(self):
         self.spent, self.calls, self.held, self.due = 0.0, 0, 0.0, 0.0
+        self.budget = 0.0  # its plain budget when it was traced (NewSignatures.plain)
         self.least = math.inf  # its quickest call's seconds
         self.replay = None  # while held, its trace run by numpy (numpy_tier.Replay), where it has one
 
@@ -290,33 +319,43 @@ class NewSignatures:
         spent = untraced.spent
         if spent < untraced.due and PLAIN_SECONDS is None:  # (a fixed budget may be set at any time: tests do)
             return untraced
-        budget = max(untraced.held, plain_budget((self.shape, key), spent / untraced.calls if untraced.calls else None))
-        if spent < budget:
+        mean = spent / untraced.calls if untraced.calls else None
+        budget = max(untraced.held, plain_budget((self.shape, key), mean))
+        early = not untraced.held and mean is not None and budget < math.inf and spent >= trace_budget(mean)
+        if spent < budget and not early:
             # asked again halfway there (the budget moves with the calls' mean): a tiny call's
             # plain tier cost 7 µs more than plain autograd with the budget computed at each;
             # never where it is infinite after a call (plain for good: plain_budget)
-            untraced.due = ((spent + budget) / 2 if 1e-3 < budget - spent < math.inf
-                            else math.inf if budget == math.inf and untraced.calls else 0.0)
+            due = budget if untraced.held or mean is None or budget == math.inf else min(budget, trace_budget(mean))
+            untraced.due = ((spent + due) / 2 if 1e-3 < due - spent < math.inf
+                            else math.inf if due == math.inf and untraced.calls else 0.0)
             return untraced
+        untraced.budget = budget
         if self._untraced.pop(key, None) is not None and untraced.calls:
             self._paid[key] = untraced
             while len(self._paid) > self.limit:
                 self._paid.pop(next(iter(self._paid)))
         return None
 
-    def hold(self, key, traced, eqns):
+    def hold(self, key, traced, eqns, seconds=None):
         """After the trace of signature `key` (`traced`: its key from now on, which holds the
         values the trace made static), of `eqns` primitive calls, before its lowering and
-        compile: None to compile it now, else the Untraced to run its calls plainly with
-        again, until they have cost HOLD_GROWTH times what they had (its trace is kept: the
-        next decision starts from it). Holds where `worth_compiling` says no."""
+        compile (`seconds`: the trace's, where it was just made; noted, note_trace): None to
+        compile it now, else the Untraced to run its calls plainly with again, until they
+        have cost HOLD_GROWTH times what they had, and plain_budget at least (its trace is
+        kept: the next decision starts from it). Holds where `worth_compiling` says no, or
+        where it was traced early (trace_budget) and its plain budget is not spent yet."""
         untraced = self._paid.pop(key, None)
         if untraced is None:
             return None
-        if PLAIN_SECONDS is not None or worth_compiling((self.shape, traced), eqns, untraced):
+        if seconds is not None and untraced.calls:
+            note_trace(seconds, untraced.spent / untraced.calls)
+        early = untraced.spent < untraced.budget
+        if PLAIN_SECONDS is not None or (not early and worth_compiling((self.shape, traced), eqns, untraced)):
             self._paid[traced] = untraced  # for learner
             return None
-        untraced.held = untraced.due = HOLD_GROWTH * untraced.spent
+        untraced.held = HOLD_GROWTH * untraced.spent
+        untraced.due = min(untraced.held, untraced.budget) if early else untraced.held
         self._untraced[traced] = untraced
         return untraced
 
