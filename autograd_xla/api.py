@@ -501,9 +501,11 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
     def _compile(self, key, spec, leaves, stage=COMPILED):
         with self._lock:
             entry = self._cache.get(key)
-            built, asked = entry is None, key
+            built, asked, tracing = entry is None, key, None
             if built:
+                t0 = time.perf_counter()
                 key, entry = self._build(key, spec, leaves)
+                tracing = time.perf_counter() - t0  # its traces, retried ones included: tiering.note_trace
                 self._cache[key] = entry
                 while len(self._cache) > self.cache_size:
                     self._cache.popitem(last=False)
@@ -511,7 +513,7 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
                     self.stats.evictions += 1
             if stage == COMPILED and entry.stage == TRACED and entry.graph is not None:
                 held = self._untraced.hold(asked, key, entry.graph.size(),  # tiered: the trace kept, for later
-                                           entry.seconds if built else None)
+                                           tracing)
                 if held is not None:
                     held.replay = self._replay_of(entry)  # its calls meanwhile: the trace run by numpy
                     if built:

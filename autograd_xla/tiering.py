@@ -141,6 +141,11 @@ TRACE_FACTOR = 3.0
 #: and pymanopt's cost functions; each trace of a tiered signature then moves it towards what
 #: this process's traces cost.
 TRACE_IN_CALLS = 15.0
+#: ... and at least this many seconds: a process's first traces cost more than their calls
+#: say (pymanopt's sphere gradient: 23 ms traced against 0.2 ms calls; lifelines'
+#: LogNormalFitter's value_and_grad: 0.1 s, tracing three times as its arguments turned
+#: static and importing jaxlib for scipy's loops, against 0.9 ms calls).
+TRACE_FLOOR_SECONDS = 0.03
 _traced = [0, 0.0]  # tiered signatures traced, the sum of their traces' seconds in plain calls
 LEARNED_KEPT = 1024  # signatures' savings and costs kept, the least recently noted forgotten first
 _savings = collections.OrderedDict()  # (function shape, signature) -> a compiled call's seconds over a plain one's
@@ -177,9 +182,9 @@ def plain_budget(learned=None, call=None):
 def trace_budget(call):
     """Seconds of plain calls (`call`: their mean) a new signature runs before its first-stage
     trace: TRACE_FACTOR times its trace's expected seconds (TRACE_IN_CALLS before this
-    process's first trace, counted as one of them)."""
+    process's first trace, counted as one of them; TRACE_FLOOR_SECONDS at least)."""
     n, total = _traced
-    return TRACE_FACTOR * call * (TRACE_IN_CALLS + total) / (n + 1)
+    return TRACE_FACTOR * max(call * (TRACE_IN_CALLS + total) / (n + 1), TRACE_FLOOR_SECONDS)
 
 
 def note_trace(seconds, plain):

@@ -101,6 +101,41 @@ def test_calls_while_compiling_in_the_background_run_the_trace_by_numpy(monkeypa
     assert jf.stats.compiles == 1 and jf.stats.numpy_tier_calls == 3
 
 
+def test_a_signature_traced_early_runs_its_trace_by_numpy_until_its_plain_budget_then_compiles(monkeypatch):
+    """The first stage's trace (tiering.trace_budget) comes before the plain budget: the
+    signature is held, whatever worth_compiling would say, until its plain budget is spent;
+    then the kept trace is judged and compiled, not traced again."""
+    monkeypatch.setattr(tiering, "plain_budget", lambda learned, call: 1e9 if call is not None else float("inf"))
+    monkeypatch.setattr(tiering, "COST_PER_EQN", 1e-12)  # every program pays back once judged
+    monkeypatch.setattr(tiering, "TRACE_IN_CALLS", 0.0)
+    monkeypatch.setattr(tiering, "TRACE_FLOOR_SECONDS", 0.0)
+    monkeypatch.setattr(tiering, "_traced", [0, 0.0])  # traced at the second call
+    g = grad(mlp_loss)
+    jf = jit_ps(g, tiered=True)
+    for k in range(6):
+        assert numpy_tier.same(jf(PARAMS, X + k, Y), g(PARAMS, X + k, Y)), k
+    assert (jf.stats.traces, jf.stats.compiles, jf.stats.numpy_tier_calls) == (1, 0, 4)
+    monkeypatch.setattr(tiering, "plain_budget", lambda learned, call: 0.0)  # spent: the kept trace compiles
+    monkeypatch.setattr(tiering, "PLAIN_SECONDS", 0.0)  # (asked at each call, not halfway to 1e9)
+    for k in range(100):  # until its held calls have cost HOLD_GROWTH times their cost at the trace
+        assert numpy_tier.same(jf(PARAMS, X + k, Y), g(PARAMS, X + k, Y)), k
+        if jf.stats.compiles or not compile_thread.idle() or jf.stats.plain_tier_calls < 7 + k:
+            break
+    assert compile_thread.wait(60)
+    plain_calls = jf.stats.plain_tier_calls
+    assert_close(jf(PARAMS, X, Y), g(PARAMS, X, Y), rtol=1e-12)
+    assert (jf.stats.traces, jf.stats.plain_tier_calls) == (1, plain_calls)  # compiled (or found compiled) from the trace
+
+
+def test_the_trace_budget_learns_what_this_process_s_traces_cost(monkeypatch):
+    monkeypatch.setattr(tiering, "_traced", [0, 0.0])
+    monkeypatch.setattr(tiering, "TRACE_FLOOR_SECONDS", 0.0)
+    assert tiering.trace_budget(1e-3) == pytest.approx(tiering.TRACE_FACTOR * 1e-3 * tiering.TRACE_IN_CALLS)
+    tiering.note_trace(0.05, 1e-3)  # a trace of 50 plain calls' time
+    assert tiering.trace_budget(2e-3) == pytest.approx(
+        tiering.TRACE_FACTOR * 2e-3 * (tiering.TRACE_IN_CALLS + 50) / 2)
+
+
 def test_powers_of_values_autograd_does_not_box_are_numpy_s_operator():
     """Plainly, `s ** 3` of a numpy scalar is numpy's scalar math and `a ** 0.5` of an array
     its sqrt, where np.power's loop (which autograd's boxed ** calls) differs in the last bit
