@@ -1202,7 +1202,8 @@ def jit_ps(fun=None, *, static_argnums=(), static_argnames=(), fallback="python"
     shape, dtype, structure or static value differs from the closest cached signature) and its
     seconds, on the logger "autograd_xla"; None follows $AUTOGRAD_XLA_LOG_COMPILES=1.
     tiered: a new signature runs as plain autograd, untraced, until its calls have taken
-    what a compile is expected to save (tiering.plain_budget); then it is traced, and, where
+    what a compile is expected to save (tiering.plain_budget; traced sooner, tiering.trace_budget,
+    its calls then running the trace by numpy where it qualifies: numpy_tier); then, where
     its program's size says the compile pays back (tiering.worth_compiling; else it runs
     plainly on and is judged again later), lowered in the call, and XLA compiles it on a
     background thread (tiering.py), its calls running as
