@@ -118,7 +118,7 @@ def test_a_signature_traced_early_runs_its_trace_by_numpy_until_its_plain_budget
     monkeypatch.setattr(tiering, "plain_budget", lambda learned, call: 0.0)  # spent: the kept trace compiles
     monkeypatch.setattr(tiering, "PLAIN_SECONDS", 0.0)  # (asked at each call, not halfway to 1e9)
     for k in range(100):  # until its held calls have cost HOLD_GROWTH times their cost at the trace
-        assert numpy_tier.same(jf(PARAMS, X + k, Y), g(PARAMS, X + k, Y)), k
+        assert_close(jf(PARAMS, X + k, Y), g(PARAMS, X + k, Y), rtol=1e-12)  # (compiled in the call where no core is free)
         if jf.stats.compiles or not compile_thread.idle() or jf.stats.plain_tier_calls < 7 + k:
             break
     assert compile_thread.wait(60)
