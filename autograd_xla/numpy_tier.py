@@ -12,10 +12,12 @@ the demo's classifier, 1.17x).
 
 A graph qualifies (`replay`) where every equation is a call of a raw function autograd wraps
 as a primitive (what autograd itself calls when no box is among the arguments), of
-`operator.getitem`, or of a ufunc method (`np.add.at` works on a copy: the tracer records it
-as a pure function), or of a ufunc (scipy.special's that autograd does not wrap, called by a
+`operator.getitem`, of a ufunc method (`np.add.at` works on a copy: the tracer records it as
+a pure function), of a ufunc (scipy.special's that autograd does not wrap, called by a
 composition: compositions/stats.py's norm.logsf, log_ndtr of the standardised value, as scipy
-computes it), and it has no random draws and no sub-graphs. Its guards (a Python
+computes it), or of a primitive whose registry entry has a `numpy` face (a scan: its body
+run step by step, `prepared`; so a legacy Python loop, rolled into scans by rolling.py, runs
+as its steps ran plainly), and it has no random draws. Its guards (a Python
 branch on a traced value, core.Graph.guards) are computed as the compiled program computes
 them: a call where one fails runs as plain autograd, and a signature whose guards refuse
 more calls than they let through (past REFUSALS_KEPT) keeps to plain autograd. Its first
@@ -28,7 +30,7 @@ import operator
 import numpy as np
 from autograd.tracer import trace_primitives_map
 
-from . import tree
+from . import registry, tree
 from .core import UfuncMethod, Var
 
 #: Calls a signature's guards may refuse before the tier gives up on it, if they refuse more
@@ -58,9 +60,19 @@ def _face(eqn, operators):
     if prim is operator.getitem or type(prim) is np.ufunc:  # (a scipy.special ufunc autograd does not wrap,
         return prim                                          # from a composition: scipy.stats' norm.logcdf's log_ndtr)
     try:
-        return prim if prim in trace_primitives_map else None
+        if prim in trace_primitives_map:
+            return prim
+        found = registry.lookup(prim)
     except TypeError:  # unhashable
         return None
+    return None if found is None or found.numpy is None else found.numpy(eqn, prepared)
+
+
+def prepared(graph):
+    """A sub-graph's run by numpy (registry's `numpy` faces: a loop's body): `run(inputs)` ->
+    its outputs, its inputs its invars and then its captured values; None where it has none."""
+    faces = [_face(eqn, graph.operators) for eqn in graph.eqns]
+    return None if None in faces else Replay(graph, faces).outputs
 
 
 def _at(ufunc):
@@ -76,12 +88,12 @@ class Replay:
     whether the operands are flat, the slots read last there); operands name slots of one
     list of values (inputs first), or hold constants."""
 
-    __slots__ = ("steps", "slots", "dynamic", "outputs", "out_tree", "guards", "ran", "refused", "checked",
+    __slots__ = ("steps", "slots", "dynamic", "results", "out_tree", "guards", "ran", "refused", "checked",
                  "stats")  # steps None: plain's
 
-    def __init__(self, graph, faces, dynamic, out_tree, stats):
+    def __init__(self, graph, faces, dynamic=(), out_tree=None, stats=None):
         """`faces`: what runs each equation (_face)."""
-        slot = {v: k for k, v in enumerate(graph.invars)}
+        slot = {v: k for k, v in enumerate(list(graph.invars) + [inner for inner, _ in graph.captured])}
         self.steps = []
         for eqn, face in zip(graph.eqns, faces):
             args = tuple(_operand(a, slot) for a in eqn.args)
@@ -95,11 +107,11 @@ class Replay:
             self.steps.append([face, args, kwargs, outs[0] if eqn.out_tree is tree.LEAF else outs, flat, ()])
         self.slots = len(slot)
         self.dynamic = list(dynamic)
-        self.outputs = [_operand(v, slot) for v in graph.outvars]
+        self.results = [_operand(v, slot) for v in graph.outvars]
         # steps whose results nothing reads are left out: autograd's VJPs of a list or tuple
         # argument make zeros for its other elements (`full((784, 200), 0)`), which the trace
         # records and its gradients never read; XLA leaves them out of its program alike
-        needed = set(_slots_read(self.outputs))
+        needed = set(_slots_read(self.results))
         kept = []
         for step in reversed(self.steps):
             out = step[3]
@@ -115,7 +127,7 @@ class Replay:
         for k, step in enumerate(self.steps):
             for x in _slots_read(list(step[1]) + list(step[2].values())):
                 last[x] = k
-        for x in _slots_read(self.outputs):
+        for x in _slots_read(self.results):
             last.pop(x, None)
         for x, k in last.items():
             self.steps[k][5] += (x,)
@@ -162,7 +174,17 @@ class Replay:
             self.checked = True
 
     def run(self, leaves):
-        env = [leaves[i] for i in self.dynamic]
+        """The results of a call of these leaves, or _REFUSED where a guard is false."""
+        outs = self.outputs([leaves[i] for i in self.dynamic])
+        if self.guards:
+            if not all(outs[-self.guards:]):
+                return _REFUSED
+            del outs[-self.guards:]
+        return outs[0] if self.out_tree is tree.LEAF else tree.unflatten(self.out_tree, outs)
+
+    def outputs(self, inputs):
+        """The graph's outputs, a list, on `inputs` (its invars' values, then its captured values)."""
+        env = list(inputs)
         env.extend([None] * (self.slots - len(env)))
         for fn, args, kwargs, out, flat, done in self.steps:
             if flat:
@@ -177,12 +199,7 @@ class Replay:
                 for k, x in zip(out, tree.flatten(r)[0]):
                     if k is not None:
                         env[k] = x
-        outs = [_value(o, env) for o in self.outputs]
-        if self.guards:
-            if not all(outs[-self.guards:]):
-                return _REFUSED
-            del outs[-self.guards:]
-        return outs[0] if self.out_tree is tree.LEAF else tree.unflatten(self.out_tree, outs)
+        return [_value(o, env) for o in self.results]
 
 
 _SLOT, _CONSTANT, _NESTED = "slot", "constant", "nested"

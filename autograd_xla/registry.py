@@ -20,6 +20,10 @@ wrapper (`autograd.numpy.tanh`) works too. Each interpreter reads one face:
 * `replay(args, kwargs)`: the primitive applied differentiably when autograd boxes meet an
   equation of a graph being replayed (control_flow's derivatives of loops); without one,
   autograd's own wrapper of the raw function is used.
+* `numpy(eqn, prepare) -> fn or None`: how the numpy tier (numpy_tier.py) runs an equation of
+  a primitive that is no raw function numpy runs (scan_p: its body, step by step), as
+  `fn(*eqn.args, **eqn.kwargs)`; `prepare(graph)` gives a sub-graph's run by numpy,
+  `run(inputs) -> outputs` (its invars, then its captured values), or None where it has none.
 * `interceptor`: what runs in place of the raw function inside autograd's wrapper while a
   trace is active (numpy.random's global-state functions become host-drawn inputs).
 * `shape(*args, **kwargs) -> [Aval]`: the result types, for a primitive whose translation
@@ -68,12 +72,13 @@ from .core import UfuncMethod
 class Entry:
     """Every face of one primitive (see the module docstring); absent faces are None."""
 
-    __slots__ = ("prim", "lowering", "trace", "metadata", "replay", "interceptor", "batching", "shape", "type_key",
-                 "merge")
+    __slots__ = ("prim", "lowering", "trace", "metadata", "replay", "numpy", "interceptor", "batching", "shape",
+                 "type_key", "merge")
 
     def __init__(self, prim):
         self.prim = prim
-        self.lowering = self.trace = self.metadata = self.replay = self.interceptor = self.batching = self.shape = None
+        self.lowering = self.trace = self.metadata = self.replay = self.numpy = self.interceptor = None
+        self.batching = self.shape = None
         self.type_key = None
         self.merge = False
 
@@ -315,6 +320,12 @@ def register_metadata_rule(primitive, fn):
 def register_replay(primitive, fn):
     _builtin_first(sys._getframe(1))
     entry(primitive).replay = fn
+    return fn
+
+
+def register_numpy(primitive, fn):
+    _builtin_first(sys._getframe(1))
+    entry(primitive).numpy = fn
     return fn
 
 

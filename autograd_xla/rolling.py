@@ -340,7 +340,7 @@ def _roll_runs(graph, eqns, sites, runs):
     outs = {v for v in graph.outvars if isinstance(v, Var)}
     for v in outs:
         last_use[v] = len(eqns)
-    level = _Level(last_use, len(eqns))
+    level = _Level(last_use, len(eqns), graph.operators)
     new_eqns, done = [], 0
     for start, period, reps in runs:
         new_eqns.extend(level.renamed(sites[done:start]))
@@ -350,7 +350,7 @@ def _roll_runs(graph, eqns, sites, runs):
     if not level.rolled:
         return None, 0
     rolled = Graph(graph.invars, new_eqns, [level.subst.get(v, v) if isinstance(v, Var) else v for v in graph.outvars],
-                   graph.in_tree, graph.out_tree, graph.captured, graph.arg_names, graph.guards)
+                   graph.in_tree, graph.out_tree, graph.captured, graph.arg_names, graph.guards, graph.operators)
     return lowering.prune(rolled), level.steps
 
 
@@ -596,10 +596,10 @@ def _as_body_reads(site, kinds, made):
 
 class _Level:
     """The rewriting of one level's runs, in order: `subst` maps a Var of a rolled repetition
-    that later equations read to the scan's value for it."""
+    that later equations read to the scan's value for it. `operators`: the graph's (core.Graph.operators)."""
 
-    def __init__(self, last_use, n):
-        self.last_use, self.n = last_use, n
+    def __init__(self, last_use, n, operators):
+        self.last_use, self.n, self.operators = last_use, n, operators
         self.subst = {}
         self.sliced = {}  # Var of Y[i] made here -> (Y, i): a later loop may read Y itself
         self.rolled = 0
@@ -757,6 +757,16 @@ class _Loop:
         self.level, self.sites, self.start, self.p, self.a, self.b = level, sites, start, p, a, b
         self.ref, self.first = ref, first
 
+    def _operators(self, inner):
+        """The body's core.Graph.operators (its Vars `inner` by (position, result)): those `**` of
+        unboxed values in every repetition; None where repetitions differ, or the graph's are unknown."""
+        known, sites, p = self.level.operators, self.sites, self.p
+        marks = None if known is None else {v: {sites[r * p + q].eqn.outvars[o] in known for r in range(self.a, self.b)}
+                                            for (q, o), v in inner.items()}
+        if marks is None or any(len(m) > 1 for m in marks.values()):
+            return None
+        return {v for v, m in marks.items() if True in m}
+
     def build(self):
         level, p, a, b, ref = self.level, self.p, self.a, self.b, self.ref
         n = b - a
@@ -867,6 +877,7 @@ class _Loop:
         carry_in = {qo: _new_var(rep_vars[qo][0].aval) for qo in carries + lasts}
         body = []
         slot = 0
+        operators = self._operators(inner)
         for q in range(p):
             site = self.sites[a * p + q]
             leaves, varied = [], False
@@ -895,7 +906,7 @@ class _Loop:
         index = _new_var(_INDEX)
         graph = Graph([index] + [carry_in[qo] for qo in carry_order] + xs_inner, body,
                       [inner[qo] for qo in carry_order] + y_inner,
-                      captured=[(v_in, v_out) for v_out, v_in in captured.items()])
+                      captured=[(v_in, v_out) for v_out, v_in in captured.items()], operators=operators)
         carry_avals = [carry_in[qo].aval.strong() for qo in carry_order]
         xs_avals = [Aval(np.shape(x) if not isinstance(x, Var) else x.aval.shape,
                          x.aval.dtype if isinstance(x, Var) else x.dtype) for x in xs_outer]

@@ -5,7 +5,8 @@ are the same bits.
     python benchmarks/numpy_tier.py [--repeat 7]
 
 Workloads: the README demo's regression network and classifier (examples/demo.py), the
-benchmarks' small and MNIST-sized MLP gradients, and, where lifelines is installed, the
+benchmarks' small and MNIST-sized MLP gradients, legacy Python loops' gradients (an LSTM, an
+Euler integrator, an HMM recursion: rolled into scans), and, where lifelines is installed, the
 value_and_grad of each of its parametric fitters on lifelines' Waltons data, captured from a
 plain fit as lifelines calls it. Each function is wrapped in a tiered jit_ps whose
 signatures are traced at their second call and held (tiering's constants set here), so that
@@ -32,7 +33,7 @@ from autograd_xla import jit_ps, numpy_tier, tiering  # noqa: E402
 def held(fn):
     """A tiered jit_ps of fn whose signatures are traced at their second call and then held."""
     tiering.PLAIN_SECONDS = None
-    tiering.plain_budget = lambda learned, call: 0.0 if call is not None else float("inf")
+    tiering.plain_budget = lambda learned, call, eqns=None: 0.0 if call is not None else float("inf")
     tiering.COST_PER_EQN = 1e6  # no program pays back: held
     return jit_ps(fn, tiered=True)
 
@@ -61,6 +62,17 @@ def mlp_workloads():
         params = [(0.1 * rs.randn(m, n), 0.1 * rs.randn(n)) for m, n in zip(sizes[:-1], sizes[1:])]
         yield f"MLP {sizes}, batch {batch}", grad(loss), (params, rs.randn(batch, sizes[0]),
                                                           rs.randn(batch, sizes[-1])), {}
+
+
+def loop_workloads():
+    """Legacy Python loops (benchmarks/loop_compile_time.py's), their gradients: traced,
+    rolled into scans (rolling.py), whose bodies the tier runs step by step."""
+    import loop_compile_time as loops
+    for name, f, args in (("LSTM, T = 30", loops.lstm_loop, loops.lstm_args(30, onp.float64)),
+                          ("LSTM, T = 100", loops.lstm_loop, loops.lstm_args(100, onp.float64)),
+                          ("Euler, 500 steps", loops.euler_loop, loops.euler_args(500, onp.float64)),
+                          ("HMM forward, 100 observations", loops.hmm_loop, loops.hmm_args(100, onp.float64))):
+        yield f"{name} gradient", grad(f), args, {}
 
 
 def lifelines_workloads():
@@ -120,7 +132,7 @@ def measure(name, fn, args, kwargs, repeat):
     for _ in range(repeat):
         plain = min(plain, seconds(lambda: fn(*args, **kwargs), n))
         numpy = min(numpy, seconds(lambda: jf(*args, **kwargs), n))
-    eqns = len(jf.graph(*args, **kwargs).eqns)
+    eqns = jf.graph(*args, **kwargs).size()
     how = f"{plain / numpy:.2f}x" if ran else "runs plainly (no numpy tier)"
     print(f"| {name} | {eqns} | {1e3 * plain:.3f} | {1e3 * numpy:.3f} | {how} | {'yes' if same else 'NO'} |", flush=True)
 
@@ -130,9 +142,9 @@ def main(argv=None):
     p.add_argument("--repeat", type=int, default=7)
     opts = p.parse_args(argv)
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores\n")
-    print("| workload | primitive calls | plain autograd ms | numpy tier ms | speed-up | same bits |")
+    print("| workload | primitive calls (a loop's body once) | plain autograd ms | numpy tier ms | speed-up | same bits |")
     print("|---|---:|---:|---:|---:|---|")
-    for workloads in (demo_workloads, mlp_workloads, lifelines_workloads):
+    for workloads in (demo_workloads, mlp_workloads, loop_workloads, lifelines_workloads):
         for name, fn, args, kwargs in workloads():
             measure(name, fn, args, kwargs, opts.repeat)
 

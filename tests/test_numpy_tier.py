@@ -11,7 +11,8 @@ import pytest
 import autograd.numpy as np
 from autograd import grad, value_and_grad
 from autograd.scipy.stats import norm
-from autograd_xla import fori_loop, jit_ps, numpy_tier, tiering
+from autograd_xla import cond, fori_loop, jit_ps, numpy_tier, tiering
+from autograd_xla.control_flow.scans import scan_p
 from helpers import assert_close
 
 compile_thread = tiering.compile_thread
@@ -22,7 +23,7 @@ rs = npr.RandomState(0)
 def held(monkeypatch):
     """Traced at a signature's second call, then held: no program pays back (tiering's second stage)."""
     monkeypatch.setattr(tiering, "PLAIN_SECONDS", None)
-    monkeypatch.setattr(tiering, "plain_budget", lambda learned, call: 0.0 if call is not None else float("inf"))
+    monkeypatch.setattr(tiering, "plain_budget", lambda learned, call, eqns=None: 0.0 if call is not None else float("inf"))
     monkeypatch.setattr(tiering, "COST_PER_EQN", 1e6)
     for name in ("_costs", "_savings"):  # nothing learned from earlier tests' programs
         monkeypatch.setattr(tiering, name, tiering.collections.OrderedDict())
@@ -105,7 +106,7 @@ def test_a_signature_traced_early_runs_its_trace_by_numpy_until_its_plain_budget
     """The first stage's trace (tiering.trace_budget) comes before the plain budget: the
     signature is held, whatever worth_compiling would say, until its plain budget is spent;
     then the kept trace is judged and compiled, not traced again."""
-    monkeypatch.setattr(tiering, "plain_budget", lambda learned, call: 1e9 if call is not None else float("inf"))
+    monkeypatch.setattr(tiering, "plain_budget", lambda learned, call, eqns=None: 1e9 if call is not None else float("inf"))
     monkeypatch.setattr(tiering, "COST_PER_EQN", 1e-12)  # every program pays back once judged
     monkeypatch.setattr(tiering, "TRACE_IN_CALLS", 0.0)
     monkeypatch.setattr(tiering, "TRACE_FLOOR_SECONDS", 0.0)
@@ -115,7 +116,7 @@ def test_a_signature_traced_early_runs_its_trace_by_numpy_until_its_plain_budget
     for k in range(6):
         assert numpy_tier.same(jf(PARAMS, X + k, Y), g(PARAMS, X + k, Y)), k
     assert (jf.stats.traces, jf.stats.compiles, jf.stats.numpy_tier_calls) == (1, 0, 4)
-    monkeypatch.setattr(tiering, "plain_budget", lambda learned, call: 0.0)  # spent: the kept trace compiles
+    monkeypatch.setattr(tiering, "plain_budget", lambda learned, call, eqns=None: 0.0)  # spent: the kept trace compiles
     monkeypatch.setattr(tiering, "PLAIN_SECONDS", 0.0)  # (asked at each call, not halfway to 1e9)
     for k in range(100):  # until its held calls have cost HOLD_GROWTH times their cost at the trace
         assert_close(jf(PARAMS, X + k, Y), g(PARAMS, X + k, Y), rtol=1e-12)  # (compiled in the call where no core is free)
@@ -152,6 +153,47 @@ def test_powers_of_values_autograd_does_not_box_are_numpy_s_operator():
     assert jf.stats.numpy_tier_calls == jg.stats.numpy_tier_calls == 198
 
 
+def rnn(params, xs):
+    """A legacy Python loop (rolled into scans: rolling.py): a carried pair, a per-step `xs[t]`
+    and a constant per step, `** 2` of unboxed values in the backward pass's body."""
+    W, U = params["W"], params["U"]
+    h, total = np.zeros(W.shape[1]), 0.0
+    for t in range(xs.shape[0]):
+        h = np.tanh(np.dot(h, W) + np.dot(xs[t], U) + 0.1 * t)
+        total = total + np.sum(h ** 2)
+    return total
+
+
+def layers_in_time(Ws, xs):
+    """Nested loops: layers within time steps."""
+    h = np.zeros(Ws[0].shape[0])
+    for t in range(xs.shape[0]):
+        for W in Ws:
+            h = np.sin(np.dot(h, W) + xs[t])
+    return np.sum(h)
+
+
+def looped(x):
+    return np.sum(fori_loop(0, 3, lambda i, c: np.sin(c) + x, x))  # a scan equation
+
+
+def test_rolled_loops_run_by_numpy_step_by_step():
+    """A legacy loop's trace is rolled into scans, whose bodies the tier runs step by step
+    (control_flow/scans.py's `numpy` face), as it runs a fori_loop's: plain autograd's bits
+    for the loops and their gradients."""
+    params = {"W": rs.randn(4, 4) * 0.5, "U": rs.randn(3, 4)}
+    Ws = [rs.randn(4, 4) * 0.5 for _ in range(3)]
+    cases = [(rnn, lambda k: (params, rs.randn(12, 3) + k)), (grad(rnn), lambda k: (params, rs.randn(12, 3) + k)),
+             (grad(layers_in_time), lambda k: (Ws, rs.randn(8, 4) + k)), (grad(looped), lambda k: (V + k,))]
+    for g, args in cases:
+        jf = jit_ps(g, tiered=True)
+        for k in range(5):
+            a = args(k)
+            assert numpy_tier.same(jf(*a), g(*a)), (g, k)
+        assert jf.stats.numpy_tier_calls == 3, g
+        assert any(eqn.prim is scan_p for eqn in jf.graph(*args(0)).eqns)
+
+
 def draws(x):
     return np.sum(x * npr.randn(*x.shape))
 
@@ -160,8 +202,8 @@ def guarded(x):
     return np.sum(x ** 2) if np.sum(x) > 0 else np.sum(x ** 3)  # a guard: the branch the trace took must hold
 
 
-def looped(x):
-    return np.sum(fori_loop(0, 3, lambda i, c: np.sin(c) + x, x))  # a sub-graph
+def branched(x):
+    return np.sum(cond(np.sum(x) > 0, lambda y: np.sin(y), lambda y: np.cos(y), x))  # a case equation: no numpy face
 
 
 def test_a_guarded_trace_runs_by_numpy_where_its_guards_hold():
@@ -191,7 +233,7 @@ def test_a_trace_whose_guards_refuse_most_calls_keeps_to_plain_autograd(monkeypa
     assert jf.stats.numpy_tier_calls == 0 and len(runs) == 4  # (the 2nd call's check, then 3 refused)
 
 
-@pytest.mark.parametrize("f", [draws, looped])
+@pytest.mark.parametrize("f", [draws, branched])
 def test_what_does_not_qualify_runs_as_plain_autograd(f):
     g = grad(f)
     jf = jit_ps(g, tiered=True)

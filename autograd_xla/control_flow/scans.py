@@ -410,3 +410,33 @@ def _replay_scan(args, kwargs):
 
 
 registry.register_replay(scan_p, _replay_scan)
+
+
+def _numpy_scan(eqn, prepare):
+    """The numpy tier's run of a scan equation (registry's `numpy` face): its body's run by
+    numpy, step by step, on numpy values; each step's per-step inputs read at its index
+    and its per-step outputs stacked, as plain autograd's unrolled loop computes them (a loop
+    rolled from one: rolling.py)."""
+    p = eqn.args[0]
+    body = prepare(p.graphs[0])
+    if body is None:
+        return None
+    nc, nx, n = p.n_carry, p.n_xs, p.length
+    index = int if p.index_aval.weak_type else p.index_aval.dtype.type
+
+    def run(params, *operands):
+        carry, xs, consts = list(operands[:nc]), operands[nc:nc + nx], list(operands[nc + nx:])
+        steps = []
+        for i in (range(n - 1, -1, -1) if p.reverse else range(n)):
+            outs = body([index(i)] + carry + [x[i] for x in xs] + consts)
+            carry = outs[:nc]
+            steps.append(outs[nc:])
+        if p.reverse:
+            steps.reverse()
+        ys = [np.stack([step[j] for step in steps]) if n else np.zeros((0,) + a.shape, a.dtype)
+              for j, a in enumerate(p.y_avals)]
+        return tuple(carry + ys)
+    return run
+
+
+registry.register_numpy(scan_p, _numpy_scan)
