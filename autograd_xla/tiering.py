@@ -139,17 +139,21 @@ HOLD_GROWTH = 2.0
 #: numpy_tier, 2.5-5x faster a call than plain autograd on small arrays). A job ending just
 #: after its trace loses at most 1 / TRACE_FACTOR of its time to it.
 TRACE_FACTOR = 3.0
-#: A trace's seconds, in plain calls of its signature, before this process has traced one:
-#: measured (trace / one plain call) 5-26 on lifelines' value_and_grad, the demo's models
-#: and pymanopt's cost functions; each trace of a tiered signature then moves it towards what
-#: this process's traces cost.
-TRACE_IN_CALLS = 15.0
-#: ... and at least this many seconds: a process's first traces cost more than their calls
+#: A trace's seconds beyond TRACE_FLOOR_SECONDS, in plain calls of its signature, before this
+#: process has traced one: a trace runs the function's Python once, forward and backward, as
+#: a plain call does, with the tracer's work in place of autograd's. Measured, (trace - floor)
+#: / one plain call, a process's first trace: 2.2 for an LSTM's gradient over 100 steps (0.24 s
+#: traced, 98 ms calls), 2.0 for a 500-step Euler integrator's (0.27 s, 119 ms), 3.5 for an HMM
+#: recursion's over 100 observations (0.10 s, 20 ms); where calls are short the floor rules (lifelines' fitters,
+#: the demo's models, pymanopt's cost functions: 5-26 calls in all). Each trace of a tiered
+#: signature then moves it towards what this process's traces cost.
+TRACE_IN_CALLS = 3.0
+#: ... and this many seconds besides: a process's first traces cost more than their calls
 #: say (pymanopt's sphere gradient: 23 ms traced against 0.2 ms calls; lifelines'
 #: LogNormalFitter's value_and_grad: 0.1 s, tracing three times as its arguments turned
-#: static and importing jaxlib for scipy's loops, against 0.9 ms calls).
+#: static, against 0.9 ms calls).
 TRACE_FLOOR_SECONDS = 0.03
-_traced = [0, 0.0]  # tiered signatures traced, the sum of their traces' seconds in plain calls
+_traced = [0, 0.0]  # tiered signatures traced, the sum of their traces' seconds beyond the floor in plain calls
 LEARNED_KEPT = 1024  # signatures' savings and costs kept, the least recently noted forgotten first
 _savings = collections.OrderedDict()  # (function shape, signature) -> a compiled call's seconds over a plain one's
 _costs = collections.OrderedDict()  # (function shape, signature) -> seconds its program took to make
@@ -158,16 +162,19 @@ _made = [0, 0.0]  # tiered programs made, the sum of their costs in plain calls
 _sized = [0, 0.0]  # ... and the sum of log(seconds / eqns ** COST_EXPONENT) over them
 
 
-def plain_budget(learned=None, call=None):
+def plain_budget(learned=None, call=None, eqns=None):
     """Seconds of plain-autograd calls a new signature of a tiered function runs before it is
     traced and compiled (PLAIN_SECONDS): RENT_FACTOR (or its learned saving's factor) times
     its program's cost, where a function of its shape made that program before (`learned`:
     its (function shape, signature)), else its plain call's seconds (`call`, their mean so
     far; None before the first: no budget spent yet) times the cost in calls this process's
     programs have had (COST_IN_CALLS before the first, counted as one of them), within
-    COST_FLOOR_SECONDS and COST_CAP_SECONDS. Infinite where its learned saving is 1 or more:
-    a plain trial (Ladder) found its compiled calls slower than its plain ones, so it runs
-    plainly for good."""
+    COST_FLOOR_SECONDS and COST_CAP_SECONDS, or once it is traced (`eqns`: its program's
+    core.Graph.size) what program_cost says, where that is less: a legacy loop's gradient,
+    rolled (an LSTM's over 100 steps, 119 calls in its program, 0.6 s to make), runs 98 ms
+    calls, whose count says 2 s. Infinite where its learned saving is 1 or more: a plain
+    trial (Ladder) found its compiled calls slower than its plain ones, so it runs plainly
+    for good."""
     if PLAIN_SECONDS is not None:
         return PLAIN_SECONDS
     ratio, cost = _learned(learned)
@@ -179,15 +186,18 @@ def plain_budget(learned=None, call=None):
             return math.inf
         n, total = _made
         cost = min(max(call * (COST_IN_CALLS + total) / (n + 1), COST_FLOOR_SECONDS), COST_CAP_SECONDS)
+        if eqns:
+            cost = min(cost, program_cost(eqns))
     return factor * cost
 
 
 def trace_budget(call):
     """Seconds of plain calls (`call`: their mean) a new signature runs before its first-stage
-    trace: TRACE_FACTOR times its trace's expected seconds (TRACE_IN_CALLS before this
-    process's first trace, counted as one of them; TRACE_FLOOR_SECONDS at least)."""
+    trace: TRACE_FACTOR times its trace's expected seconds, TRACE_FLOOR_SECONDS and as many
+    plain calls as this process's traces took beyond it (TRACE_IN_CALLS before its first
+    trace, counted as one of them)."""
     n, total = _traced
-    return TRACE_FACTOR * max(call * (TRACE_IN_CALLS + total) / (n + 1), TRACE_FLOOR_SECONDS)
+    return TRACE_FACTOR * (TRACE_FLOOR_SECONDS + call * (TRACE_IN_CALLS + total) / (n + 1))
 
 
 def note_trace(seconds, plain):
@@ -195,7 +205,7 @@ def note_trace(seconds, plain):
     calls took `plain` (their mean) each."""
     with _learned_lock:
         _traced[0] += 1
-        _traced[1] += seconds / plain
+        _traced[1] += max(seconds - TRACE_FLOOR_SECONDS, 0.0) / plain
 
 
 def _learned(learned):
@@ -328,7 +338,9 @@ class NewSignatures:
         if spent < untraced.due and PLAIN_SECONDS is None:  # (a fixed budget may be set at any time: tests do)
             return untraced
         mean = spent / untraced.calls if untraced.calls else None
-        budget = max(untraced.held, plain_budget((self.shape, key), mean))
+        budget = plain_budget((self.shape, key), mean)
+        if untraced.held:  # traced and held: the budget its program's size gave (hold), the hold's at least
+            budget = max(untraced.held, min(budget, untraced.budget))
         early = not untraced.held and mean is not None and budget < math.inf and spent >= trace_budget(mean)
         if spent < budget and not early:
             # asked again halfway there (the budget moves with the calls' mean): a tiny call's
@@ -358,6 +370,9 @@ class NewSignatures:
             return None
         if seconds is not None and untraced.calls:
             note_trace(seconds, untraced.spent / untraced.calls)
+        if untraced.calls:  # its budget, now that its program's size is known
+            untraced.budget = min(untraced.budget, plain_budget((self.shape, traced), untraced.spent / untraced.calls,
+                                                                eqns))
         early = untraced.spent < untraced.budget
         if PLAIN_SECONDS is not None or (not early and worth_compiling((self.shape, traced), eqns, untraced)):
             self._paid[traced] = untraced  # for learner

@@ -150,6 +150,26 @@ def test_the_plain_budget_is_the_rent_factor_times_the_cost_expected_in_plain_ca
     assert tiering.plain_budget(learned, 0.001) == pytest.approx(tiering.RENT_FACTOR * seconds)
 
 
+def test_a_traced_signature_s_budget_is_what_its_program_s_size_says_where_that_is_less(fresh_learning):
+    """A legacy loop's gradient: 0.1 s plain calls, whose count gives the COST_CAP_SECONDS
+    prior, and a small rolled program. Traced early (trace_budget: the floor and TRACE_IN_CALLS
+    calls, TRACE_FACTOR times), its budget becomes RENT_FACTOR times program_cost of its size,
+    already spent: judged now (worth_compiling), it compiles. A large program keeps the prior
+    and is held."""
+    assert tiering.trace_budget(0.1) == pytest.approx(
+        tiering.TRACE_FACTOR * (tiering.TRACE_FLOOR_SECONDS + 0.1 * tiering.TRACE_IN_CALLS))
+    for eqns, compiled in ((120, True), (100_000, False)):
+        signatures = tiering.NewSignatures(8, "shape")
+        untraced = signatures.plain("key")  # the first call: plain
+        untraced.spent, untraced.calls = 1.0, 10
+        assert signatures.plain("key") is None  # traced early: 1.0 s spent, the trace budget 1.0 s
+        assert untraced.budget == pytest.approx(tiering.RENT_FACTOR * tiering.COST_CAP_SECONDS)
+        held = signatures.hold("key", "key", eqns)
+        assert (held is None) is compiled, eqns
+        assert untraced.budget == pytest.approx(min(tiering.RENT_FACTOR * tiering.COST_CAP_SECONDS,
+                                                    tiering.RENT_FACTOR * tiering.program_cost(eqns)))
+
+
 def test_a_signature_run_once_or_twice_is_never_traced(fresh_learning):
     """A Hessian taken once at the end of a fit runs as plain autograd: no trace, no compile."""
     h = jit_ps(hessian(loss), tiered=True)
@@ -192,7 +212,7 @@ def test_a_traced_signature_whose_compile_would_not_pay_back_runs_plainly_until_
     times the calls run so far; else its calls run plainly, giving plain autograd's results,
     until they have cost HOLD_GROWTH times as much, and the decision is taken again on the
     trace kept."""
-    monkeypatch.setattr(tiering, "plain_budget", lambda learned, call: 0.0 if call is not None else float("inf"))
+    monkeypatch.setattr(tiering, "plain_budget", lambda learned, call, eqns=None: 0.0 if call is not None else float("inf"))
     monkeypatch.setattr(tiering, "HORIZON", 0.5)
     monkeypatch.setattr(tiering, "COST_PER_EQN", 1e6)  # no program pays back
     g = grad(f, argnum=(0, 1))
@@ -663,7 +683,7 @@ def test_plain_tier_simple_path_then_compiled(monkeypatch):
     """Positional arrays of a signature in the plain tier go straight to the function (its
     calls timed) until the budget is asked again, which then traces and compiles it."""
     monkeypatch.setattr(tiering, "PLAIN_SECONDS", None)
-    monkeypatch.setattr(tiering, "plain_budget", lambda learned=None, call=None: (
+    monkeypatch.setattr(tiering, "plain_budget", lambda learned=None, call=None, eqns=None: (
         3600.0 if tiering.PLAIN_SECONDS is None else tiering.PLAIN_SECONDS))  # an hour, then as set below
     seen = []
 
