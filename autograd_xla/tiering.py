@@ -139,21 +139,19 @@ HOLD_GROWTH = 2.0
 #: numpy_tier, 2.5-5x faster a call than plain autograd on small arrays). A job ending just
 #: after its trace loses at most 1 / TRACE_FACTOR of its time to it.
 TRACE_FACTOR = 3.0
-#: A trace's seconds beyond TRACE_FLOOR_SECONDS, in plain calls of its signature, before this
-#: process has traced one: a trace runs the function's Python once, forward and backward, as
-#: a plain call does, with the tracer's work in place of autograd's. Measured, (trace - floor)
-#: / one plain call, a process's first trace: 2.2 for an LSTM's gradient over 100 steps (0.24 s
-#: traced, 98 ms calls), 2.0 for a 500-step Euler integrator's (0.27 s, 119 ms), 3.5 for an HMM
-#: recursion's over 100 observations (0.10 s, 20 ms); where calls are short the floor rules (lifelines' fitters,
-#: the demo's models, pymanopt's cost functions: 5-26 calls in all). Each trace of a tiered
-#: signature then moves it towards what this process's traces cost.
+#: A trace's seconds, TRACE_IN_CALLS plain calls of its signature and a part of their own: a
+#: trace runs the function's Python once, forward and backward, as a plain call does, with the
+#: tracer's work in place of autograd's. Measured, a process's first trace: an LSTM's gradient
+#: over 100 steps 0.24 s (98 ms plain calls), a 500-step Euler integrator's 0.27 s (119 ms),
+#: an HMM recursion's over 100 observations 0.10 s (20 ms): 0.03 s and 2.0-3.5 calls.
 TRACE_IN_CALLS = 3.0
-#: ... and this many seconds besides: a process's first traces cost more than their calls
-#: say (pymanopt's sphere gradient: 23 ms traced against 0.2 ms calls; lifelines'
-#: LogNormalFitter's value_and_grad: 0.1 s, tracing three times as its arguments turned
-#: static, against 0.9 ms calls).
+#: ... that part (what a trace costs besides its calls: the tracer's look-ups, loop rolling,
+#: a process's first traces' imports), before this process has traced a tiered signature;
+#: each such trace then moves it towards what it cost here (lifelines' LogNormalFitter's
+#: value_and_grad: 0.1 s traced, three times as its arguments turned static, against 0.9 ms
+#: calls; pymanopt's sphere gradient 23 ms against 0.2 ms).
 TRACE_FLOOR_SECONDS = 0.03
-_traced = [0, 0.0]  # tiered signatures traced, the sum of their traces' seconds beyond the floor in plain calls
+_traced = [0, 0.0]  # tiered signatures traced, the sum of their traces' seconds beyond TRACE_IN_CALLS calls
 LEARNED_KEPT = 1024  # signatures' savings and costs kept, the least recently noted forgotten first
 _savings = collections.OrderedDict()  # (function shape, signature) -> a compiled call's seconds over a plain one's
 _costs = collections.OrderedDict()  # (function shape, signature) -> seconds its program took to make
@@ -193,11 +191,11 @@ def plain_budget(learned=None, call=None, eqns=None):
 
 def trace_budget(call):
     """Seconds of plain calls (`call`: their mean) a new signature runs before its first-stage
-    trace: TRACE_FACTOR times its trace's expected seconds, TRACE_FLOOR_SECONDS and as many
-    plain calls as this process's traces took beyond it (TRACE_IN_CALLS before its first
-    trace, counted as one of them)."""
+    trace: TRACE_FACTOR times its trace's expected seconds, TRACE_IN_CALLS calls and what this
+    process's traces took besides theirs (TRACE_FLOOR_SECONDS before its first, counted as
+    one of them)."""
     n, total = _traced
-    return TRACE_FACTOR * (TRACE_FLOOR_SECONDS + call * (TRACE_IN_CALLS + total) / (n + 1))
+    return TRACE_FACTOR * ((TRACE_FLOOR_SECONDS + total) / (n + 1) + TRACE_IN_CALLS * call)
 
 
 def note_trace(seconds, plain):
@@ -205,7 +203,7 @@ def note_trace(seconds, plain):
     calls took `plain` (their mean) each."""
     with _learned_lock:
         _traced[0] += 1
-        _traced[1] += max(seconds - TRACE_FLOOR_SECONDS, 0.0) / plain
+        _traced[1] += max(seconds - TRACE_IN_CALLS * plain, 0.0)
 
 
 def _learned(learned):

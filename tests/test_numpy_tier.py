@@ -128,13 +128,14 @@ def test_a_signature_traced_early_runs_its_trace_by_numpy_until_its_plain_budget
     assert (jf.stats.traces, jf.stats.plain_tier_calls) == (1, plain_calls)  # compiled (or found compiled) from the trace
 
 
-def test_the_trace_budget_learns_what_this_process_s_traces_cost(monkeypatch):
+def test_the_trace_budget_learns_what_this_process_s_traces_cost_besides_their_calls(monkeypatch):
     monkeypatch.setattr(tiering, "_traced", [0, 0.0])
-    monkeypatch.setattr(tiering, "TRACE_FLOOR_SECONDS", 0.0)
-    assert tiering.trace_budget(1e-3) == pytest.approx(tiering.TRACE_FACTOR * 1e-3 * tiering.TRACE_IN_CALLS)
+    monkeypatch.setattr(tiering, "TRACE_FLOOR_SECONDS", 0.01)
+    assert tiering.trace_budget(1e-3) == pytest.approx(tiering.TRACE_FACTOR * (0.01 + 1e-3 * tiering.TRACE_IN_CALLS))
     tiering.note_trace(0.05, 1e-3)  # a trace of 50 plain calls' time
+    besides = 0.05 - tiering.TRACE_IN_CALLS * 1e-3
     assert tiering.trace_budget(2e-3) == pytest.approx(
-        tiering.TRACE_FACTOR * 2e-3 * (tiering.TRACE_IN_CALLS + 50) / 2)
+        tiering.TRACE_FACTOR * ((0.01 + besides) / 2 + 2e-3 * tiering.TRACE_IN_CALLS))
 
 
 def test_powers_of_values_autograd_does_not_box_are_numpy_s_operator():

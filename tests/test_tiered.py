@@ -112,6 +112,7 @@ def fresh_learning(monkeypatch):
     monkeypatch.setattr(tiering, "HORIZON", float("inf"))
     monkeypatch.setattr(tiering, "_made", [0, 0.0])
     monkeypatch.setattr(tiering, "_sized", [0, 0.0])
+    monkeypatch.setattr(tiering, "_traced", [0, 0.0])
     monkeypatch.setattr(tiering, "_costs", tiering.collections.OrderedDict())
     monkeypatch.setattr(tiering, "_savings", tiering.collections.OrderedDict())
 
