@@ -13,7 +13,9 @@ slowed them 2-3x). It is traced in the calling thread (milliseconds; tracing run
 user's Python) sooner, once its calls have cost a few times what its trace is expected to
 (`trace_budget`), and held until they have cost the plain budget, its calls meanwhile
 running the trace by numpy where it qualifies (numpy_tier: 2.5-5x faster a call than plain
-autograd on small arrays). Then it is judged again, by its program's size (`worth_compiling`, the second
+autograd on small arrays, and on legacy loops, rolled); where those calls show that Python's
+overhead rules its plain ones (OVERHEAD_BOUND), its budget is what its program's size says
+it costs, if less than what its calls' time says. Then it is judged again, by its program's size (`worth_compiling`, the second
 stage): where the compile is not expected to pay back within half as many calls again as
 it has run, its calls run plainly on, the trace kept, until they have cost twice as much
 (then it is judged again). Else it is lowered in the calling thread, XLA's compile goes to the one background
@@ -133,6 +135,16 @@ MIN_SAVING = 0.1
 #: A held signature is decided again once its plain calls have cost this many times what
 #: they had at the decision.
 HOLD_GROWTH = 2.0
+#: A held signature whose calls by numpy (numpy_tier) take at most this fraction of its plain
+#: calls' time is ruled by Python's overhead, which its compiled calls shed too: its plain
+#: budget is then RENT_FACTOR times what its program's size says it costs (program_cost),
+#: where that is less than what its calls' time says (a legacy loop's gradient, rolled: an
+#: LSTM's over 100 steps, 119 primitive calls, made in 0.6 s, 98 ms plain calls, whose time
+#: says 2 s). Measured, numpy over plain: loops' gradients 0.19-0.37, lifelines' fitters
+#: 0.24-0.44, the demo's regression 0.19; the demo's classifier 0.86 and an MNIST-sized MLP
+#: 0.67, whose large matrix products take their time (the classifier's compiled calls 13.5 ms
+#: against 14.2 plain: compiled early, its job took 0.84x plain's time).
+OVERHEAD_BOUND = 0.5
 #: The first stage's trace: a new signature is traced, its compile then judged (`hold`), once
 #: its plain calls have cost TRACE_FACTOR times what its trace is expected to, if that is
 #: before plain_budget (the trace is kept: a held signature's calls run it by numpy,
@@ -160,19 +172,16 @@ _made = [0, 0.0]  # tiered programs made, the sum of their costs in plain calls
 _sized = [0, 0.0]  # ... and the sum of log(seconds / eqns ** COST_EXPONENT) over them
 
 
-def plain_budget(learned=None, call=None, eqns=None):
+def plain_budget(learned=None, call=None):
     """Seconds of plain-autograd calls a new signature of a tiered function runs before it is
     traced and compiled (PLAIN_SECONDS): RENT_FACTOR (or its learned saving's factor) times
     its program's cost, where a function of its shape made that program before (`learned`:
     its (function shape, signature)), else its plain call's seconds (`call`, their mean so
     far; None before the first: no budget spent yet) times the cost in calls this process's
     programs have had (COST_IN_CALLS before the first, counted as one of them), within
-    COST_FLOOR_SECONDS and COST_CAP_SECONDS, or once it is traced (`eqns`: its program's
-    core.Graph.size) what program_cost says, where that is less: a legacy loop's gradient,
-    rolled (an LSTM's over 100 steps, 119 calls in its program, 0.6 s to make), runs 98 ms
-    calls, whose count says 2 s. Infinite where its learned saving is 1 or more: a plain
-    trial (Ladder) found its compiled calls slower than its plain ones, so it runs plainly
-    for good."""
+    COST_FLOOR_SECONDS and COST_CAP_SECONDS. Infinite where its learned saving is 1 or more:
+    a plain trial (Ladder) found its compiled calls slower than its plain ones, so it runs
+    plainly for good."""
     if PLAIN_SECONDS is not None:
         return PLAIN_SECONDS
     ratio, cost = _learned(learned)
@@ -184,8 +193,6 @@ def plain_budget(learned=None, call=None, eqns=None):
             return math.inf
         n, total = _made
         cost = min(max(call * (COST_IN_CALLS + total) / (n + 1), COST_FLOOR_SECONDS), COST_CAP_SECONDS)
-        if eqns:
-            cost = min(cost, program_cost(eqns))
     return factor * cost
 
 
@@ -288,11 +295,13 @@ class Untraced:
     where its trace said its compile would not pay back yet (`worth_compiling`). It stands in
     for a cache entry that is not compiled yet (`stage`)."""
 
-    __slots__ = ("spent", "calls", "least", "held", "due", "replay", "budget")
+    __slots__ = ("spent", "calls", "least", "held", "due", "replay", "budget", "eqns", "by_numpy")
     stage, python_fallback, impure = 0, False, False
 
     def __init__(self):
         self.spent, self.calls, self.held, self.due = 0.0, 0, 0.0, 0.0
+        self.eqns = 0  # its program's size, once traced (hold)
+        self.by_numpy = [0.0, 0]  # seconds and count of its calls run by numpy
         self.budget = 0.0  # its plain budget when it was traced (NewSignatures.plain)
         self.least = math.inf  # its quickest call's seconds
         self.replay = None  # while held, its trace run by numpy (numpy_tier.Replay), where it has one
@@ -305,8 +314,9 @@ class Untraced:
         """call(), its seconds counted; where the call's `leaves` are given and it is held with a
         replay, that runs them instead."""
         t0 = time.perf_counter()
+        replay = self.replay
+        ran = replay.ran if replay is not None else 0
         try:
-            replay = self.replay
             return call() if replay is None or leaves is None else replay(leaves, call)
         finally:
             seconds = time.perf_counter() - t0
@@ -314,6 +324,16 @@ class Untraced:
             self.calls += 1
             if seconds < self.least:
                 self.least = seconds
+            if replay is not None and replay.ran > ran:
+                self.by_numpy[0] += seconds
+                self.by_numpy[1] += 1
+
+    def overhead_bound(self):
+        """Whether its calls by numpy take at most OVERHEAD_BOUND of its plain calls' time."""
+        numpy_seconds, numpy_calls = self.by_numpy
+        plain_calls = self.calls - numpy_calls
+        return (numpy_calls > 0 and plain_calls > 0
+                and numpy_seconds / numpy_calls <= OVERHEAD_BOUND * (self.spent - numpy_seconds) / plain_calls)
 
 
 class NewSignatures:
@@ -337,8 +357,10 @@ class NewSignatures:
             return untraced
         mean = spent / untraced.calls if untraced.calls else None
         budget = plain_budget((self.shape, key), mean)
-        if untraced.held:  # traced and held: the budget its program's size gave (hold), the hold's at least
-            budget = max(untraced.held, min(budget, untraced.budget))
+        if untraced.eqns and untraced.overhead_bound():  # held: what its program's size says, if less
+            budget = min(budget, RENT_FACTOR * program_cost(untraced.eqns))
+        else:
+            budget = max(untraced.held, budget)
         early = not untraced.held and mean is not None and budget < math.inf and spent >= trace_budget(mean)
         if spent < budget and not early:
             # asked again halfway there (the budget moves with the calls' mean): a tiny call's
@@ -368,15 +390,14 @@ class NewSignatures:
             return None
         if seconds is not None and untraced.calls:
             note_trace(seconds, untraced.spent / untraced.calls)
-        if untraced.calls:  # its budget, now that its program's size is known
-            untraced.budget = min(untraced.budget, plain_budget((self.shape, traced), untraced.spent / untraced.calls,
-                                                                eqns))
         early = untraced.spent < untraced.budget
         if PLAIN_SECONDS is not None or (not early and worth_compiling((self.shape, traced), eqns, untraced)):
             self._paid[traced] = untraced  # for learner
             return None
-        untraced.held = HOLD_GROWTH * untraced.spent
-        untraced.due = min(untraced.held, untraced.budget) if early else untraced.held
+        untraced.held, untraced.eqns = HOLD_GROWTH * untraced.spent, eqns
+        # (an early trace is judged again soon, once its calls by numpy say how they compare: OVERHEAD_BOUND)
+        untraced.due = min(untraced.held, untraced.budget, (1 + 1 / TRACE_FACTOR) * untraced.spent) if early \
+            else untraced.held
         self._untraced[traced] = untraced
         return untraced
 

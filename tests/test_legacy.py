@@ -13,7 +13,7 @@ import autograd.scipy.stats as stats
 from autograd import grad, make_jvp, value_and_grad
 from autograd.extend import primitive
 from autograd_xla import FallbackWarning, jit_ps
-from helpers import NARROW, assert_close, check_falls_back, check_grads
+from helpers import NARROW, TPU_RTOL, assert_close, check_falls_back, check_grads
 
 rs = onp.random.RandomState(0)
 A, B = rs.randn(3, 4), rs.randn(4, 5)
@@ -127,9 +127,13 @@ def test_vjp_only_with_respect_to_the_differentiated_argument(fn, argnum):
     """autograd defines these derivatives for one argument only; the compiled VJP asks for
     exactly the arguments autograd boxed, at every order."""
     args = [K + 0.5, MU + 1.0] if argnum == 0 else [K, MU]  # poisson: integer k
-    check_grads(jit_ps(fn), argnum, modes=["rev"])(*args)
+    if not (TPU_RTOL and fn in (stats.gamma.cdf, stats.chi2.cdf)):  # on a TPU the incomplete gamma's float32
+        # values are up to 2.5e-4 off (the chip's log and lgamma in its prefactor exp(a log x - x - lgamma(a)),
+        # helpers.TPU_RTOL; measured on a v5e near x = 2.5), 1-2 % of the derivative over check_grads' float32
+        # step (0.379 numeric for 0.373): compared with plain autograd's derivative only
+        check_grads(jit_ps(fn), argnum, modes=["rev"])(*args)
     s = lambda a: np.sum(fn(*(args[:argnum] + [a] + args[argnum + 1:])))
-    assert_close(grad(jit_ps(s))(args[argnum]), grad(s)(args[argnum]))
+    assert_close(grad(jit_ps(s))(args[argnum]), grad(s)(args[argnum]), rtol=TPU_RTOL)
 
 
 def test_second_derivative_of_a_partial_argument_vjp():

@@ -23,7 +23,7 @@ rs = npr.RandomState(0)
 def held(monkeypatch):
     """Traced at a signature's second call, then held: no program pays back (tiering's second stage)."""
     monkeypatch.setattr(tiering, "PLAIN_SECONDS", None)
-    monkeypatch.setattr(tiering, "plain_budget", lambda learned, call, eqns=None: 0.0 if call is not None else float("inf"))
+    monkeypatch.setattr(tiering, "plain_budget", lambda learned, call: 0.0 if call is not None else float("inf"))
     monkeypatch.setattr(tiering, "COST_PER_EQN", 1e6)
     for name in ("_costs", "_savings"):  # nothing learned from earlier tests' programs
         monkeypatch.setattr(tiering, name, tiering.collections.OrderedDict())
@@ -87,6 +87,8 @@ def test_held_calls_run_the_trace_by_numpy_with_plain_autograd_s_bits(name):
     info = jf.cache_info()
     assert (info["traces"], info["compiles"], info["plain_tier_calls"]) == (1, 0, 6)
     assert info["numpy_tier_calls"] == 4  # (call 1 untraced; call 2 traced and checked against plain autograd)
+    held, = jf._untraced._untraced.values()
+    assert held.by_numpy[1] == 4 and 0 < held.by_numpy[0] < held.spent  # (what tiering.OVERHEAD_BOUND weighs)
 
 
 def test_calls_while_compiling_in_the_background_run_the_trace_by_numpy(monkeypatch):
@@ -106,7 +108,7 @@ def test_a_signature_traced_early_runs_its_trace_by_numpy_until_its_plain_budget
     """The first stage's trace (tiering.trace_budget) comes before the plain budget: the
     signature is held, whatever worth_compiling would say, until its plain budget is spent;
     then the kept trace is judged and compiled, not traced again."""
-    monkeypatch.setattr(tiering, "plain_budget", lambda learned, call, eqns=None: 1e9 if call is not None else float("inf"))
+    monkeypatch.setattr(tiering, "plain_budget", lambda learned, call: 1e9 if call is not None else float("inf"))
     monkeypatch.setattr(tiering, "COST_PER_EQN", 1e-12)  # every program pays back once judged
     monkeypatch.setattr(tiering, "TRACE_IN_CALLS", 0.0)
     monkeypatch.setattr(tiering, "TRACE_FLOOR_SECONDS", 0.0)
@@ -116,7 +118,7 @@ def test_a_signature_traced_early_runs_its_trace_by_numpy_until_its_plain_budget
     for k in range(6):
         assert numpy_tier.same(jf(PARAMS, X + k, Y), g(PARAMS, X + k, Y)), k
     assert (jf.stats.traces, jf.stats.compiles, jf.stats.numpy_tier_calls) == (1, 0, 4)
-    monkeypatch.setattr(tiering, "plain_budget", lambda learned, call, eqns=None: 0.0)  # spent: the kept trace compiles
+    monkeypatch.setattr(tiering, "plain_budget", lambda learned, call: 0.0)  # spent: the kept trace compiles
     monkeypatch.setattr(tiering, "PLAIN_SECONDS", 0.0)  # (asked at each call, not halfway to 1e9)
     for k in range(100):  # until its held calls have cost HOLD_GROWTH times their cost at the trace
         assert_close(jf(PARAMS, X + k, Y), g(PARAMS, X + k, Y), rtol=1e-12)  # (compiled in the call where no core is free)

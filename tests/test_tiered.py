@@ -151,24 +151,28 @@ def test_the_plain_budget_is_the_rent_factor_times_the_cost_expected_in_plain_ca
     assert tiering.plain_budget(learned, 0.001) == pytest.approx(tiering.RENT_FACTOR * seconds)
 
 
-def test_a_traced_signature_s_budget_is_what_its_program_s_size_says_where_that_is_less(fresh_learning):
-    """A legacy loop's gradient: 0.1 s plain calls, whose count gives the COST_CAP_SECONDS
-    prior, and a small rolled program. Traced early (trace_budget: the floor and TRACE_IN_CALLS
-    calls, TRACE_FACTOR times), its budget becomes RENT_FACTOR times program_cost of its size,
-    already spent: judged now (worth_compiling), it compiles. A large program keeps the prior
-    and is held."""
+@pytest.mark.parametrize("numpy_call, compiled", [(0.02, True), (0.09, False)])
+def test_a_held_signature_ruled_by_python_s_overhead_is_budgeted_by_its_program_s_size(fresh_learning, numpy_call,
+                                                                                        compiled):
+    """A legacy loop's gradient: 0.1 s plain calls, whose time gives the COST_CAP_SECONDS prior,
+    and a small rolled program. Traced early (trace_budget) and held, it is judged again once
+    its calls by numpy have cost a third more: where they take at most OVERHEAD_BOUND of a plain
+    call's time its budget becomes RENT_FACTOR times its program's program_cost, already spent,
+    and it compiles; where they take as long (large matrix products), the prior stands."""
     assert tiering.trace_budget(0.1) == pytest.approx(
         tiering.TRACE_FACTOR * (tiering.TRACE_FLOOR_SECONDS + 0.1 * tiering.TRACE_IN_CALLS))
-    for eqns, compiled in ((120, True), (100_000, False)):
-        signatures = tiering.NewSignatures(8, "shape")
-        untraced = signatures.plain("key")  # the first call: plain
-        untraced.spent, untraced.calls = 1.0, 10
-        assert signatures.plain("key") is None  # traced early: 1.0 s spent, the trace budget 1.0 s
-        assert untraced.budget == pytest.approx(tiering.RENT_FACTOR * tiering.COST_CAP_SECONDS)
-        held = signatures.hold("key", "key", eqns)
-        assert (held is None) is compiled, eqns
-        assert untraced.budget == pytest.approx(min(tiering.RENT_FACTOR * tiering.COST_CAP_SECONDS,
-                                                    tiering.RENT_FACTOR * tiering.program_cost(eqns)))
+    signatures = tiering.NewSignatures(8, "shape")
+    untraced = signatures.plain("key")
+    untraced.spent, untraced.calls = 1.0, 10
+    assert signatures.plain("key") is None  # traced early: 1.0 s spent, its trace budget 0.99 s
+    assert signatures.hold("key", "key", 120) is untraced and untraced.budget == pytest.approx(
+        tiering.RENT_FACTOR * tiering.COST_CAP_SECONDS)
+    assert untraced.due == pytest.approx((1 + 1 / tiering.TRACE_FACTOR) * 1.0)
+    untraced.spent, untraced.calls, untraced.by_numpy = 1.0 + 20 * numpy_call, 30, [20 * numpy_call, 20]
+    assert (signatures.plain("key") is None) is compiled
+    if compiled:
+        assert untraced.budget == pytest.approx(tiering.RENT_FACTOR * tiering.program_cost(120))
+        assert signatures.hold("key", "key", 120) is None  # judged: worth compiling
 
 
 def test_a_signature_run_once_or_twice_is_never_traced(fresh_learning):
@@ -213,7 +217,7 @@ def test_a_traced_signature_whose_compile_would_not_pay_back_runs_plainly_until_
     times the calls run so far; else its calls run plainly, giving plain autograd's results,
     until they have cost HOLD_GROWTH times as much, and the decision is taken again on the
     trace kept."""
-    monkeypatch.setattr(tiering, "plain_budget", lambda learned, call, eqns=None: 0.0 if call is not None else float("inf"))
+    monkeypatch.setattr(tiering, "plain_budget", lambda learned, call: 0.0 if call is not None else float("inf"))
     monkeypatch.setattr(tiering, "HORIZON", 0.5)
     monkeypatch.setattr(tiering, "COST_PER_EQN", 1e6)  # no program pays back
     g = grad(f, argnum=(0, 1))
@@ -684,7 +688,7 @@ def test_plain_tier_simple_path_then_compiled(monkeypatch):
     """Positional arrays of a signature in the plain tier go straight to the function (its
     calls timed) until the budget is asked again, which then traces and compiles it."""
     monkeypatch.setattr(tiering, "PLAIN_SECONDS", None)
-    monkeypatch.setattr(tiering, "plain_budget", lambda learned=None, call=None, eqns=None: (
+    monkeypatch.setattr(tiering, "plain_budget", lambda learned=None, call=None: (
         3600.0 if tiering.PLAIN_SECONDS is None else tiering.PLAIN_SECONDS))  # an hour, then as set below
     seen = []
 
