@@ -1,0 +1,83 @@
+"""Legacy Python loops as whole jobs: a fresh function's first N steps of gradient descent,
+each job a fresh process, plain autograd against jit_ps's default (tiered: plain calls, then
+the trace by numpy, then the compiled program) and jit_ps compiling at the first call
+(tiered=False); contenders interleaved over --rounds, medians.
+
+    python benchmarks/loop_jobs.py [--rounds 3] [--steps 100] [--only lstm,euler,hmm]
+
+Workloads (loop_compile_time.py's, float64): an LSTM's gradient over 100 steps, a 500-step
+Euler integrator's, an HMM forward recursion's over 100 observations.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+import bytecode  # noqa: E402,F401  (the package byte-compiled, as installed)
+
+MODES = ("plain", "tiered", "compiled")
+
+
+def job(work, mode, steps):
+    """One job in this process: seconds to each step's end, and the function's counters."""
+    import numpy as onp
+    import loop_compile_time as loops
+    from autograd import grad
+    f, args = {"lstm": (loops.lstm_loop, loops.lstm_args(100, onp.float64)),
+               "euler": (loops.euler_loop, loops.euler_args(500, onp.float64)),
+               "hmm": (loops.hmm_loop, loops.hmm_args(100, onp.float64))}[work]
+    os.environ.pop("AUTOGRAD_XLA_TIERED", None)  # (loop_compile_time sets it to 0 for its own tables)
+    t0 = time.perf_counter()
+    if mode == "plain":
+        g = grad(f)
+    else:
+        from autograd_xla import jit_ps
+        g = jit_ps(grad(f), tiered=None if mode == "tiered" else False)
+    params, rest = args[0], args[1:]
+    ends = []
+    for _ in range(steps):
+        step = g(params, *rest)
+        params = {k: v - 1e-3 * step[k] for k, v in params.items()}
+        ends.append(time.perf_counter() - t0)
+    info = g.cache_info() if mode != "plain" else {}
+    return {"first": ends[0], "total": ends[-1],
+            **{k: info.get(k) for k in ("compiles", "plain_tier_calls", "numpy_tier_calls")}}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--only", default="lstm,euler,hmm")
+    p.add_argument("--worker", nargs=2, metavar=("WORK", "MODE"), help=argparse.SUPPRESS)
+    opts = p.parse_args(argv)
+    if opts.worker:
+        print(json.dumps(job(*opts.worker, opts.steps)))
+        return
+    works = opts.only.split(",")
+    samples = {}
+    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; {opts.steps} steps, "
+          f"medians of {opts.rounds} fresh processes a contender\n")
+    for r in range(opts.rounds):
+        for work in works:
+            for mode in MODES[r % 3:] + MODES[:r % 3]:
+                out = subprocess.run([sys.executable, __file__, "--steps", str(opts.steps), "--worker", work, mode],
+                                     capture_output=True, text=True, check=True)
+                samples.setdefault((work, mode), []).append(json.loads(out.stdout.strip().splitlines()[-1]))
+    print("| workload | plain | tiered (default) | compiled at the first call | first call: plain / tiered / compiled |")
+    print("|---|---:|---:|---:|---|")
+    for work in works:
+        med = {m: {k: statistics.median(s[k] for s in samples[(work, m)]) for k in ("first", "total")} for m in MODES}
+        plain = med["plain"]["total"]
+        cells = [f"{plain:.2f} s"] + [f"{med[m]['total']:.2f} s ({plain / med[m]['total']:.1f}x)" for m in MODES[1:]]
+        firsts = " / ".join(f"{med[m]['first']:.3f}" for m in MODES)
+        print(f"| {work} | " + " | ".join(cells) + f" | {firsts} s |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
