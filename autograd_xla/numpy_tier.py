@@ -6,9 +6,9 @@ primitive, and the backward pass's toposort, on top of numpy's own work; the tra
 the same call (jit_ps(grad(f)): forward and backward passes as one list of numpy calls) is
 those numpy calls alone, in the order autograd made them. Run from a list prepared once
 (`Replay`), it gives plain autograd's results bit for bit, faster (benchmarks/numpy_tier.py:
-five of lifelines 0.30.3's parametric fitters' value_and_grad, 51-429 primitive calls,
-2.5-4.2x; the README demo's regression network 5.2x; where matrix products take the time,
-the demo's classifier, 1.17x).
+lifelines 0.30.3's seven parametric fitters' value_and_grad, 51-429 primitive calls,
+2.3-4.1x; legacy loops' gradients, rolled, 2.7-5.3x; the README demo's regression network
+5.2x; where matrix products take the time, the demo's classifier, 1.16x).
 
 A graph qualifies (`replay`) where every equation is a call of a raw function autograd wraps
 as a primitive (what autograd itself calls when no box is among the arguments), of

@@ -12,18 +12,19 @@ costs what plain autograd does: with two cores, a compile running beside the pla
 slowed them 2-3x). It is traced in the calling thread (milliseconds; tracing runs the
 user's Python) sooner, once its calls have cost a few times what its trace is expected to
 (`trace_budget`), and held until they have cost the plain budget, its calls meanwhile
-running the trace by numpy where it qualifies (numpy_tier: 2.5-5x faster a call than plain
-autograd on small arrays, and on legacy loops, rolled); where those calls show that Python's
+running the trace by numpy where it qualifies (numpy_tier: 2.3-5.3x faster a call than
+plain autograd on small arrays and legacy loops); where those calls show that Python's
 overhead rules its plain ones (OVERHEAD_BOUND), its budget is what its program's size says
-it costs, if less than what its calls' time says. Then it is judged again, by its program's size (`worth_compiling`, the second
-stage): where the compile is not expected to pay back within half as many calls again as
-it has run, its calls run plainly on, the trace kept, until they have cost twice as much
-(then it is judged again). Else it is lowered in the calling thread, XLA's compile goes to the one background
-thread here (by default only where a core is free; else it compiles in the call), and
-calls of that signature run as plain autograd until the executable is ready. Plain autograd
-is the reference the compiled program is checked against, so both tiers give its numbers; XLA's compile releases the GIL (measured: 18 plain MLP gradient
-calls ran in the caller during one 0.42 s compile), so the caller is slowed only by
-sharing the cores.
+it costs, if less than what its calls' time says. Then it is judged again, by its
+program's size (`worth_compiling`, the second stage): where the compile is not expected to
+pay back within half as many calls again as it has run, its calls run on by numpy or
+plainly, the trace kept, until they have cost twice as much (then it is judged again).
+Else it is lowered in the calling thread, XLA's compile goes to the one background thread
+here (by default only where a core is free; else it compiles in the call), and calls of
+that signature run by numpy or plainly until the executable is ready. Plain autograd is the
+reference the compiled program is checked against, so both tiers give its numbers; XLA's
+compile releases the GIL (measured: 18 plain MLP gradient calls ran in the caller during
+one 0.42 s compile), so the caller is slowed only by sharing the cores.
 
 A compiled signature climbs too (`Ladder`): its first program is the one XLA compiles
 fastest, and programs that may run faster are made on the compile thread once its calls
