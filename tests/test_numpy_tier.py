@@ -167,6 +167,15 @@ def rnn(params, xs):
     return total
 
 
+def scaled_steps(x):
+    """A per-step Python number (`1.0 + 0.1 * t`, stacked when rolled) on float32 values: weak,
+    so float32 steps, as plainly (a numpy float64 would make them float64)."""
+    total = 0.0
+    for t in range(16):
+        total = total + np.sum(np.sin(x * (1.0 + 0.1 * t)) * V)
+    return total
+
+
 def layers_in_time(Ws, xs):
     """Nested loops: layers within time steps."""
     h = np.zeros(Ws[0].shape[0])
@@ -187,6 +196,7 @@ def test_rolled_loops_run_by_numpy_step_by_step():
     params = {"W": rs.randn(4, 4) * 0.5, "U": rs.randn(3, 4)}
     Ws = [rs.randn(4, 4) * 0.5 for _ in range(3)]
     cases = [(rnn, lambda k: (params, rs.randn(12, 3) + k)), (grad(rnn), lambda k: (params, rs.randn(12, 3) + k)),
+             (scaled_steps, lambda k: ((V + k).astype(onp.float32),)),
              (grad(layers_in_time), lambda k: (Ws, rs.randn(8, 4) + k)), (grad(looped), lambda k: (V + k,))]
     for g, args in cases:
         jf = jit_ps(g, tiered=True)

@@ -418,17 +418,21 @@ def _numpy_scan(eqn, prepare):
     and its per-step outputs stacked, as plain autograd's unrolled loop computes them (a loop
     rolled from one: rolling.py)."""
     p = eqn.args[0]
-    body = prepare(p.graphs[0])
+    graph = p.graphs[0]
+    body = prepare(graph)
     if body is None:
         return None
     nc, nx, n = p.n_carry, p.n_xs, p.length
     index = int if p.index_aval.weak_type else p.index_aval.dtype.type
+    # a per-step Python number (a loop's `1.0 + 0.1 * t`, rolled: stacked) is one again, weak as it was
+    # (NEP 50: float32 times np.float64 is float64, times a Python float float32)
+    weak = [v.aval.weak_type for v in graph.invars[1 + nc:1 + nc + nx]]
 
     def run(params, *operands):
         carry, xs, consts = list(operands[:nc]), operands[nc:nc + nx], list(operands[nc + nx:])
         steps = []
         for i in (range(n - 1, -1, -1) if p.reverse else range(n)):
-            outs = body([index(i)] + carry + [x[i] for x in xs] + consts)
+            outs = body([index(i)] + carry + [x[i].item() if w else x[i] for x, w in zip(xs, weak)] + consts)
             carry = outs[:nc]
             steps.append(outs[nc:])
         if p.reverse:
