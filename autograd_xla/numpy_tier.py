@@ -21,8 +21,8 @@ as its steps ran plainly), and it has no random draws. Its guards (a Python
 branch on a traced value, core.Graph.guards) are computed as the compiled program computes
 them: a call where one fails runs as plain autograd, and a signature whose guards refuse
 more calls than they let through (past REFUSALS_KEPT) keeps to plain autograd. Its first
-replayed call runs plain autograd too and compares (`Replay.__call__`): the same structure,
-types, dtypes and bits, or the signature keeps to plain autograd. Python's side effects in
+CHECKED_CALLS replayed calls run plain autograd too and compare (`Replay.__call__`): the
+same structure, types, dtypes and bits, or the signature keeps to plain autograd. Python's side effects in
 the function then run no more, as with a compiled call (README: Gotchas).
 """
 import operator
@@ -33,6 +33,12 @@ from autograd.tracer import trace_primitives_map
 from . import registry, tree
 from .core import UfuncMethod, Var
 
+#: A signature's first calls by numpy that also run plain autograd and compare, at their own
+#: arguments: a difference of precision shows at some arguments only (a rolled loop's float32
+#: steps computed in float64, its per-step Python numbers passed as numpy float64s, gave plain
+#: autograd's bits at the first checked call of the fuzzer's program, not at the second). Each
+#: costs a plain call and a run by numpy.
+CHECKED_CALLS = 2
 #: Calls a signature's guards may refuse before the tier gives up on it, if they refuse more
 #: than they let through: each refused call runs by numpy and then plainly.
 REFUSALS_KEPT = 8
@@ -88,7 +94,7 @@ class Replay:
     whether the operands are flat, the slots read last there); operands name slots of one
     list of values (inputs first), or hold constants."""
 
-    __slots__ = ("steps", "slots", "dynamic", "results", "out_tree", "guards", "ran", "refused", "checked",
+    __slots__ = ("steps", "slots", "dynamic", "results", "out_tree", "guards", "ran", "refused", "unchecked",
                  "stats")  # steps None: plain's
 
     def __init__(self, graph, faces, dynamic=(), out_tree=None, stats=None):
@@ -135,13 +141,13 @@ class Replay:
         self.out_tree, self.stats = out_tree, stats
         self.guards = len(graph.guards)  # the trailing outputs that must hold
         self.ran = self.refused = 0  # calls run by numpy; calls the guards refused
-        self.checked = False
+        self.unchecked = CHECKED_CALLS  # checks to come (0 once one found a difference: steps None)
 
     def __call__(self, leaves, plain):
         """The results of a call of these leaves (all of the call's: the graph takes those at
-        `dynamic`); `plain()` runs the call as plain autograd, once, to check the first
-        results against, and for good where they differ."""
-        if self.checked:
+        `dynamic`); `plain()` runs the call as plain autograd, to check the first
+        CHECKED_CALLS results against, and for good where they differ."""
+        if not self.unchecked:
             if self.steps is None:
                 return plain()
             got = self.run(leaves)
@@ -157,12 +163,12 @@ class Replay:
         except Exception:
             self.steps = None
         else:
-            if got is _REFUSED:  # checked at a call the guards let through
+            if got is _REFUSED:  # checked at calls the guards let through
                 self._refuse()
                 return want
             if not same(got, want):
                 self.steps = None
-        self.checked = True
+        self.unchecked = 0 if self.steps is None else self.unchecked - 1
         return want
 
     def _refuse(self):
@@ -171,7 +177,7 @@ class Replay:
         self.refused += 1
         if self.refused > REFUSALS_KEPT and self.refused > self.ran:
             self.steps = None
-            self.checked = True
+            self.unchecked = 0
 
     def run(self, leaves):
         """The results of a call of these leaves, or _REFUSED where a guard is false."""
