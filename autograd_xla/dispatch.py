@@ -114,8 +114,9 @@ def _setup():
         # as it is, under a node whose data is the dtype it stands for (host_dtype), so that C++'s signatures
         # of DeviceArrays holding float32 for float64 and of float32 ones differ; read in C++, with no Python
         # call (`x * 2.0` kept on the device: 4.9 µs a call against 5.35 with a flattening function; jax.jit
-        # 4.5). A deleted (donated) buffer is passed too: its execution raises a ValueError, and calls.Calls
-        # runs that call in Python (api.JittedFunction._deleted_argument), whose error it is.
+        # 4.5; a positional one the Front passes as its buffer itself, 4.55: _callpath's `bare`). A deleted
+        # (donated) buffer is passed too: its execution raises a ValueError, and calls.Calls runs that call
+        # in Python (api.JittedFunction._deleted_argument), whose error it is.
         registry.register_dataclass_node(backend_mod.DeviceArray, ["buffer"], ["host_dtype"])
         return True
     except (AttributeError, TypeError, ValueError):  # the private surface moved
@@ -145,11 +146,12 @@ def function_for(jf):
 
     def python(*args, **kwargs):
         self = ref()
-        return self._call_python(*_unstaged(self, args)[0], **kwargs)
+        return self._call_python(*_kept_again(_unstaged(self, args)[0]), **kwargs)
 
     def miss(*args, **kwargs):
         self = ref()
         args, staged = _unstaged(self, args)
+        args = _kept_again(args)
         result = self._call_python(*args, **kwargs)
         fast = self._fastpath(args, kwargs)
         return result, fast._replace(out_pytree_def=_flat(len(fast.out_avals))) if fast and staged else fast
@@ -264,6 +266,18 @@ def _unstaged(jf, args):
     jf.missed = True
     return tree.unflatten(treedef, [np.array(memoryview(a)) if id(a) in ours else a  # (its own methods to numpy
                                     for a in leaves]), True  # import jax where jax is installed: backend.address)
+
+
+def _kept_again(args):
+    """`args` with the buffers the Front passed C++ in place of DeviceArrays (_callpath's
+    `bare`: positional DeviceArrays that stand for what they hold) as DeviceArrays again:
+    jaxlib arrays of our sharding (backend._sharding_type), whose aval is ours (a staged
+    call's are numpy copies already: _unstaged)."""
+    ours = backend_mod._sharding_type()
+    if not any(type(a) is _jax.ArrayImpl and type(a._sharding) is ours for a in args):
+        return args
+    return tuple(backend_mod.DeviceArray(a, a.aval, backend_mod.get_backend(a._sharding._device.platform))
+                 if type(a) is _jax.ArrayImpl and type(a._sharding) is ours else a for a in args)
 
 
 def _shard_arg(x, sharding, layout):
