@@ -22,8 +22,9 @@ branch on a traced value, core.Graph.guards) are computed as the compiled progra
 them: a call where one fails runs as plain autograd, and a signature whose guards refuse
 more calls than they let through (past REFUSALS_KEPT) keeps to plain autograd. Its first
 CHECKED_CALLS replayed calls run plain autograd too and compare (`Replay.__call__`): the
-same structure, types, dtypes and bits, or the signature keeps to plain autograd. Python's side effects in
-the function then run no more, as with a compiled call (README: Gotchas).
+same structure, types, dtypes and bits, or the signature keeps to plain autograd.
+Python's side effects in the function then run no more, as with a compiled call (README:
+Gotchas).
 """
 import operator
 

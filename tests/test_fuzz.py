@@ -229,11 +229,24 @@ def test_random_programs_match_autograd(program):
     check_program(source, inputs)
 
 
-def check_numpy_tier(source, inputs):
-    """The program and its gradient, tiered, every signature traced at its second call and
-    held (numpy_tier.py: its later calls run the trace by numpy), at five inputs: plain
-    autograd's results bit for bit."""
-    f = build(source)
+def as_loop_body(f):
+    """A legacy Python loop around the program: six steps, each scaling the inputs by a Python
+    number of its own, summing the scalarized results (rolled into scans: rolling.py)."""
+    s = scalarized(f)
+
+    def looped(*xs):
+        total = 0.0
+        for t in range(6):
+            total = total + s(*[x * (1.0 + 0.1 * t) for x in xs])
+        return total
+    return looped
+
+
+def check_numpy_tier(source, inputs, loop=False):
+    """The program (`loop`: as_loop_body's) and its gradient, tiered, every signature traced
+    at its second call and held (numpy_tier.py: its later calls run the trace by numpy), at
+    five inputs: plain autograd's results bit for bit."""
+    f = as_loop_body(build(source)) if loop else build(source)
     s = scalarized(f)
     g = grad(lambda *xs: s(*xs))
     saved = tiering.PLAIN_SECONDS, tiering.plain_budget, tiering.worth_compiling
@@ -261,6 +274,16 @@ def check_numpy_tier(source, inputs):
 @given(programs())
 def test_random_programs_through_the_numpy_tier(program):
     check_numpy_tier(*program)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore:Output seems independent of input")
+@_seeded
+@_settings
+@given(programs())
+def test_random_programs_as_loop_bodies_through_the_numpy_tier(program):
+    """(Found: a rolled loop's per-step Python numbers passed to its steps as numpy float64s
+    made float32 steps float64, 4e-9 off at some inputs: control_flow/scans.py's `numpy` face.)"""
+    check_numpy_tier(*program, loop=True)
 
 
 # Programs the fuzzer found failing, kept as regression tests (all fixed).
