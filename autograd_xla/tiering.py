@@ -154,10 +154,15 @@ OVERHEAD_BOUND = 0.5
 TRACE_FACTOR = 3.0
 #: A trace's seconds, TRACE_IN_CALLS plain calls of its signature and a part of their own: a
 #: trace runs the function's Python once, forward and backward, as a plain call does, with the
-#: tracer's work in place of autograd's. Measured, a process's first trace: an LSTM's gradient
-#: over 100 steps 0.24 s (98 ms plain calls), a 500-step Euler integrator's 0.27 s (119 ms),
-#: an HMM recursion's over 100 observations 0.10 s (20 ms): 0.03 s and 2.0-3.5 calls.
-TRACE_IN_CALLS = 3.0
+#: tracer's work in place of autograd's, which costs more a primitive where the primitives
+#: vary. Measured, a process's first trace: an LSTM's gradient over 100 steps 0.24 s (98 ms
+#: plain calls), a 500-step Euler integrator's 0.27 s (119 ms), an HMM recursion's over 100
+#: observations 0.10 s (20 ms): 0.03 s and 2.0-3.5 calls; PennyLane's variational classifier's
+#: gradient (6,313 primitive calls) 0.9 s, 10 of its 94 ms calls. With 3, that classifier's
+#: 30-step optimisation was traced at its 11th step, its calls did not run by numpy (plain
+#: autograd's results are PennyLane's tensors) and it took 0.74x plain's time; with 10, the
+#: loops' 100-step jobs 2.0-2.5x plain's against 4.2-5.1x with 3.
+TRACE_IN_CALLS = 10.0
 #: ... that part (what a trace costs besides its calls: the tracer's look-ups, loop rolling,
 #: a process's first traces' imports), before this process has traced a tiered signature;
 #: each such trace then moves it towards what it cost here (lifelines' LogNormalFitter's

@@ -152,15 +152,15 @@ def test_the_plain_budget_is_the_rent_factor_times_the_cost_expected_in_plain_ca
 
 
 @pytest.mark.parametrize("numpy_call, compiled", [(0.02, True), (0.09, False)])
-def test_a_held_signature_ruled_by_python_s_overhead_is_budgeted_by_its_program_s_size(fresh_learning, numpy_call,
-                                                                                        compiled):
+def test_a_held_signature_ruled_by_python_s_overhead_is_budgeted_by_its_program_s_size(fresh_learning, monkeypatch,
+                                                                                        numpy_call, compiled):
     """A legacy loop's gradient: 0.1 s plain calls, whose time gives the COST_CAP_SECONDS prior,
     and a small rolled program. Traced early (trace_budget) and held, it is judged again once
     its calls by numpy have cost a third more: where they take at most OVERHEAD_BOUND of a plain
     call's time its budget becomes RENT_FACTOR times its program's program_cost, already spent,
     and it compiles; where they take as long (large matrix products), the prior stands."""
-    assert tiering.trace_budget(0.1) == pytest.approx(
-        tiering.TRACE_FACTOR * (tiering.TRACE_FLOOR_SECONDS + 0.1 * tiering.TRACE_IN_CALLS))
+    monkeypatch.setattr(tiering, "TRACE_IN_CALLS", 3.0)
+    assert tiering.trace_budget(0.1) == pytest.approx(tiering.TRACE_FACTOR * (tiering.TRACE_FLOOR_SECONDS + 0.3))
     signatures = tiering.NewSignatures(8, "shape")
     untraced = signatures.plain("key")
     untraced.spent, untraced.calls = 1.0, 10
