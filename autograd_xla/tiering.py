@@ -138,13 +138,11 @@ MIN_SAVING = 0.1
 HOLD_GROWTH = 2.0
 #: A held signature whose calls by numpy (numpy_tier) take at most this fraction of its plain
 #: calls' time is ruled by Python's overhead, which its compiled calls shed too: its plain
-#: budget is then RENT_FACTOR times what its program's size says it costs (program_cost),
-#: where that is less than what its calls' time says (a legacy loop's gradient, rolled: an
-#: LSTM's over 100 steps, 119 primitive calls, made in 0.6 s, 98 ms plain calls, whose time
-#: says 2 s). Measured, numpy over plain: loops' gradients 0.19-0.37, lifelines' fitters
-#: 0.24-0.44, the demo's regression 0.19; the demo's classifier 0.86 and an MNIST-sized MLP
-#: 0.67, whose large matrix products take their time (the classifier's compiled calls 13.5 ms
-#: against 14.2 plain: compiled early, its job took 0.84x plain's time).
+#: budget is then RENT_FACTOR times program_cost of its size where that is less than what its
+#: calls' time says (an LSTM's rolled gradient: 119 primitives, made in 0.6 s; 98 ms calls,
+#: which say 2 s). Numpy over plain: loops 0.19-0.37, lifelines 0.24-0.44; the demo's
+#: classifier 0.86 (matrix products; compiled, 13.5 ms calls against 14.2: compiled early,
+#: its job took 0.84x plain's time).
 OVERHEAD_BOUND = 0.5
 #: The first stage's trace: a new signature is traced, its compile then judged (`hold`), once
 #: its plain calls have cost TRACE_FACTOR times what its trace is expected to, if that is
@@ -152,16 +150,13 @@ OVERHEAD_BOUND = 0.5
 #: numpy_tier, 2.5-5x faster a call than plain autograd on small arrays). A job ending just
 #: after its trace loses at most 1 / TRACE_FACTOR of its time to it.
 TRACE_FACTOR = 3.0
-#: A trace's seconds, TRACE_IN_CALLS plain calls of its signature and a part of their own: a
-#: trace runs the function's Python once, forward and backward, as a plain call does, with the
-#: tracer's work in place of autograd's, which costs more a primitive where the primitives
-#: vary. Measured, a process's first trace: an LSTM's gradient over 100 steps 0.24 s (98 ms
-#: plain calls), a 500-step Euler integrator's 0.27 s (119 ms), an HMM recursion's over 100
-#: observations 0.10 s (20 ms): 0.03 s and 2.0-3.5 calls; PennyLane's variational classifier's
-#: gradient (6,313 primitive calls) 0.9 s, 10 of its 94 ms calls. With 3, that classifier's
-#: 30-step optimisation was traced at its 11th step, its calls did not run by numpy (plain
-#: autograd's results are PennyLane's tensors) and it took 0.74x plain's time; with 10, the
-#: loops' 100-step jobs 2.0-2.5x plain's against 4.2-5.1x with 3.
+#: A trace's seconds, TRACE_IN_CALLS plain calls of its signature and a part of their own (a
+#: trace runs the function's Python once, forward and backward, as a plain call does). First
+#: traces measured: loops' gradients 2.0-3.5 calls past 0.03 s (an LSTM's over 100 steps 0.24 s,
+#: 98 ms calls); PennyLane's variational classifier's 10 (0.9 s, 94 ms calls, 6,313 varied
+#: primitives). With 3, that classifier's 30-step optimisation, traced at its 11th step, its
+#: calls not run by numpy (PennyLane tensors), took 0.74x plain's time; the loops' 100-step
+#: jobs take 2.0-2.5x with 10, 4.2-5.1x with 3 (benchmarks/loop_jobs.py).
 TRACE_IN_CALLS = 10.0
 #: ... that part (what a trace costs besides its calls: the tracer's look-ups, loop rolling,
 #: a process's first traces' imports), before this process has traced a tiered signature;
