@@ -275,7 +275,7 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
 
     def _replay_of(self, entry):
         """The numpy tier's run of a traced entry (numpy_tier.replay), made at its first ask;
-        None where it has none (random draws, guards, a primitive numpy does not run)."""
+        None where it has none (random draws, a primitive numpy does not run)."""
         if entry.replay is None:
             entry.replay = (not entry.impure and numpy_tier.replay(entry.graph, entry.dynamic, entry.out_tree,
                                                                    self.stats)) or False

@@ -147,7 +147,7 @@ OVERHEAD_BOUND = 0.5
 #: The first stage's trace: a new signature is traced, its compile then judged (`hold`), once
 #: its plain calls have cost TRACE_FACTOR times what its trace is expected to, if that is
 #: before plain_budget (the trace is kept: a held signature's calls run it by numpy,
-#: numpy_tier, 2.5-5x faster a call than plain autograd on small arrays). A job ending just
+#: numpy_tier, 2.3-5.3x faster a call than plain autograd). A job ending just
 #: after its trace loses at most 1 / TRACE_FACTOR of its time to it.
 TRACE_FACTOR = 3.0
 #: A trace's seconds, TRACE_IN_CALLS plain calls of its signature and a part of their own (a
