@@ -107,7 +107,7 @@ class Replay:
     list of values (inputs first), or hold constants."""
 
     __slots__ = ("steps", "slots", "dynamic", "results", "out_tree", "guards", "ran", "refused", "unchecked",
-                 "stats")  # steps None: plain's
+                 "stats", "zero_d")  # steps None: plain's
 
     def __init__(self, graph, faces, dynamic=(), out_tree=None, stats=None):
         """`faces`: what runs each equation (_face)."""
@@ -142,6 +142,7 @@ class Replay:
         self.guards = len(graph.guards)  # the trailing outputs that must hold
         self.ran = self.refused = 0  # calls run by numpy; calls the guards refused
         self.unchecked = CHECKED_CALLS  # checks to come (0 once one found a difference: steps None)
+        self.zero_d = ()  # the results plain autograd gives as 0-d arrays (_zero_d)
 
     def __call__(self, leaves, plain):
         """The results of a call of these leaves (all of the call's: the graph takes those at
@@ -158,6 +159,8 @@ class Replay:
             self.stats.numpy_tier_calls += 1
             return got
         want = plain()
+        if self.unchecked == CHECKED_CALLS:
+            self.zero_d = _zero_d(want)
         try:
             got = self.run(leaves)
         except Exception:
@@ -186,6 +189,8 @@ class Replay:
             if not all(outs[-self.guards:]):
                 return _REFUSED
             del outs[-self.guards:]
+        for k in self.zero_d:
+            outs[k] = np.asarray(outs[k])
         return outs[0] if self.out_tree is tree.LEAF else tree.unflatten(self.out_tree, outs)
 
     def outputs(self, inputs):
@@ -250,6 +255,14 @@ def _value(operand, env):
     if t is dict:
         return {k: _value(a, env) for k, a in items.items()}
     return t([_value(a, env) for a in items])
+
+
+def _zero_d(result):
+    """The positions of `result`'s leaves that are 0-d numpy arrays. numpy's ufuncs make numpy
+    scalars of 0-d operands; plain autograd's results may be 0-d arrays all the same, where an
+    ndarray subclass's ufuncs gave 0-d arrays (a PennyLane tensor's bias gradient, summed by
+    `add`s of 0-d tensors): the tier's are then made 0-d arrays too, learned at the first check."""
+    return tuple(k for k, x in enumerate(tree.flatten(result)[0]) if type(x) is np.ndarray and x.ndim == 0)
 
 
 def same(a, b):

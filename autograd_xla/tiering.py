@@ -153,11 +153,10 @@ TRACE_FACTOR = 3.0
 #: A trace's seconds, TRACE_IN_CALLS plain calls of its signature and a part of their own (a
 #: trace runs the function's Python once, forward and backward, as a plain call does). First
 #: traces measured: loops' gradients 2.0-3.5 calls past 0.03 s (an LSTM's over 100 steps 0.24 s,
-#: 98 ms calls); PennyLane's variational classifier's 10 (0.9 s, 94 ms calls, 6,313 varied
-#: primitives). With 3, that classifier's 30-step optimisation, traced at its 11th step, its
-#: calls not run by numpy, took 0.74x plain's time; the loops' 100-step jobs take 2.0-2.5x
-#: plain's with 10, 4.2-5.1x with 3 (benchmarks/loop_jobs.py).
-TRACE_IN_CALLS = 10.0
+#: 98 ms calls); PennyLane's variational classifier's 3 (0.27 s, 90 ms calls, 6,313 primitives
+#: on its tensors). Whole jobs against plain: PennyLane's 30-step optimisations 0.89-1.37x with
+#: 3, 0.98-1.05x with 10; the loops' 100 steps (benchmarks/loop_jobs.py) 4.2-5.1x / 2.0-2.5x.
+TRACE_IN_CALLS = 3.0
 #: ... that part (what a trace costs besides its calls: the tracer's look-ups, loop rolling,
 #: a process's first traces' imports), before this process has traced a tiered signature;
 #: each such trace then moves it towards what it cost here (lifelines' LogNormalFitter's

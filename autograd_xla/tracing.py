@@ -936,6 +936,43 @@ def kinds_of(prim, given, n):
     if not callable(prim) or getattr(prim, "__module__", "") == "numpy.random" or any(
             x.size > PROBE_MAX_SIZE for x in tree.flatten(given)[0] if type(x) is Tracer):
         return [UNKNOWN] * n
+    try:
+        key = prim, n, _kinds_key(given)
+        known = _kinds_known.get(key)
+    except TypeError:  # an operand of no signature (a large constant, an attribute of its own): probed each time
+        key = known = None
+    if known is None:
+        known = _probed_kinds(prim, given, n)
+        if key is not None:
+            if len(_kinds_known) >= ABSTRACT_KEPT:
+                _kinds_known.clear()
+            _kinds_known[key] = known
+    return list(known)
+
+
+#: kinds_of's results by (primitive, results, operands' signature with each Tracer's Kind): its
+#: probes are seeded, so equal signatures get equal Kinds. PennyLane's variational classifier's
+#: gradient (6,313 primitive calls on `pennylane.numpy.tensor`s) probed 5,724 times: 0.85 s a
+#: trace, 0.2 s remembered.
+_kinds_known = {}
+
+
+def _kinds_key(obj):
+    """_operands_key's signature of kinds_of's operands, each Tracer by its aval and Kind."""
+    t = type(obj)
+    if t is Tracer:
+        kind = obj._kind
+        return obj._var.aval, None if kind is None else (
+            kind.cls, tuple([(k, _operands_key(v, [])) for k, v in sorted(kind.attrs.items())]))
+    if t is tuple or t is list:
+        return t, tuple([_kinds_key(x) for x in obj])
+    if t is dict:
+        return t, tuple([(k, _kinds_key(x)) for k, x in obj.items()])
+    return _operands_key(obj, [])
+
+
+def _probed_kinds(prim, given, n):
+    """kinds_of, by running `prim` on probes."""
     runs, subclassed = [], False
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():

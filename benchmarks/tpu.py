@@ -18,7 +18,8 @@ written after each row, so that a run stopped by a time limit keeps the rows it 
 XLA's compile time on the chip varies from process to process (the same 5000² program: 0.20
 or 0.46 s, on either side), so one first call per side says little: `--first-only` runs
 measure the first calls alone, and `table` gives each side's median over all its files
-(benchmarks/tpu_check.sh's FIRST_ROUNDS alternates such processes of the two sides).
+(benchmarks/tpu_check.sh's FIRST_ROUNDS alternates such processes of the two sides, and
+its ROUNDS whole runs: `table` gives the median of every value over the files that have it).
 The workloads are benchmarks/workloads.py's, at TPU sizes (the convnet is patch_convnet_step:
 XLA:TPU compiled convnet_step's 5x5 convolutions of NCHW batches, on either side, for over
 140 s); jax runs with jax_default_matmul_precision=highest,
@@ -193,17 +194,19 @@ def saver(path):
 
 def table(paths):
     """A markdown table of jit_ps against jax.jit (and numpy's powers) from run's JSON files."""
-    sides, firsts = {}, {}  # side -> workload -> its rows; (side, workload) -> every first call measured
+    sides, samples = {}, {}  # side -> workload -> its row; (side, workload) -> mode -> every value measured
     for p in paths:
         with open(p) as fh:
             data = json.load(fh)
         for name, row in data["workloads"].items():
             sides.setdefault(data["side"], {}).setdefault(name, {}).update(row)
-            if "first" in row:
-                firsts.setdefault((data["side"], name), []).append(row["first"])
-    for (side, name), samples in firsts.items():
-        sides[side][name]["first"] = statistics.median(samples)
-        sides[side][name]["first samples"] = len(samples)
+            for mode, v in row.items():
+                if isinstance(v, float):
+                    samples.setdefault((data["side"], name), {}).setdefault(mode, []).append(v)
+    for (side, name), modes in samples.items():
+        for mode, values in modes.items():
+            sides[side][name][mode] = statistics.median(values)
+            sides[side][name][mode + " samples"] = len(values)
     ours, theirs, host = sides.get("jit_ps", {}), sides.get("jax", {}), sides.get("numpy", {})
     ms = lambda v: "" if v is None else f"{v * 1e3:.2f}"  # noqa: E731
     ratio = lambda a, b: "" if a is None or b is None else f"{a / b:.2f}x"  # noqa: E731
@@ -214,8 +217,8 @@ def table(paths):
             continue
         for mode in ("numpy", "device", "launch", "first"):
             if mode in a or mode in b:
-                label = mode if mode != "first" or max(a.get("first samples", 1), b.get("first samples", 1)) == 1 \
-                    else f"first (median of {b.get('first samples', 0)} / {a.get('first samples', 0)})"
+                n = (b.get(mode + " samples", 0), a.get(mode + " samples", 0))
+                label = mode if max(n) <= 1 else f"{mode} (median of {n[0]} / {n[1]})"
                 lines.append(f"| {name} | {label} | {ms(b.get(mode))} | {ms(a.get(mode))} | "
                              f"{ratio(a.get(mode), b.get(mode))} | {ms(h.get(mode)) if mode in ('numpy', 'first') else ''} |")
         for side, data in (("jit_ps", a), ("jax", b)):

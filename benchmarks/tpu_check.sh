@@ -14,6 +14,7 @@
 #         bench           setup, then the benchmarks and their table
 #   FIRST_ROUNDS (0: more processes per side that measure first calls alone, alternating;
 #   the table gives each side's median) FIRST_ONLY (their workloads: the five shortest compiles)
+#   ROUNDS (1: processes per side that measure everything, alternating; the table gives medians)
 #   PY (python3)  END (520: seconds for the step)  MEM_GB (24: the host memory at which the
 #   tests are stopped)  WHEELS (.whl-tpu: autograd 1.9.1 as a wheel, pip download --no-deps
 #   --only-binary=:all: autograd==1.9.1 -d .whl-tpu)  BENCH_ONLY (workloads of benchmarks/tpu.py)
@@ -129,14 +130,15 @@ run_tests() {  # $1: a name for the logs; the rest: pytest's selection
 }
 
 bench() {
-    local only=${BENCH_ONLY:-}
-    for side in jax jit_ps; do
-        local T=$(( $(left) - 40 )); [ $side = jax ] && T=$(( T / 2 ))
-        stamp "benchmarks, $side, at most ${T}s"
-        timeout -s INT -k 10 $T $PY benchmarks/tpu.py run $side ${only:+--only $only} --json "$out/bench_$side.json" \
-            2>&1 | grep -v "hugepages" | tee "$out/bench_$side.log"
+    local only=${BENCH_ONLY:-} r n=$(( 2 * ${ROUNDS:-1} )) side
+    for (( r = 1; r <= ${ROUNDS:-1}; r++ )); do  # each side's processes alternating
+        for side in jax jit_ps; do
+            n=$(( n - 1 )); local T=$(( $(left) - 40 - 100 * n ))  # (100 s kept for each process after it)
+            stamp "benchmarks, round $r, $side, at most ${T}s"
+            timeout -s INT -k 10 $T $PY benchmarks/tpu.py run $side ${only:+--only $only} \
+                --json "$out/bench_${side}_round$r.json" 2>&1 | grep -v "hugepages" | tee "$out/bench_${side}_round$r.log"
+        done
     done
-    local r
     for (( r = 1; r <= ${FIRST_ROUNDS:-0}; r++ )); do  # more first calls, each side's processes alternating
         for side in jax jit_ps; do
             stamp "first calls, round $r, $side"

@@ -62,3 +62,18 @@ def test_the_tpu_benchmark_writes_its_rows_as_each_is_measured(tmp_path):
     tpu.run("numpy", {"powers_1000", "tiny_grad"}, 0.0, save)
     assert seen == [["powers_1000"], ["powers_1000", "tiny_grad"]]
     assert sorted(os.listdir(tmp_path)) == ["rows.json"]
+
+
+def test_the_tpu_table_gives_each_side_the_median_of_its_runs(tmp_path):
+    """tpu_check.sh's ROUNDS: several files of a side; the table's value is their median,
+    and its label says over how many runs of each side."""
+    import json
+
+    import tpu
+    runs = [("jax", 0.001, 0.004), ("jax", 0.003, None), ("jax", 0.002, None), ("jit_ps", 0.002, 0.005)]
+    for k, (side, device, first) in enumerate(runs):
+        row = {"device": device} if first is None else {"device": device, "first": first}
+        (tmp_path / f"{k}.json").write_text(json.dumps({"side": side, "workloads": {"tiny_grad": row}}))
+    lines = tpu.table(sorted(str(p) for p in tmp_path.iterdir())).splitlines()
+    assert "| tiny_grad | device (median of 3 / 1) | 2.00 | 2.00 | 1.00x |  |" in lines
+    assert "| tiny_grad | first | 4.00 | 5.00 | 1.25x |  |" in lines

@@ -10,6 +10,9 @@ import pytest
 
 import autograd.numpy as np
 from autograd import grad, value_and_grad
+from autograd.extend import VSpace
+from autograd.numpy.numpy_boxes import ArrayBox
+from autograd.numpy.numpy_vspaces import ArrayVSpace
 from autograd.scipy.stats import norm
 from autograd_xla import cond, fori_loop, jit_ps, numpy_tier, tiering
 from autograd_xla.control_flow.scans import scan_p
@@ -271,6 +274,31 @@ def test_a_trace_whose_first_results_differ_from_plain_autograd_s_keeps_to_plain
         got = jf(PARAMS32, x, Y.astype(onp.float32))
         assert numpy_tier.same(got, g(PARAMS32, x, Y.astype(onp.float32)))
     assert jf.stats.traces == 1 and jf.stats.numpy_tier_calls == 0
+
+
+class ZeroDArrays(onp.ndarray):
+    """An ndarray subclass whose ufuncs keep 0-d operands 0-d arrays, as PennyLane's tensor's do."""
+
+    def __array_wrap__(self, obj, context=None, return_scalar=False):
+        return obj.view(ZeroDArrays)
+
+
+ArrayBox.register(ZeroDArrays)
+VSpace.register(ZeroDArrays, ArrayVSpace)
+
+
+def test_results_plain_autograd_gives_as_0d_arrays_stay_0d_arrays():
+    """With a 0-d argument of such a subclass (PennyLane's trainable bias), plain autograd's
+    gradient is a 0-d array (its cotangents summed by `add`s of 0-d subclass arrays), the
+    trace's the numpy scalar numpy's `add` makes: the tier gives a 0-d array there, as
+    plain autograd, learned at its first check."""
+    g = grad(lambda w, b: np.sum(np.tanh(w)) * b + b * b, (0, 1))
+    jf = jit_ps(g, tiered=True)
+    b = onp.array(0.5).view(ZeroDArrays)
+    for k in range(5):
+        got, want = jf(V + k, b), g(V + k, b)
+        assert type(want[1]) is onp.ndarray and numpy_tier.same(got, want), k
+    assert jf.stats.numpy_tier_calls == 3
 
 
 def test_each_of_the_first_checked_calls_may_keep_the_signature_plain(monkeypatch):

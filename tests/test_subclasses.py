@@ -203,6 +203,24 @@ def test_the_attributes_are_part_of_the_signature():
     assert f.stats.traces == 2
 
 
+def test_numpy_s_result_classes_are_probed_once_per_signature(monkeypatch):
+    """tracing.kinds_of runs a primitive on probes of its operands' classes (three runs each);
+    a loop repeats the same signatures, which are probed once (PennyLane's traces were
+    four-fifths probing)."""
+    probed = []
+    real = tracing._probed_kinds
+    monkeypatch.setattr(tracing, "_probed_kinds", lambda prim, given, n: probed.append(prim) or real(prim, given, n))
+    monkeypatch.setattr(tracing, "_kinds_known", {})
+
+    def f(x):
+        for _ in range(10):
+            x = anp.sin(x) * 2.0
+        return anp.sum(x)
+    np.testing.assert_allclose(jit_ps(f)(F), f(F), rtol=1e-12)
+    np.testing.assert_allclose(jit_ps(grad(f))(F), grad(f)(F), rtol=1e-12)
+    assert len(probed) < 10  # (each of the 10 steps binds sin and multiply, forward and backward)
+
+
 def test_calls_of_plain_arrays_first_do_not_serve_the_subclass():
     """C++'s fast path of a plain-ndarray signature (dispatch, _callpath's walk) would take a
     subclass argument for an ndarray: the subclass's calls are the Python path's."""

@@ -16,7 +16,7 @@ recipe are timed, each contender in a process of its own, the processes interlea
 first call's trace and compile are included; jit_ps's default: tiered) and the steady per-call time (compiled).
 
     PYTHONPATH=<worktree> <pennylane venv>/bin/python benchmarks/libraries/pennylane_recipes.py \
-        [--only vqe_sel,...] [--recipes 1,2,...] [--no-timing] [--rounds 2] [--steps 30] [--json out.json]
+        [--only vqe_sel,...] [--recipes 1,2,...] [--no-timing] [--no-calls] [--rounds 2] [--steps 30] [--json out.json]
 """
 import argparse
 import json
@@ -310,10 +310,11 @@ def judge_workload(name, recipes):
     return rows
 
 
-def time_contender(name, recipe, steps):
+def time_contender(name, recipe, steps, calls=True):
     """In this fresh process: recipe 0 is plain PennyLane (its optimisation, and each plain
     counterpart per call); otherwise the recipe. The optimisation runs first so that its first
-    step carries the trace and compile."""
+    step carries the trace and compile; `calls`: then the per-call times (compiled at the first
+    call)."""
     import time
     w = WORKLOADS[name]()
     out = {}
@@ -332,7 +333,7 @@ def time_contender(name, recipe, steps):
             args = step(opt, f, args, w.kwargs, grad_fn=grad_fn)
             times.append(time.perf_counter() - t0)
         out.update(optimisation=sum(times), first_step=times[0])
-    for r in ([1, 2, 3, 5] if recipe == 0 else [recipe]):
+    for r in ([1, 2, 3, 5] if recipe == 0 else [recipe]) if calls else ():
         if r not in applicable(w):
             continue
         jitted_call, plain_call, _ = made(w, r)
@@ -357,6 +358,7 @@ def main(argv=None):
     parser.add_argument("--time-all", action="store_true", help="time fallen-back recipes too")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--no-calls", action="store_true", help="time the optimisations alone, not the calls")
     parser.add_argument("--json")
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -366,7 +368,7 @@ def main(argv=None):
         if kind == "judge":
             print(json.dumps(judge_workload(name, [int(r) for r in rest[0].split(",")])))
         else:
-            print(json.dumps(time_contender(name, int(rest[0]), int(rest[1]))))
+            print(json.dumps(time_contender(name, int(rest[0]), int(rest[1]), calls=rest[2:] != ["nocalls"])))
         return
     import pennylane as qml
     names, recipes = args.only.split(","), [int(r) for r in args.recipes.split(",")]
@@ -401,8 +403,9 @@ def main(argv=None):
                       (v["status"] == "compiled" or args.time_all and v["status"] == "fell back")]
             if not chosen:
                 continue
-            contenders = {0: ["time", name, "0", str(args.steps)]}
-            contenders.update({r: ["time", name, str(r), str(args.steps)] for r in chosen})
+            tail = ["nocalls"] if args.no_calls else []
+            contenders = {0: ["time", name, "0", str(args.steps)] + tail}
+            contenders.update({r: ["time", name, str(r), str(args.steps)] + tail for r in chosen})
             samples = common.interleaved(__file__, contenders, args.rounds)
             timings[name] = samples
             plain = samples[0]
