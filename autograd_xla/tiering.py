@@ -155,7 +155,7 @@ TRACE_FACTOR = 3.0
 #: traces measured: loops' gradients 2.0-3.5 calls past 0.03 s (an LSTM's over 100 steps 0.24 s,
 #: 98 ms calls); PennyLane's variational classifier's 3 (0.27 s, 90 ms calls, 6,313 primitives
 #: on its tensors). Whole jobs against plain: PennyLane's 30-step optimisations 0.89-1.37x with
-#: 3, 0.98-1.05x with 10; the loops' 100 steps (benchmarks/loop_jobs.py) 4.2-5.1x / 2.0-2.5x.
+#: 3, 0.98-1.05x with 10; an LSTM's and an Euler integrator's 100 steps (loop_jobs.py) 4.2-4.7x / 2.0-2.5x.
 TRACE_IN_CALLS = 3.0
 #: ... that part (what a trace costs besides its calls: the tracer's look-ups, loop rolling,
 #: a process's first traces' imports), before this process has traced a tiered signature;
