@@ -563,3 +563,19 @@ def test_a_call_by_call_trial_s_turns_begin_with_untimed_calls(monkeypatch):
 
     assert run_trial(AfterItself("old", 0.004, []), AfterItself("new", 0.001, [])) == "new"
     assert ran == ["old", "old", "new", "new"] * 4
+
+
+def test_accelerators_compile_with_the_options_jax_jit_compiles_with():
+    """Off the CPU a program compiles with what jax.jit sets where XLA's defaults differ
+    (backend.ACCELERATOR_BUILD_OPTIONS: memory fitting at effort O2, the SPMD partitioner, no
+    profile), kept by a ladder step's options (backend._without); the CPU's stay XLA's."""
+    options = backend.Backend._options(types.SimpleNamespace(platform="tpu"))
+    build = options.executable_build_options
+    assert (build.memory_fitting_level, build.use_spmd_partitioning, build.use_shardy_partitioner,
+            options.profile_version, list(options.env_option_overrides)) == (29, True, True, -1, [])
+    options.env_option_overrides = backend.FAST_COMPILE_OVERRIDES
+    less = backend._without(options, backend.FAST_COMPILE_OVERRIDES[:1])
+    assert less.env_option_overrides == backend.FAST_COMPILE_OVERRIDES[1:]
+    assert (less.executable_build_options.memory_fitting_level, less.profile_version) == (29, -1)
+    cpu = backend.get_backend("cpu")._options().executable_build_options
+    assert (cpu.memory_fitting_level, cpu.use_spmd_partitioning) == (0, False)
