@@ -97,6 +97,60 @@ def test_unhashable_object_is_static_by_identity():
     assert f.cache_info()["traces"] == 2
 
 
+class _Tensor:  # quimb's Tensor: its data in a slot
+    __slots__ = ("_data", "tags")
+    def __init__(self, data, tags):
+        self._data, self.tags = data, tags
+
+
+class _Network:  # quimb's TensorNetwork: tensors in a dict, a scalar attribute beside them
+    def __init__(self, arrays):
+        self.tensor_map = {i: _Tensor(a, ("T", i)) for i, a in enumerate(arrays)}
+        self.exponent = 0.0
+
+
+def _network_value(w, tn):
+    total = sum(np.sum(np.tanh(t._data * w) ** 2) for t in tn.tensor_map.values())
+    return total * 10.0 ** tn.exponent
+
+
+def _rebind(tn):
+    tn.tensor_map[0]._data = tn.tensor_map[0]._data * 2.0
+
+
+def _in_place(tn):
+    tn.tensor_map[1]._data *= 3.0
+
+
+def _scalar(tn):
+    tn.exponent = 1.0
+
+
+def _new_tensor(tn):
+    tn.tensor_map[2] = _Tensor(onp.full(3, 0.5), ("T", 2))
+
+
+OBJECT_CHANGES = {"an attribute bound to another array": _rebind, "an array changed in place": _in_place,
+                  "a scalar attribute": _scalar, "an entry added to a dict attribute": _new_tensor}
+
+
+@pytest.mark.parametrize("tiered", [False, None])
+@pytest.mark.parametrize("label", sorted(OBJECT_CHANGES))
+def test_an_object_argument_changed_between_calls_gives_plain_autograd_s_answer(label, tiered):
+    """An object argument (quimb's TensorNetwork, a user's model) is static, and what the trace
+    read from it is part of the key (signatures.state_digest): a change to its arrays or
+    numbers between calls is a new signature, never the old program's numbers."""
+    tn = _Network([rs.randn(3), rs.randn(2, 2)])
+    f = jit_ps(value_and_grad(_network_value), tiered=tiered)
+    for _ in range(3):  # tiered: held calls run by numpy, the trace's constants with them
+        assert_close(f(0.7, tn), value_and_grad(_network_value)(0.7, tn))
+    traces = f.cache_info()["traces"]
+    OBJECT_CHANGES[label](tn)
+    for _ in range(3):
+        assert_close(f(0.7, tn), value_and_grad(_network_value)(0.7, tn), path=label)
+    assert f.cache_info()["traces"] <= traces + 1
+
+
 def test_int_static_only_where_a_value_is_needed():
     """Python ints stay traced while that works (one trace for many values)."""
     f = jit_ps(lambda x, n: x * n)
