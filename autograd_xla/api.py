@@ -225,7 +225,7 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
                 if entry.impure:
                     return self._differentiate_plainly(spec, leaves)
                 if entry.stage < COMPILED:  # tiered: not compiled yet
-                    return self._run_plain_tier(spec, leaves, entry, (args, kwargs))
+                    return self._run_plain_tier(spec, leaves, entry, (args, kwargs), by_numpy=False)
                 if not entry.donated:
                     return autodiff.jit_call(self, spec, *leaves)
                 # autograd runs the forward pass (our _execute) in this thread, within this call
@@ -253,25 +253,28 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         self._warn_fallback(cause)
         return out
 
-    def _run_plain_tier(self, spec, leaves, entry, original=None):
+    def _run_plain_tier(self, spec, leaves, entry, original=None, by_numpy=True):
         """A call of a signature not compiled yet (tiered execution: `entry` Untraced, or
         compiling in the background) runs as plain autograd, whose numbers (and draws from
         numpy.random: the compiled program replays the same calls on the same state) the
         compiled program gives: not a fallback, nothing to report. Results are what plain
         autograd returns, as for a fallback: the function is given the call's own arguments
-        (`original`: args, kwargs), else (a call from autodiff.jit_call) ones rebuilt from `leaves`."""
+        (`original`: args, kwargs), else (a call from autodiff.jit_call) ones rebuilt from `leaves`.
+        Its trace runs by numpy (numpy_tier) only where `by_numpy`: not under autograd's boxes
+        (grad(jit_ps(f))), which would go through its functions' Python parts (numpy's
+        tensordot: transposes, reshapes and a dot; quimb's MPS energy took 3x plain's time)."""
         self.stats.plain_tier_calls += 1
         if not self._waiting:
             self._waiting = PLAIN_TIER  # no fast path to be had: calls skip C++'s miss and _fastpath meanwhile
         call = (functools.partial(self._apply, spec, leaves, autodiff.BOXING) if original is None
                 else functools.partial(self._fun, *original[0], **original[1]))
         if type(entry) is not tiering.Untraced:  # compiling in the background: traced
-            replay = self._replay_of(entry) if original is not None else None
+            replay = self._replay_of(entry) if original is not None and by_numpy else None
             return call() if replay is None else replay(leaves, call)
         if spec is _FLAT_SPECS.get(len(leaves)) and not self._auto_static[spec] and all(
                 type(x) is np.ndarray and x.dtype in _SUPPORTED for x in leaves):
             self._plain_tier_hit(tuple([(x.shape, x.dtype) for x in leaves]), entry)
-        return entry.run(call, leaves if original is not None else None)
+        return entry.run(call, leaves if original is not None and by_numpy else None)
 
     def _replay_of(self, entry):
         """The numpy tier's run of a traced entry (numpy_tier.replay), made at its first ask;

@@ -95,6 +95,26 @@ def test_held_calls_run_the_trace_by_numpy_with_plain_autograd_s_bits(name):
     assert held.by_numpy[1] == 4 and 0 < held.by_numpy[0] < held.spent  # (what tiering.OVERHEAD_BOUND weighs)
 
 
+def contraction(arrays):
+    return np.sum(np.tensordot(arrays[0], arrays[1], axes=([0, 1], [1, 0])) ** 2)
+
+
+def test_a_held_function_differentiated_from_outside_runs_plain_autograd():
+    """grad(jit_ps(f)) of a signature held with a trace (quimb's value_and_grad(jit_ps(fn))):
+    its calls under autograd's boxes run f as plain autograd, not the trace by numpy, whose
+    functions' Python parts boxes would go through (numpy's tensordot: transposes, reshapes
+    and a dot per call; quimb's MPS energy 3x plain autograd's time) or fail on."""
+    arrays = [rs.randn(3, 4), rs.randn(4, 3)]
+    jf = jit_ps(contraction, tiered=True)
+    for _ in range(3):
+        assert numpy_tier.same(jf(arrays), contraction(arrays))
+    assert jf.stats.numpy_tier_calls == 1
+    for _ in range(3):
+        assert numpy_tier.same(value_and_grad(jf)(arrays), value_and_grad(contraction)(arrays))
+    assert (jf.stats.numpy_tier_calls, jf.stats.traces) == (1, 1)
+    assert numpy_tier.same(jf(arrays), contraction(arrays)) and jf.stats.numpy_tier_calls == 2
+
+
 def test_calls_while_compiling_in_the_background_run_the_trace_by_numpy(monkeypatch):
     monkeypatch.setattr(tiering, "COST_PER_EQN", 1e-12)  # every program pays back: compiled in the background
     g = grad(mlp_loss)
