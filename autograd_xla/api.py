@@ -886,10 +886,39 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
     def _trace(self, flat_fun, in_avals, names, spec, leaves, example, parameters):
         """Trace with numpy.random's global-state calls recorded as host draws, and with the
         random generators the function can reach watched: one that moved means draws that
-        would be frozen (impurity.py). Returns (graph, out_tree, draws)."""
+        would be frozen (impurity.py). A function whose draws moved one is traced once more
+        from the state they left, as plain autograd's call leaves it: draws made once and kept
+        (a random search cached by its arguments: cotengra's contraction paths, which quimb's
+        first contraction of a network runs) are not made again, and it compiles. Returns
+        (graph, out_tree, draws)."""
         treedef, _, static_pos, static_kw = spec
-        watch = impurity.Watch(self._fun, [(v, f"static argument {n}") for n, v in
-                                           self._static_items(static_pos, static_kw)])
+        roots = [(v, f"static argument {n}") for n, v in self._static_items(static_pos, static_kw)]
+        first = None
+        while True:
+            watch = impurity.Watch(self._fun, roots)
+            try:
+                graph, out_tree, draws = self._trace_watched(watch, flat_fun, in_avals, names, spec, leaves,
+                                                             example, parameters)
+            except BaseException:
+                if first is not None:
+                    first.restore()
+                raise
+            moved = watch.moved()
+            if not moved:
+                break
+            if first is not None:  # it draws at every trace: frozen draws, not compiled
+                first.restore()
+                raise impurity.moved_error(self._fun, moved)
+            first = watch
+        from . import rolling  # at the first trace: a job that only runs plainly never rolls a loop
+        if rolling.ROLL_LOOPS if self.roll_loops is None else self.roll_loops:
+            graph = rolling.roll(graph)
+        self._warn_if_large(graph)
+        return graph, out_tree, draws
+
+    def _trace_watched(self, watch, flat_fun, in_avals, names, spec, leaves, example, parameters):
+        """_trace's one trace, with `watch`'s generators stood in for where they can be; the
+        generators' states are put back where it raises."""
         stand_ins = impurity.standing_in(watch)
 
         def trace(swapping):
@@ -920,13 +949,6 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         except BaseException:
             watch.restore()
             raise
-        moved = watch.restore()
-        if moved:
-            raise impurity.moved_error(self._fun, moved)
-        from . import rolling  # at the first trace: a job that only runs plainly never rolls a loop
-        if rolling.ROLL_LOOPS if self.roll_loops is None else self.roll_loops:
-            graph = rolling.roll(graph)
-        self._warn_if_large(graph)
         return graph, out_tree, draws
 
     def _warn_if_large(self, graph, size=0):

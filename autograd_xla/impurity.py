@@ -479,8 +479,8 @@ def _put(holder, key, old, new):
 
 
 class Watch:
-    """Saves the state of every generator `fun` can reach; `restore()` puts back the ones
-    that moved and returns them (their descriptions)."""
+    """Saves the state of every generator `fun` can reach; `moved()` says which changed,
+    `restore()` puts those back and returns them (their descriptions)."""
 
     def __init__(self, fun, extra_roots=()):
         gens = [(_GLOBAL, "numpy.random's global RandomState (through a function imported by name, e.g. "
@@ -498,12 +498,15 @@ class Watch:
             if state is not None:
                 self.saved.append((g, desc, state))
 
+    def moved(self):
+        """The generators whose state changed (g, description), left as they are."""
+        return [(g, desc) for g, desc, state in self.saved if not _same(_state_of(g), state)]
+
     def restore(self):
-        moved = []
+        moved = self.moved()
         for g, desc, state in self.saved:
-            if not _same(_state_of(g), state):
+            if any(g is m for m, _ in moved):
                 _set_state(g, state)
-                moved.append((g, desc))
         return moved
 
 

@@ -3,6 +3,7 @@ trace time: numpy.random's module functions, and the numpy generators a function
 replayed on every call (same numbers, same order, same state afterwards as plain autograd);
 other generators are detected and the function runs as plain autograd. Python side effects
 run at trace time (documented)."""
+import functools
 import random
 import threading
 import types
@@ -206,6 +207,38 @@ def test_detected_generator_with_fallback_error_names_it():
                                                   r"in as an argument"):
         jit_ps(objective, fallback="error")(X)
     assert pyr.getstate() == state     # the trace's draw was undone
+
+
+def test_draws_made_once_and_kept_compile_and_leave_the_generator_as_plain_autograd_does():
+    """A random search whose result is cached (cotengra's contraction paths, run by quimb's
+    first contraction of a network) draws at the first trace only: traced again from the
+    state its draws left, it compiles, and the generator ends where plain autograd's first
+    call leaves it. A function that draws at every trace still runs plainly."""
+    def run(cached):
+        pyr = random.Random(0)
+
+        @functools.lru_cache(maxsize=None)
+        def order(n):
+            o = list(range(n))
+            pyr.shuffle(o)
+            return tuple(sorted(o))
+
+        def loss(x):
+            return np.sum(np.tanh(x[list(order(x.shape[0]) if cached else sorted(pyr.sample(range(6), 6)))]) ** 2)
+        return pyr, loss
+    for cached in (True, False):
+        plain_rng, plain_loss = run(cached)
+        want = [grad(plain_loss)(X) for _ in range(2)]
+        rng, loss = run(cached)
+        jg = jit_ps(grad(loss), tiered=False)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = [jg(X) for _ in range(2)]
+        for g, w in zip(got, want):
+            assert_close(g, w, rtol=1e-14)
+        assert rng.getstate() == plain_rng.getstate()
+        info = jg.cache_info()
+        assert (info["compiles"], info["fallbacks"], len(caught)) == ((1, 0, 0) if cached else (0, 1, 1)), cached
 
 
 def test_generator_methods_that_cannot_be_replayed_run_as_plain_autograd():
