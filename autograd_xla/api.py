@@ -891,7 +891,7 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         (a random search cached by its arguments: cotengra's contraction paths, which quimb's
         first contraction of a network runs) are not made again, and it compiles. Returns
         (graph, out_tree, draws)."""
-        treedef, _, static_pos, static_kw = spec
+        _, _, static_pos, static_kw = spec
         roots = [(v, f"static argument {n}") for n, v in self._static_items(static_pos, static_kw)]
         first = None
         while True:

@@ -191,9 +191,9 @@ def state_digest(x):
     key: a later change to them (an attribute bound to another array, an array changed in
     place: quimb's TensorNetwork.multiply_) is a new signature, not the old program's stale
     numbers. What lies beyond (a C type's insides, a pandas DataFrame's blocks; past the
-    bounds) is not seen, as a closed-over array's changes are not. Measured: lifelines'
-    DataframeSlicer 9 objects, 16 µs a call; a quimb MPS of 10 sites (its tensors, tag and
-    index maps)."""
+    bounds) is not seen, as a closed-over array's changes are not. Its cost a call: lifelines'
+    DataframeSlicer 31 µs, a quimb MPS of 10 sites (tensors, tag and index maps) 0.32 ms, of
+    50 sites 1.1 ms."""
     h = hashlib.sha1(usedforsecurity=False)
     level, seen, nodes, left = [x], set(), 0, STATE_BYTES
     for _ in range(STATE_DEPTH):
