@@ -366,26 +366,20 @@ def main():
     print(f"load average {one:.2f} (5 min {five:.2f}) on {os.cpu_count()} cores")
     report = {"calls": {}, "timing": {}}
     names = a.only.split(",")
+    def verdict(label, v):
+        report["calls"][" ".join(label)] = v
+        line = f"{label[0]:14s} {label[1]:16s} "
+        print(f"{line}{v['status']:10s} {v.get('cause', '')}")
+        if "fallback_error" in v:
+            print(f"{'':{len(line)}s}fallback='error': {v['fallback_error']}")
     if not a.no_calls:
         for wname in names:
             for recipe in ("a", "b1", "b2"):
-                v = judge_tnopt(wname, recipe)
-                report["calls"][f"{wname} {recipe}"] = v
-                print(f"{wname:12s} {recipe:3s} {v['status']:10s} {v.get('cause', '')}")
-                if "fallback_error" in v:
-                    print(f"{'':17s}fallback='error': {v['fallback_error']}")
-            v = judge_static_mutation(wname)
-            report["calls"][f"{wname} d"] = v
-            print(f"{wname:12s} d   {v['status']:10s} {v.get('cause', '')}")
-            if "fallback_error" in v:
-                print(f"{'':17s}fallback='error': {v['fallback_error']}")
+                verdict((wname, recipe), judge_tnopt(wname, recipe))
+            verdict((wname, "d"), judge_static_mutation(wname))
         for name in autoray_cases():
             for form in ("jit_ps(grad(f))", "jit_ps(f)", "grad(jit_ps(f))"):
-                v = judge_autoray(name, form)
-                report["calls"][f"{name} {form}"] = v
-                print(f"{name:14s} {form:16s} {v['status']:10s} {v.get('cause', '')}")
-                if "fallback_error" in v:
-                    print(f"{'':31s}fallback='error': {v['fallback_error']}")
+                verdict((name, form), judge_autoray(name, form))
     if not a.no_timing:
         contenders = a.contenders.split(",")
         for wname in names:
