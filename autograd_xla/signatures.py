@@ -11,6 +11,7 @@ import collections
 import functools
 import hashlib
 import inspect
+import itertools
 import sys
 import threading
 import types
@@ -177,8 +178,10 @@ def _static_key(x):
 #: arrays are constants, as a closure's are).
 _STATELESS = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
               functools.partial)
-#: state_digest's bounds: objects visited, levels below the argument, bytes of arrays digested.
-STATE_NODES = 4096
+#: state_digest's bounds: values read (objects, numbers, strings and arrays: an attribute holding
+#: a list of a million floats costs 4,096 of them, 3 ms), levels below the argument, bytes of
+#: arrays digested.
+STATE_VALUES = 4096
 STATE_DEPTH = 8
 STATE_BYTES = 64 << 20
 
@@ -186,7 +189,7 @@ STATE_BYTES = 64 << 20
 def state_digest(x):
     """A digest of what an object argument holds: the arrays and Python scalars reachable from
     its attributes (__dict__'s and __slots__') through objects' attributes, dicts, lists and
-    tuples, level by level (STATE_NODES objects, STATE_DEPTH levels and STATE_BYTES of arrays
+    tuples, level by level (STATE_VALUES values, STATE_DEPTH levels and STATE_BYTES of arrays
     at most), with their names. The trace reads them as constants, so they are part of the
     key: a later change to them (an attribute bound to another array, an array changed in
     place: quimb's TensorNetwork.multiply_) is a new signature, not the old program's stale
@@ -195,9 +198,10 @@ def state_digest(x):
     DataframeSlicer 31 µs, a quimb MPS of 10 sites (tensors, tag and index maps) 0.32 ms, of
     50 sites 1.1 ms."""
     h = hashlib.sha1(usedforsecurity=False)
-    level, seen, nodes, left = [x], set(), 0, STATE_BYTES
+    level, seen, values, left = [x], set(), 0, STATE_BYTES
     for _ in range(STATE_DEPTH):
-        below = []
+        below, level = [], level[:STATE_VALUES - values]
+        values += len(level)
         for obj in level:
             t = type(obj)
             if t in _SHAPE_SCALARS:
@@ -207,14 +211,13 @@ def state_digest(x):
                 h.update(f"{t.__name__}{obj.shape}{obj.dtype.str};".encode())
                 if left >= 0:
                     h.update(np.ascontiguousarray(obj).reshape(-1).view(np.uint8))
-            elif id(obj) not in seen and nodes < STATE_NODES and not isinstance(obj, _STATELESS):
+            elif id(obj) not in seen and not isinstance(obj, _STATELESS):
                 seen.add(id(obj))
-                nodes += 1
                 h.update(f"<{t.__qualname__}>".encode())
                 try:
                     items = (obj.items() if t is dict else enumerate(obj) if t is list or t is tuple
                              else _attributes(obj)) or ()
-                    for k, v in items:
+                    for k, v in itertools.islice(items, max(0, STATE_VALUES - values - len(below))):
                         h.update(f"{k!r}=".encode() if type(k) in _SHAPE_SCALARS else b"?=")
                         below.append(v)
                 except Exception:  # an attribute that raises when read: the object as its type
