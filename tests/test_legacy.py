@@ -140,7 +140,8 @@ def test_an_object_argument_changed_between_calls_gives_plain_autograd_s_answer(
     """An object argument (quimb's TensorNetwork, a user's model) is static, and what the trace
     read from it is part of the key (signatures.state_digest): a change to its arrays or
     numbers between calls is a new signature, never the old program's numbers."""
-    tn = _Network([rs.randn(3), rs.randn(2, 2)])
+    own = onp.random.RandomState(1)  # (not the module's `rs`: later tests' data stay theirs)
+    tn = _Network([own.randn(3), own.randn(2, 2)])
     f = jit_ps(value_and_grad(_network_value), tiered=tiered)
     for _ in range(3):  # tiered: held calls run by numpy, the trace's constants with them
         assert_close(f(0.7, tn), value_and_grad(_network_value)(0.7, tn))
