@@ -173,9 +173,11 @@ class Trace:
             return self.lift(x)._var
         if type(x) in box_types:
             raise TracerLeakError(
-                "the function returned an autograd Box: a value being differentiated by an enclosing "
-                "grad() escaped through the output of a jitted function. Call grad outside jit_ps "
-                "(jit_ps(grad(f))) or return plain arrays.")
+                "the function returned an autograd Box: a value being differentiated by a grad() around "
+                "jit_ps reached the output untraced, from where jit_ps does not trace (an array inside an "
+                "object argument, a closure, a global). Pass the arrays being differentiated as arguments "
+                "(alone, or in tuples, lists or dicts), call grad inside jit_ps (jit_ps(grad(f))), or return "
+                "plain arrays.")
         if isinstance(x, (np.ndarray, np.generic, bool, int, float, complex)):
             if not hlo.supported(np.asarray(x).dtype):
                 raise TypeError(f"output of dtype {np.asarray(x).dtype} cannot be returned from a jitted function")

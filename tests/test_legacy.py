@@ -152,6 +152,19 @@ def test_an_object_argument_changed_between_calls_gives_plain_autograd_s_answer(
     assert f.cache_info()["traces"] <= traces + 1
 
 
+def test_an_object_holding_values_being_differentiated_runs_plainly_and_says_what_to_pass():
+    """quimb's TNOptimizer(loss_fn=jit_ps(loss)): autograd differentiates arrays that reach
+    the jitted loss inside an object, which is static: the call runs as plain autograd, and
+    the warning says to pass those arrays as arguments."""
+    def loss(tn):
+        return sum(np.sum(np.tanh(t._data) ** 2) for t in tn.tensor_map.values())
+    jf = jit_ps(loss, tiered=False)
+    x = onp.linspace(-1.0, 1.0, 3)
+    with pytest.warns(FallbackWarning, match="inside an object argument.*Pass the arrays being differentiated"):
+        got = grad(lambda x: jf(_Network([x, x * 2.0])))(x)
+    assert_close(got, grad(lambda x: loss(_Network([x, x * 2.0])))(x))
+
+
 def test_int_static_only_where_a_value_is_needed():
     """Python ints stay traced while that works (one trace for many values)."""
     f = jit_ps(lambda x, n: x * n)
