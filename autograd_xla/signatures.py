@@ -497,6 +497,8 @@ def describe_change(old, new, arguments, static_names=()):
                         "shape" if a[1] == b[1] else "shape and dtype")
                 return f"the {what} of {who} ({sig_str(a)} -> {sig_str(b)})"
             if type(a) is Static and type(b) is Static:
+                if a.value is b.value:  # the same object: what it holds changed (state_digest)
+                    return f"what {who} holds (an array or number reachable from its attributes: {sig_str(b)})"
                 return f"the value of {who} ({sig_str(a)} -> {sig_str(b)})"
             return f"the type of {who} ({sig_str(a)} -> {sig_str(b)})"
     if st0 != st1:

@@ -102,6 +102,21 @@ def test_recompile_warning_names_a_static_argument():
     assert "the value of static argument 'n' (6 -> 7)" in msg and "static arguments" in msg
 
 
+def test_recompile_warning_says_what_an_object_argument_holds_changed():
+    class Model:
+        def __init__(self):
+            self.w = onp.ones(2)
+    model = Model()
+    f = jit_ps(lambda m, x: np.sum(m.w * x))
+
+    def calls():
+        for k in range(RETRACE_WARN_AFTER):
+            model.w = onp.full(2, float(k))  # (signatures.state_digest: a new signature each)
+            assert f(model, onp.ones(2)) == 2.0 * k
+    msg = recompile_warning(calls)
+    assert "what argument m holds (an array or number reachable from its attributes" in msg
+
+
 def test_recompile_warning_names_a_python_scalar_type_change():
     f = jit_ps(lambda x, s: x * s)
     values = [2.0, 2, True, 2j, onp.float32(2), onp.float64(2), onp.int8(2), 2.0]
