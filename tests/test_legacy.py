@@ -99,6 +99,7 @@ def test_unhashable_object_is_static_by_identity():
 
 class _Tensor:  # quimb's Tensor: its data in a slot
     __slots__ = ("_data", "tags")
+
     def __init__(self, data, tags):
         self._data, self.tags = data, tags
 
