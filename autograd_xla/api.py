@@ -268,13 +268,14 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
             self._waiting = PLAIN_TIER  # no fast path to be had: calls skip C++'s miss and _fastpath meanwhile
         call = (functools.partial(self._apply, spec, leaves, autodiff.BOXING) if original is None
                 else functools.partial(self._fun, *original[0], **original[1]))
+        by_numpy = by_numpy and original is not None
         if type(entry) is not tiering.Untraced:  # compiling in the background: traced
-            replay = self._replay_of(entry) if original is not None and by_numpy else None
+            replay = self._replay_of(entry) if by_numpy else None
             return call() if replay is None else replay(leaves, call)
         if spec is _FLAT_SPECS.get(len(leaves)) and not self._auto_static[spec] and all(
                 type(x) is np.ndarray and x.dtype in _SUPPORTED for x in leaves):
             self._plain_tier_hit(tuple([(x.shape, x.dtype) for x in leaves]), entry)
-        return entry.run(call, leaves if original is not None and by_numpy else None)
+        return entry.run(call, leaves if by_numpy else None)
 
     def _replay_of(self, entry):
         """The numpy tier's run of a traced entry (numpy_tier.replay), made at its first ask;

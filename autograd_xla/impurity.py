@@ -503,10 +503,11 @@ class Watch:
         return [(g, desc) for g, desc, state in self.saved if not _same(_state_of(g), state)]
 
     def restore(self):
-        moved = self.moved()
+        moved = []
         for g, desc, state in self.saved:
-            if any(g is m for m, _ in moved):
+            if not _same(_state_of(g), state):
                 _set_state(g, state)
+                moved.append((g, desc))
         return moved
 
 
