@@ -105,8 +105,8 @@ QUICK_STEP = "LLVM's optimisations"
 SCHEDULER_OVERRIDES = [("xla_cpu_scheduler_type", "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED")]
 #: Off the CPU, what jax.jit compiles with where XLA's defaults differ (jax 0.10.2's
 #: compiler.get_compile_options): memory fitting at effort O2 (EffortLevel 29), the SPMD
-#: partitioner (Shardy), no profile retrieved. XLA compile seconds on the TPU v5e, one process
-#: (.tpu's probe: both sides' StableHLO, each compiled once with each), XLA's defaults / jax's:
+#: partitioner (Shardy), no profile retrieved. XLA compile seconds on the TPU v5e, both sides'
+#: StableHLO compiled once with each in one process, XLA's defaults / jax's:
 #: SeLU layer's gradient on 4096² 17.0 / 16.6, the convnet's SGD step 23.1 / 19.2 (jax's text
 #: 16.7 / 16.6 and 25.3 / 18.7): the same compile as jax.jit's for the same program. With them,
 #: that gradient's first call in a fresh process: jit_ps 16.3-17.0 s, jax.jit 16.5-17.2.
