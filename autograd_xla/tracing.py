@@ -1691,15 +1691,21 @@ def _raw_interceptor(raw):
     return entry.interceptor if entry is not None else None
 
 
-def _scan_primitives():
-    """Find every autograd primitive wrapper alive (user-defined ones too): the functions
-    referring to the wrappers' code (gc.get_referrers walks the objects in C: 7 ms with
-    scipy's and autograd's modules loaded, where gc.get_objects and a Python loop took 16)."""
+def _scan_primitives(wrappers=None):
+    """Find the autograd primitive wrappers alive (user-defined ones too) and make each an
+    interceptor. autograd's trace_primitives_map holds each raw function's latest wrapper
+    (0.07 ms for 680); an earlier wrapper of the same raw function (autograd.scipy.special's
+    psi and digamma wrap one ufunc; lifelines wraps scipy's gammainc again) is only found by
+    walking the heap (_scan_heap: 6-10 ms with scipy's and pandas' modules loaded), which a
+    trace that failed in such a wrapper does (found_missed_wrapper). One not found still runs
+    right: its raw function runs on the Tracers (a ufunc binds itself: Tracer.__array_ufunc__).
+    `wrappers`: the functions to look at, else the map's."""
     global _scanned_size
     code = _primitive_code()
     known = {id(cell) for cell, _, _ in _patched}
     index = code.co_freevars.index("f_raw")
-    for obj in gc.get_referrers(code):
+    found = 0
+    for obj in list(trace_primitives_map.values()) if wrappers is None else wrappers:
         if type(obj) is types.FunctionType and obj.__code__ is code:
             cell = obj.__closure__[index]
             if id(cell) in known:
@@ -1711,7 +1717,32 @@ def _scan_primitives():
             if _install_depth:  # another thread is tracing: this primitive is intercepted from now on too
                 cell.cell_contents = interceptor
             known.add(id(cell))
-    _scanned_size = len(trace_primitives_map)
+            found += 1
+    if wrappers is None:
+        _scanned_size = len(trace_primitives_map)
+    return found
+
+
+def _scan_heap():
+    """_scan_primitives over every function alive that runs the wrappers' code; how many it
+    found that the map had not given."""
+    with _install_lock:
+        return _scan_primitives(gc.get_referrers(_primitive_code()))
+
+
+def found_missed_wrapper(tb):
+    """Whether the traceback `tb` of a failed trace passes through a primitive wrapper that
+    was not made an interceptor (an earlier wrapper of a raw function wrapped again: see
+    _scan_primitives), and the heap's walk has now found it: the trace is then tried again."""
+    code = _primitive_code()
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code is code:
+            raw = frame.f_locals.get("f_raw")
+            if raw is not None and not hasattr(raw, "__wrapped_raw__"):
+                return _scan_heap() > 0
+        tb = tb.tb_next
+    return False
 
 
 _saved_globals = []
@@ -1787,9 +1818,9 @@ def intercepting():
 
 def primitive_wrappers():
     """(autograd wrapper, raw function) of every primitive found: for the coverage report."""
-    if _scanned_size != len(trace_primitives_map):
-        with _install_lock:
-            _scan_primitives()
+    with _install_lock:
+        _scan_primitives()
+    _scan_heap()
     raws = {}
     for cell, raw, _ in _patched:
         raws[id(raw)] = raw
@@ -1802,7 +1833,17 @@ def trace_function(fun, in_avals, arg_names=None, parent=None, origins=None, exa
     """Trace `fun(*tracers)`; returns (Graph, out_tree). `origins`: argument index -> the
     Tracer of an enclosing trace that argument equals (for errors: Trace.origins).
     `example`: the arguments' values in the call being traced (Trace.value_of);
-    `parameters`: indices of arguments never to be made static (Trace.parameters)."""
+    `parameters`: indices of arguments never to be made static (Trace.parameters). A trace
+    that failed in a primitive wrapper not intercepted is tried again once it is."""
+    try:
+        return _trace_function(fun, in_avals, arg_names, parent, origins, example, parameters)
+    except Exception as e:
+        if not found_missed_wrapper(e.__traceback__):
+            raise
+    return _trace_function(fun, in_avals, arg_names, parent, origins, example, parameters)
+
+
+def _trace_function(fun, in_avals, arg_names, parent, origins, example, parameters):
     with new_trace(parent) as trace:
         names = arg_names or [None] * len(in_avals)
         tracers = [trace.new_arg(aval, name) for aval, name in zip(in_avals, names)]

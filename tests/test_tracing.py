@@ -160,6 +160,22 @@ def test_a_primitive_created_while_another_thread_traces_is_found():
     assert prims(graph) == ["opaque_double"]
 
 
+def test_a_raw_function_wrapped_twice_is_intercepted_through_its_first_wrapper_too():
+    def halved(x):
+        return onp.asarray(x) / 2.0  # needs data: only its rule can trace it
+    register_translation_rule(halved, lambda ctx, x: ctx.binary("multiply", x, ctx.full(x.shape, 0.5, x.dtype)))
+    first = primitive(halved)
+    second = primitive(halved)  # autograd's map now names this wrapper alone
+    assert trace_primitives_map[halved] is second
+    for wrapper in (first, second):
+        defvjp(wrapper, lambda ans, x: lambda g: g / 2.0)
+    loss = lambda x: anp.sum(anp.sin(first(x)) + second(x))
+    x = onp.array([0.5, -1.0, 1.5])
+    graph, _ = tracing.trace_function(lambda x: anp.sin(first(x)), [F3])
+    assert prims(graph) == ["halved", "sin"]
+    onp.testing.assert_allclose(jit_ps(grad(loss), fallback="error")(x), grad(loss)(x), rtol=1e-15)
+
+
 def test_a_primitive_defined_after_import_is_found_and_recorded():
     @primitive
     def scaled_cube(x, k):
