@@ -287,6 +287,11 @@ class Introspection:
             no_program(self, entry)
         return self._key(spec, leaves), entry
 
+    def _traced_entry(self, *args):
+        """The cache entry of these positional arguments' signature, traced (never compiled):
+        its graph, the leaves it takes (`dynamic`), those it made static (autodiff.HeldVJP)."""
+        return self._entry_for(args, {}, TRACED)[1]
+
     def graph(self, *args, **kwargs):
         """The traced primitive graph for these arguments (print it for a listing). Traces,
         never compiles; the trace is kept for the first call with this signature."""

@@ -225,6 +225,9 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
                 if entry.impure:
                     return self._differentiate_plainly(spec, leaves)
                 if entry.stage < COMPILED:  # tiered: not compiled yet
+                    held = self._held_vjp(entry, spec, leaves)
+                    if held is not None:  # held: its value and VJP by numpy
+                        return entry.run(functools.partial(autodiff.held_call, held, *leaves))
                     return self._run_plain_tier(spec, leaves, entry, (args, kwargs), by_numpy=False)
                 if not entry.donated:
                     return autodiff.jit_call(self, spec, *leaves)
@@ -276,6 +279,31 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
                 type(x) is np.ndarray and x.dtype in _SUPPORTED for x in leaves):
             self._plain_tier_hit(tuple([(x.shape, x.dtype) for x in leaves]), entry)
         return entry.run(call, leaves if by_numpy else None)
+
+    def _held_vjp(self, entry, spec, leaves):
+        """The autodiff.HeldVJP of a call on autograd's boxes of held signature `entry` (a
+        tiering.Untraced with a run by numpy, of one array's output), or None: one per set of
+        boxed leaves, all boxes of one trace around arrays (boxes of several levels, a higher
+        derivative's, run plainly)."""
+        replay = entry.replay if type(entry) is tiering.Untraced else None
+        if not replay or replay.steps is None or replay.out_tree is not tree.LEAF:
+            return None
+        nums, traces = [], set()
+        for i, x in enumerate(leaves):
+            if type(x) in box_types:
+                if type(x._value) in box_types:
+                    return None
+                nums.append(i)
+                traces.add(x._trace)
+        if len(traces) != 1:  # (autograd runs a primitive once per level of boxes)
+            return None
+        nums = tuple(nums)
+        if entry.vjps is None:
+            entry.vjps = {}
+        held = entry.vjps.get(nums)
+        if held is None:
+            held = entry.vjps[nums] = autodiff.HeldVJP(self, spec, nums)
+        return held if held.split is not False else None
 
     def _replay_of(self, entry):
         """The numpy tier's run of a traced entry (numpy_tier.replay), made at its first ask;

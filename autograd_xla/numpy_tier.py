@@ -142,7 +142,7 @@ class Replay:
         self.guards = len(graph.guards)  # the trailing outputs that must hold
         self.ran = self.refused = 0  # calls run by numpy; calls the guards refused
         self.unchecked = CHECKED_CALLS  # checks to come (0 once one found a difference: steps None)
-        self.zero_d = ()  # the results plain autograd gives as 0-d arrays (_zero_d)
+        self.zero_d = ()  # the results plain autograd gives as 0-d arrays (zero_d_positions)
 
     def __call__(self, leaves, plain):
         """The results of a call of these leaves (all of the call's: the graph takes those at
@@ -160,7 +160,7 @@ class Replay:
             return got
         want = plain()
         if self.unchecked == CHECKED_CALLS:
-            self.zero_d = _zero_d(want)
+            self.zero_d = zero_d_positions(want)
         try:
             got = self.run(leaves)
         except Exception:
@@ -197,19 +197,7 @@ class Replay:
         """The graph's outputs, a list, on `inputs` (its invars' values, then its captured values)."""
         env = list(inputs)
         env.extend([None] * (self.slots - len(env)))
-        for fn, args, kwargs, out, flat, done in self.steps:
-            if flat:
-                r = fn(*[env[x] if kind is _SLOT else x for kind, x in args])
-            else:
-                r = fn(*[_value(a, env) for a in args], **{k: _value(a, env) for k, a in kwargs.items()})
-            for k in done:
-                env[k] = None
-            if type(out) is int:
-                env[out] = r
-            elif type(out) is list:
-                for k, x in zip(out, tree.flatten(r)[0]):
-                    if k is not None:
-                        env[k] = x
+        _run_steps(self.steps, env)
         return [_value(o, env) for o in self.results]
 
 
@@ -257,7 +245,7 @@ def _value(operand, env):
     return t([_value(a, env) for a in items])
 
 
-def _zero_d(result):
+def zero_d_positions(result):
     """The positions of `result`'s leaves that are 0-d numpy arrays. numpy's ufuncs make numpy
     scalars of 0-d operands; plain autograd's results may be 0-d arrays all the same, where an
     ndarray subclass's ufuncs gave 0-d arrays (a PennyLane tensor's bias gradient, summed by
@@ -280,3 +268,88 @@ def same(a, b):
         elif not (x == y or (x != x and y != y)):
             return False
     return True
+
+
+def split(graph, dynamic, n_value, stats):
+    """A SplitReplay of a value-and-VJP graph (autodiff.make_value_vjp_function's, traced:
+    the cotangent its last input, its first `n_value` outputs the value), or None where it
+    does not qualify (also where the value reads the cotangent, or the cotangent is static)."""
+    if graph is None or graph.captured or graph.guards or not dynamic or dynamic[-1] != max(dynamic):
+        return None
+    graph = lowering.prune(graph)
+    faces = _faces(graph)
+    if faces is None:
+        return None
+    whole = Replay(graph, faces, dynamic, None, stats)
+    tainted = {len(graph.invars) - 1}  # the cotangent's slot, and those of what reads it
+    forward, backward = [], []
+    for step in whole.steps:
+        if any(x in tainted for x in _slots_read(list(step[1]) + list(step[2].values()))):
+            out = step[3]
+            tainted.update([out] if type(out) is int else [k for k in out if k is not None])
+            backward.append(step)
+        else:
+            forward.append(step)
+    if any(x in tainted for x in _slots_read(whole.results[:n_value])):
+        return None
+    return SplitReplay(whole, forward, backward, n_value)
+
+
+class SplitReplay:
+    """grad(jit_ps(f))'s calls run by numpy in autograd's own two halves: a traced graph of f's
+    value and its VJP (autodiff.make_value_vjp_function) split into the equations that do not
+    read the cotangent, run at the forward pass (the value, and all the backward half reads:
+    the residuals), and the others, run at the backward pass on those residuals. One forward
+    pass, as plain autograd's; its bits are plain autograd's (checked: autodiff.HeldVJP)."""
+
+    def __init__(self, whole, forward, backward, n_value):
+        steps = forward + backward
+        last = {}
+        for k, step in enumerate(steps):  # each value let go after the step that reads it last, in this order
+            for x in _slots_read(list(step[1]) + list(step[2].values())):
+                last[x] = k
+        for x in _slots_read(whole.results):
+            last.pop(x, None)
+        done = {}
+        for x, k in last.items():
+            done[k] = done.get(k, ()) + (x,)
+        steps = [step[:5] + (done.get(k, ()),) for k, step in enumerate(steps)]
+        self.forward_steps, self.backward_steps = steps[:len(forward)], steps[len(forward):]
+        self.slots, self.dynamic, self.results, self.n_value = whole.slots, whole.dynamic, whole.results, n_value
+        self.stats, self.zero_d = whole.stats, ()
+
+    def forward(self, leaves):
+        """(the value's leaves, the residuals) at these leaves (the cotangent's not among them)."""
+        env = [leaves[i] for i in self.dynamic[:-1]]
+        env.extend([None] * (self.slots - len(env)))
+        _run_steps(self.forward_steps, env)
+        return [self._result(k, env) for k in range(self.n_value)], env
+
+    def backward(self, env, g):
+        """The gradients' leaves at cotangent `g`, from the residuals `env` (kept: autograd's
+        jacobian runs one VJP at many cotangents)."""
+        env = list(env)
+        env[len(self.dynamic) - 1] = g
+        _run_steps(self.backward_steps, env)
+        return [self._result(k, env) for k in range(self.n_value, len(self.results))]
+
+    def _result(self, k, env):
+        x = _value(self.results[k], env)
+        return np.asarray(x) if k in self.zero_d else x
+
+
+def _run_steps(steps, env):
+    """Replay.outputs' loop: `steps` run on the values `env`, in place."""
+    for fn, args, kwargs, out, flat, done in steps:
+        if flat:
+            r = fn(*[env[x] if kind is _SLOT else x for kind, x in args])
+        else:
+            r = fn(*[_value(a, env) for a in args], **{k: _value(a, env) for k, a in kwargs.items()})
+        for k in done:
+            env[k] = None
+        if type(out) is int:
+            env[out] = r
+        elif type(out) is list:
+            for k, x in zip(out, tree.flatten(r)[0]):
+                if k is not None:
+                    env[k] = x

@@ -295,7 +295,7 @@ class Untraced:
     where its trace said its compile would not pay back yet (`worth_compiling`). It stands in
     for a cache entry that is not compiled yet (`stage`)."""
 
-    __slots__ = ("spent", "calls", "least", "held", "due", "replay", "budget", "eqns", "by_numpy")
+    __slots__ = ("spent", "calls", "least", "held", "due", "replay", "budget", "eqns", "by_numpy", "vjps")
     stage, python_fallback, impure = 0, False, False
 
     def __init__(self):
@@ -305,6 +305,7 @@ class Untraced:
         self.budget = 0.0  # its plain budget when it was traced (NewSignatures.plain)
         self.least = math.inf  # its quickest call's seconds
         self.replay = None  # while held, its trace run by numpy (numpy_tier.Replay), where it has one
+        self.vjps = None  # while held, its calls on autograd's boxes by numpy (autodiff.HeldVJP per boxed leaves)
 
     def for_good(self):
         """Whether it runs plainly for good (a plain trial kept plain autograd: plain_budget)."""

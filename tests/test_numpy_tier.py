@@ -9,8 +9,8 @@ import numpy.random as npr
 import pytest
 
 import autograd.numpy as np
-from autograd import grad, value_and_grad
-from autograd.extend import VSpace
+from autograd import grad, jacobian, make_jvp, make_vjp, value_and_grad
+from autograd.extend import VSpace, defvjp, primitive
 from autograd.numpy.numpy_boxes import ArrayBox
 from autograd.numpy.numpy_vspaces import ArrayVSpace
 from autograd.scipy.stats import norm
@@ -99,20 +99,74 @@ def contraction(arrays):
     return np.sum(np.tensordot(arrays[0], arrays[1], axes=([0, 1], [1, 0])) ** 2)
 
 
-def test_a_held_function_differentiated_from_outside_runs_plain_autograd():
+def test_a_held_function_differentiated_from_outside_runs_its_value_and_vjp_by_numpy():
     """grad(jit_ps(f)) of a signature held with a trace (quimb's value_and_grad(jit_ps(fn))):
-    its calls under autograd's boxes run f as plain autograd, not the trace by numpy, whose
-    functions' Python parts boxes would go through (numpy's tensordot: transposes, reshapes
-    and a dot per call; quimb's MPS energy 3x plain autograd's time) or fail on."""
+    its calls under autograd's boxes run f's value and VJP, traced as one graph, by numpy in
+    autograd's two halves (one forward pass), never numpy's functions on boxes (numpy's
+    tensordot's Python parts on boxes took quimb's MPS energy 3x plain autograd's time)."""
     arrays = [rs.randn(3, 4), rs.randn(4, 3)]
     jf = jit_ps(contraction, tiered=True)
     for _ in range(3):
         assert numpy_tier.same(jf(arrays), contraction(arrays))
     assert jf.stats.numpy_tier_calls == 1
-    for _ in range(3):
-        assert numpy_tier.same(value_and_grad(jf)(arrays), value_and_grad(contraction)(arrays))
-    assert (jf.stats.numpy_tier_calls, jf.stats.traces) == (1, 1)
-    assert numpy_tier.same(jf(arrays), contraction(arrays)) and jf.stats.numpy_tier_calls == 2
+    for k in range(4):
+        moved = [a + k for a in arrays]
+        assert numpy_tier.same(value_and_grad(jf)(moved), value_and_grad(contraction)(moved)), k
+    assert (jf.stats.numpy_tier_calls, jf.stats.traces) == (4, 1)  # (the first checked against plain autograd)
+    assert numpy_tier.same(jf(arrays), contraction(arrays)) and jf.stats.numpy_tier_calls == 5
+
+
+def unwrapped(x, w):
+    """A 0-d numpy result handed back as a Python float (as quimb's contractions do), a box
+    or a traced value as it is."""
+    r = np.sum(np.tanh(x * w) ** 2)
+    return float(r) if isinstance(r, (onp.generic, onp.ndarray)) else r
+
+
+@pytest.mark.parametrize("argnum", [0, 1])
+def test_grad_of_a_held_function_by_numpy_gives_plain_autograd_s_values_types_and_bits(argnum):
+    """Called only under boxes (quimb's value_and_grad(jit_ps(fn))): its value is the box's,
+    a numpy float64 (its calls by numpy alone would give a numpy float64 where plain autograd
+    gives a Python float: they would keep to plain autograd)."""
+    x, w = rs.randn(5), rs.randn(5)
+    jf = jit_ps(unwrapped, tiered=True)
+    for k in range(6):
+        got, want = value_and_grad(jf, argnum)(x + k, w * k), value_and_grad(unwrapped, argnum)(x + k, w * k)
+        assert numpy_tier.same(got, want) and type(got[0]) is onp.float64, k
+    assert jf.stats.numpy_tier_calls == 4  # (call 1 untraced; call 2 traced, checked against plain autograd)
+    # at another cotangent (autograd's make_vjp) by numpy too; one of another dtype through a VJP of its own
+    for g in (2.5, onp.float32(0.5)):
+        vjp, ans = make_vjp(jf, argnum)(x, w)
+        plain_vjp, plain_ans = make_vjp(unwrapped, argnum)(x, w)
+        assert numpy_tier.same(ans, plain_ans)
+        assert_close(vjp(g), plain_vjp(g), rtol=1e-15)
+    # derivatives of derivatives and forward mode: the jitted VJP and JVP functions
+    assert_close(grad(lambda x: np.sum(grad(jf)(x, w) ** 2))(x), grad(lambda x: np.sum(grad(unwrapped)(x, w) ** 2))(x),
+                 rtol=1e-12)
+    assert_close(make_jvp(jf, argnum)(x, w)(onp.ones(5))[1], make_jvp(unwrapped, argnum)(x, w)(onp.ones(5))[1],
+                 rtol=1e-12)
+
+
+def test_a_held_function_s_jacobian_runs_one_forward_pass_by_numpy_for_all_its_rows():
+    """autograd's jacobian: one forward pass, its VJP at each row's cotangent."""
+    f = lambda x: np.tanh(np.outer(x, x[::-1]) @ x)
+    jf = jit_ps(f, tiered=True)
+    x = rs.randn(4)
+    for k in range(4):
+        assert numpy_tier.same(jacobian(jf)(x + k), jacobian(f)(x + k)), k
+    assert jf.stats.numpy_tier_calls == 2
+
+
+def test_grad_of_a_held_function_whose_numpy_run_differs_keeps_plain_autograd(monkeypatch):
+    x, w = rs.randn(5), rs.randn(5)
+    jf = jit_ps(unwrapped, tiered=True)
+    assert numpy_tier.same(value_and_grad(jf)(x, w), value_and_grad(unwrapped)(x, w))  # (untraced)
+    same = numpy_tier.same
+    monkeypatch.setattr(numpy_tier, "same", lambda a, b: False)  # the check of the value and VJP's run finds a difference
+    by_numpy = jf.stats.numpy_tier_calls
+    for k in range(3):
+        assert same(value_and_grad(jf)(x + k, w), value_and_grad(unwrapped)(x + k, w)), k
+    assert jf.stats.numpy_tier_calls == by_numpy
 
 
 def test_calls_while_compiling_in_the_background_run_the_trace_by_numpy(monkeypatch):
@@ -319,6 +373,35 @@ def test_results_plain_autograd_gives_as_0d_arrays_stay_0d_arrays():
         got, want = jf(V + k, b), g(V + k, b)
         assert type(want[1]) is onp.ndarray and numpy_tier.same(got, want), k
     assert jf.stats.numpy_tier_calls == 3
+
+
+def test_a_held_function_s_gradient_by_numpy_gives_0d_arrays_where_plain_autograd_does():
+    """grad(jit_ps(f)) (PennyLane's qml.grad(jit_ps(cost)) of a trainable 0-d bias): the same,
+    learned at the split's first check."""
+    f = lambda w, b: np.sum(np.tanh(w)) * b + b * b
+    jf = jit_ps(f, tiered=True)
+    b = onp.array(0.5).view(ZeroDArrays)
+    for k in range(5):
+        got, want = grad(jf, (0, 1))(V + k, b), grad(f, (0, 1))(V + k, b)
+        assert type(want[1]) is onp.ndarray and numpy_tier.same(got, want), k
+    assert jf.stats.numpy_tier_calls == 3
+
+
+@primitive
+def times(x, k):
+    return x * k
+
+
+defvjp(times, lambda ans, x, k: lambda g: g * float(k))  # (its VJP reads k: traced, k is made static)
+
+
+def test_grad_of_a_held_function_by_numpy_only_at_the_values_its_vjp_trace_made_static():
+    f = lambda x, k: np.sum(np.tanh(times(x, k)))
+    jf = jit_ps(f, tiered=True)
+    for k, scale in enumerate([2.0] * 5 + [3.0] * 3):
+        got, want = value_and_grad(jf)(V + k, scale), value_and_grad(f)(V + k, scale)
+        assert numpy_tier.same(got, want), k
+    assert jf.stats.numpy_tier_calls == 3  # (k = 3.0: plain autograd's)
 
 
 def test_each_of_the_first_checked_calls_may_keep_the_signature_plain(monkeypatch):
