@@ -387,6 +387,26 @@ def test_a_held_function_s_gradient_by_numpy_gives_0d_arrays_where_plain_autogra
     assert jf.stats.numpy_tier_calls == 3
 
 
+class Weights:
+    def __init__(self):
+        self.w = rs.randn(*V.shape)
+
+
+def test_grad_of_a_held_function_follows_what_an_object_argument_holds():
+    """An object argument changed between calls (rebound, in place): a new signature, its
+    value and VJP traced again, never the old state's (signatures.state_digest)."""
+    f = lambda x, m: np.sum(np.tanh(x * m.w))
+    jf = jit_ps(f, tiered=True)
+    m = Weights()
+    for k in range(9):
+        if k == 3:
+            m.w = m.w * 2.0
+        if k == 6:
+            m.w *= 3.0
+        assert numpy_tier.same(grad(jf)(V + k, m), grad(f)(V + k, m)), k
+    assert jf.stats.numpy_tier_calls == 3
+
+
 @primitive
 def times(x, k):
     return x * k
