@@ -225,7 +225,7 @@ class HeldVJP:
             return
         if entry.python_fallback or entry.impure or len(leaves) in entry.static_leaves:
             return
-        self.split = numpy_tier.split(entry.graph, entry.dynamic, 1, self.fn.stats) or False
+        self.split = numpy_tier.split(entry.graph, entry.dynamic, 1) or False
         self.cotangent = (np.shape(g), np.result_type(g))
         self.static = {i: leaves[i] for i in entry.static_leaves}
 

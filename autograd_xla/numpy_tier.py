@@ -122,22 +122,11 @@ class Replay:
                     slot[v] = len(slot)
                 outs.append(None if v is None else slot[v])
             flat = all(kind != _NESTED for kind, _ in args) and not kwargs
-            self.steps.append([face, args, kwargs, outs[0] if eqn.out_tree is tree.LEAF else outs, flat, ()])
+            self.steps.append((face, args, kwargs, outs[0] if eqn.out_tree is tree.LEAF else outs, flat, ()))
         self.slots = len(slot)
         self.dynamic = list(dynamic)
         self.results = [_operand(v, slot) for v in graph.outvars]
-        # each value is let go after the step that reads it last, as plain autograd's backward
-        # pass lets its intermediates go (all kept to the end, an MNIST-sized MLP gradient's
-        # call takes fresh memory each time: 5-40 ms by numpy against plain autograd's 3.2)
-        last = {}
-        for k, step in enumerate(self.steps):
-            for x in _slots_read(list(step[1]) + list(step[2].values())):
-                last[x] = k
-        for x in _slots_read(self.results):
-            last.pop(x, None)
-        for x, k in last.items():
-            self.steps[k][5] += (x,)
-        self.steps = [tuple(step) for step in self.steps]
+        self.steps = _letting_go(self.steps, self.results)
         self.out_tree, self.stats = out_tree, stats
         self.guards = len(graph.guards)  # the trailing outputs that must hold
         self.ran = self.refused = 0  # calls run by numpy; calls the guards refused
@@ -270,7 +259,7 @@ def same(a, b):
     return True
 
 
-def split(graph, dynamic, n_value, stats):
+def split(graph, dynamic, n_value):
     """A SplitReplay of a value-and-VJP graph (autodiff.make_value_vjp_function's, traced:
     the cotangent its last input, its first `n_value` outputs the value), or None where it
     does not qualify (also where the value reads the cotangent, or the cotangent is static)."""
@@ -280,8 +269,8 @@ def split(graph, dynamic, n_value, stats):
     faces = _faces(graph)
     if faces is None:
         return None
-    whole = Replay(graph, faces, dynamic, None, stats)
-    tainted = {len(graph.invars) - 1}  # the cotangent's slot, and those of what reads it
+    whole = Replay(graph, faces, dynamic)
+    tainted = {len(dynamic) - 1}  # the cotangent's slot (the inputs' come first), and those of what reads it
     forward, backward = [], []
     for step in whole.steps:
         if any(x in tainted for x in _slots_read(list(step[1]) + list(step[2].values()))):
@@ -303,20 +292,11 @@ class SplitReplay:
     pass, as plain autograd's; its bits are plain autograd's (checked: autodiff.HeldVJP)."""
 
     def __init__(self, whole, forward, backward, n_value):
-        steps = forward + backward
-        last = {}
-        for k, step in enumerate(steps):  # each value let go after the step that reads it last, in this order
-            for x in _slots_read(list(step[1]) + list(step[2].values())):
-                last[x] = k
-        for x in _slots_read(whole.results):
-            last.pop(x, None)
-        done = {}
-        for x, k in last.items():
-            done[k] = done.get(k, ()) + (x,)
-        steps = [step[:5] + (done.get(k, ()),) for k, step in enumerate(steps)]
+        steps = _letting_go(forward + backward, whole.results)
         self.forward_steps, self.backward_steps = steps[:len(forward)], steps[len(forward):]
         self.slots, self.dynamic, self.results, self.n_value = whole.slots, whole.dynamic, whole.results, n_value
-        self.stats, self.zero_d = whole.stats, ()
+        self.cotangent = len(whole.dynamic) - 1  # its slot (the inputs' slots come first)
+        self.zero_d = ()  # the results plain autograd gives as 0-d arrays (zero_d_positions)
 
     def forward(self, leaves):
         """(the value's leaves, the residuals) at these leaves (the cotangent's not among them)."""
@@ -329,13 +309,30 @@ class SplitReplay:
         """The gradients' leaves at cotangent `g`, from the residuals `env` (kept: autograd's
         jacobian runs one VJP at many cotangents)."""
         env = list(env)
-        env[len(self.dynamic) - 1] = g
+        env[self.cotangent] = g
         _run_steps(self.backward_steps, env)
         return [self._result(k, env) for k in range(self.n_value, len(self.results))]
 
     def _result(self, k, env):
         x = _value(self.results[k], env)
         return np.asarray(x) if k in self.zero_d else x
+
+
+def _letting_go(steps, results):
+    """`steps` with each value let go after the step that reads it last (their last field), as
+    plain autograd's backward pass lets its intermediates go (all kept to the end, an
+    MNIST-sized MLP gradient's call takes fresh memory each time: 5-40 ms by numpy against
+    plain autograd's 3.2); the `results` are kept."""
+    last = {}
+    for k, step in enumerate(steps):
+        for x in _slots_read(list(step[1]) + list(step[2].values())):
+            last[x] = k
+    for x in _slots_read(results):
+        last.pop(x, None)
+    done = {}
+    for x, k in last.items():
+        done[k] = done.get(k, ()) + (x,)
+    return [step[:5] + (done.get(k, ()),) for k, step in enumerate(steps)]
 
 
 def _run_steps(steps, env):
