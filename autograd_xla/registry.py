@@ -330,9 +330,14 @@ def register_numpy(primitive, fn):
 
 
 def register_interceptor(primitive, fn):
+    global interceptors_registered
     _builtin_first(sys._getframe(1))
     entry(primitive).interceptor = fn
+    interceptors_registered += 1  # (tracing gives wrappers found before it their new interceptor)
     return fn
+
+
+interceptors_registered = 0  # register_interceptor's calls so far
 
 
 def register_module_patch(owner, name, replacement):

@@ -1723,6 +1723,24 @@ def _scan_primitives(wrappers=None):
     return found
 
 
+_interceptors_seen = 0  # registry.interceptors_registered when _patched last took the registry's interceptors
+
+
+def _reintercept():
+    """Wrappers found before their raw function's interceptor was registered (impurity.py's,
+    for numpy.random's functions, registers at its import: a trace made before it, by
+    tracing.trace_function, found autograd.numpy.random's wrappers first) take it now. The
+    caller holds _install_lock."""
+    global _interceptors_seen
+    _interceptors_seen = registry.interceptors_registered
+    for k, (cell, raw, interceptor) in enumerate(_patched):
+        registered = _raw_interceptor(raw)
+        if registered is not None and registered is not interceptor:
+            _patched[k] = (cell, raw, registered)
+            if _install_depth:  # another thread is tracing: intercepted so from now on
+                cell.cell_contents = registered
+
+
 def _scan_heap():
     """_scan_primitives over every function alive that runs the wrappers' code; how many it
     found that the map had not given."""
@@ -1793,6 +1811,8 @@ def intercepting():
     with _install_lock:
         if _scanned_size != len(trace_primitives_map):  # primitives made since the last scan
             _scan_primitives()
+        if _interceptors_seen != registry.interceptors_registered:
+            _reintercept()
         if _install_depth == 0:
             for cell, _, interceptor in _patched:
                 cell.cell_contents = interceptor

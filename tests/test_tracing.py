@@ -176,6 +176,25 @@ def test_a_raw_function_wrapped_twice_is_intercepted_through_its_first_wrapper_t
     onp.testing.assert_allclose(jit_ps(grad(loss), fallback="error")(x), grad(loss)(x), rtol=1e-15)
 
 
+def test_an_interceptor_registered_after_its_primitive_was_found_is_used():
+    """impurity.py registers numpy.random's interceptors at its import: a trace made before
+    it (tracing.trace_function, without jit_ps) found autograd.numpy.random's wrappers first,
+    and their draws were then frozen into every later trace."""
+    def shifted(x):
+        return x + 1.0
+    wrapped = primitive(shifted)
+    tracing.trace_function(lambda x: wrapped(x), [F3])  # found: intercepted as any primitive
+    seen = []
+
+    def interceptor(*args, **kwargs):
+        seen.append(len(args))
+        return shifted(*args, **kwargs)
+    registry.register_interceptor(shifted, interceptor)
+    graph, _ = tracing.trace_function(lambda x: wrapped(x), [F3])
+    assert seen == [1] and prims(graph) == ["add"]
+    assert not intercepted()
+
+
 def test_a_primitive_defined_after_import_is_found_and_recorded():
     @primitive
     def scaled_cube(x, k):
