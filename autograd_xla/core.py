@@ -198,9 +198,11 @@ class Graph:
         # (SourceInfo, why, decided) of each trailing boolean output that must hold; decided: a
         # branch decided by the traced call's values, which a trace of other values may decide otherwise
         self.guards = list(guards)
-        # the Vars of `**` on values autograd did not box, which plain autograd computes by numpy's
-        # operator (its scalar math, its square and sqrt for ** 2 and ** 0.5), not np.power's loop:
-        # a set where the trace made the graph (tracing.Trace.to_graph), None where not known
+        # the Vars of Python's operators on values autograd did not box (`g * y` in a VJP) that
+        # plain autograd computes otherwise than the ufunc's loop: 0-d ones (numpy's scalar math:
+        # a complex product's bits differ from np.multiply's loop) and `**` (ndarray's square and
+        # sqrt for ** 2 and ** 0.5): a set where the trace made the graph
+        # (tracing.Trace.to_graph), None where not known
         self.operators = operators
 
     @property

@@ -65,13 +65,23 @@ def _faces(graph):
     return None if None in faces else faces
 
 
+#: numpy's ufuncs behind Python's operators on a Tracer (tracing._BINARY and comparisons)
+_OPERATORS = {np.add: operator.add, np.subtract: operator.sub, np.multiply: operator.mul,
+              np.true_divide: operator.truediv, np.floor_divide: operator.floordiv, np.remainder: operator.mod,
+              np.power: operator.pow, np.matmul: operator.matmul, np.bitwise_and: operator.and_,
+              np.bitwise_or: operator.or_, np.bitwise_xor: operator.xor, np.left_shift: operator.lshift,
+              np.right_shift: operator.rshift, np.divmod: divmod, np.equal: operator.eq, np.not_equal: operator.ne,
+              np.less: operator.lt, np.less_equal: operator.le, np.greater: operator.gt,
+              np.greater_equal: operator.ge}
+
+
 def _face(eqn, operators):
     """What runs `eqn`'s primitive on numpy values as plain autograd does, or None."""
     prim = eqn.prim
-    if prim is np.power:  # ** of values autograd did not box is numpy's operator, plainly (core.Graph.operators)
-        if operators is None:
-            return None
-        return operator.pow if eqn.outvars[0] in operators else prim
+    if operators and eqn.outvars[0] in operators:  # an operator on values autograd did not box (core.Graph.operators)
+        return _OPERATORS[prim]
+    if prim is np.power and operators is None:  # (** plainly: its scalar math, its square and sqrt)
+        return None
     if type(prim) is UfuncMethod:
         return _at(prim.ufunc) if prim.method == "at" else prim
     if prim is operator.getitem or type(prim) is np.ufunc:  # (a scipy.special ufunc autograd does not wrap,

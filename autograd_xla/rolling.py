@@ -758,8 +758,8 @@ class _Loop:
         self.ref, self.first = ref, first
 
     def _operators(self, inner):
-        """The body's core.Graph.operators (its Vars `inner` by (position, result)): those `**` of
-        unboxed values in every repetition; None where repetitions differ, or the graph's are unknown."""
+        """The body's core.Graph.operators (its Vars `inner` by (position, result)): those that are
+        operators' results in every repetition; None where repetitions differ, or the graph's are unknown."""
         known, sites, p = self.level.operators, self.sites, self.p
         marks = None if known is None else {v: {sites[r * p + q].eqn.outvars[o] in known for r in range(self.a, self.b)}
                                             for (q, o), v in inner.items()}

@@ -86,7 +86,7 @@ class Trace:
         self.kinds = False  # whether a Tracer of this trace has a Kind (stands for an ndarray subclass...)
         self.views = set()  # Vars two Tracers of different Kinds share (Tracer.view): not updated in place
         self.zeros = set()  # Vars of the zeros autograd's gradient sums start from (accumulator_zeros)
-        self.operators = set()  # Vars of ** on unboxed values (core.Graph.operators)
+        self.operators = set()  # Vars of Python's operators on unboxed values (core.Graph.operators)
         self._counter = parent._counter if parent is not None else itertools.count()
 
     def new_var(self, aval):
@@ -531,10 +531,12 @@ def _operator(ufunc, swap=False):
 
 
 def _bind_operator(ufunc, a, b):
-    """Python's binary operator on a value autograd did not box, bound: `**`'s result noted
-    (core.Graph.operators: plainly it is numpy's operator, not np.power's loop)."""
+    """Python's binary operator on a value autograd did not box, bound; a 0-d result, and any
+    of `**`, noted (core.Graph.operators: plainly it is Python's operator, numpy's scalar math
+    on numpy scalars and ndarray's square and sqrt for `** 2` and `** 0.5`, not the ufunc's
+    loop, which an operator on arrays otherwise is)."""
     out = bind(ufunc, (a, b), {})
-    if ufunc is np.power and type(out) is Tracer:
+    if type(out) is Tracer and (ufunc is np.power or not out._var.aval.shape):
         out._trace.operators.add(out._var)
     return out
 
