@@ -534,9 +534,11 @@ def _bind_operator(ufunc, a, b):
     """Python's binary operator on a value autograd did not box, bound; a 0-d result, and any
     of `**`, noted (core.Graph.operators: plainly it is Python's operator, numpy's scalar math
     on numpy scalars and ndarray's square and sqrt for `** 2` and `** 0.5`, not the ufunc's
-    loop, which an operator on arrays otherwise is)."""
+    loop, which an operator on arrays otherwise is). Not a 0-d one in a trace of ndarray
+    subclasses: their 0-d values may be 0-d arrays plainly (PennyLane's tensors), whose
+    operators are the ufunc's loop (PennyLane's VQE's gradient then differed by 6e-17)."""
     out = bind(ufunc, (a, b), {})
-    if type(out) is Tracer and (ufunc is np.power or not out._var.aval.shape):
+    if type(out) is Tracer and (ufunc is np.power or not (out._var.aval.shape or out._trace.kinds)):
         out._trace.operators.add(out._var)
     return out
 
