@@ -923,8 +923,12 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         _, _, static_pos, static_kw = spec
         roots = [(v, f"static argument {n}") for n, v in self._static_items(static_pos, static_kw)]
         first = None
+        from . import rolling  # at the first trace: a job that only runs plainly never rolls a loop
+        roll = rolling.ROLL_LOOPS if self.roll_loops is None else self.roll_loops
+        exact = "exact" if roll and self._tiers() else roll  # (a tiered trace runs by numpy: numpy_tier.py)
         while True:
             watch = impurity.Watch(self._fun, roots)
+            rolls, _trace_state.roll = _trace_state.roll, exact  # (autograd's VJPs from rolled forward passes)
             try:
                 graph, out_tree, draws = self._trace_watched(watch, flat_fun, in_avals, names, spec, leaves,
                                                              example, parameters)
@@ -932,6 +936,8 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
                 if first is not None:
                     first.restore()
                 raise
+            finally:
+                _trace_state.roll = rolls
             moved = watch.moved()
             if not moved:
                 break
@@ -939,9 +945,8 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
                 first.restore()
                 raise impurity.moved_error(self._fun, moved)
             first = watch
-        from . import rolling  # at the first trace: a job that only runs plainly never rolls a loop
-        if rolling.ROLL_LOOPS if self.roll_loops is None else self.roll_loops:
-            graph = rolling.roll(graph)
+        if roll:
+            graph = rolling.roll(lowering.prune(graph))  # (a forward pass whose VJP was rolled: rolled_vjps.py)
         self._warn_if_large(graph)
         return graph, out_tree, draws
 

@@ -99,6 +99,14 @@ class _TraceState(threading.local):
     def __init__(self):
         self.traces = []
         self.axes = {}  # named axes bound by the pmaps and vmaps being traced: name -> size
+        # calls recorded as equations other than their primitive's own (a trace rule's, a primitive's
+        # Python run through): autograd's VJP of such a call is not its equations' (compositions/rolled_vjps.py)
+        self.opaque = 0
+        self.takes = 0  # autograd's container_take calls traced in this thread (rolled_vjps.py)
+        # whether the jit_ps being traced rolls loops, autograd's VJPs from rolled forward passes too:
+        # False, True, or "exact" (only where that VJP gives plain autograd's bits: a tiered
+        # signature's trace runs by numpy, which promises them)
+        self.roll = False
 
 
 #: The traces active in this thread, innermost last (tracing.state): here, below tracing, so

@@ -227,6 +227,7 @@ def bind(prim, args, kwargs, entry=None, source=None):
     entry = entry or registry.lookup(prim)
     if entry is None or entry.lowering is None:
         if entry is not None and entry.trace is not None:
+            state.opaque += 1
             return entry.trace(*args, **kwargs)
         raise unsupported(prim)
     given = args, kwargs
@@ -463,6 +464,8 @@ def trace_through(prim, shown_as, impl, args, kwargs):
     be made static (the retry with them static makes it traceable), or the primitive is one
     of autograd's own thin wrappers (`ArrayBox.__getitem__`), where the data dependence is
     the user's code's (`x[x > 0]`), not a missing rule."""
+    if not getattr(prim, "__module__", "").startswith("autograd."):
+        state.opaque += 1
     primitive_stack.names.append(shown_as)
     try:
         return impl(*args, **kwargs)
@@ -1681,6 +1684,8 @@ def _make_interceptor(f_wrapped, raw):
             if entry is not None:
                 found.append(entry)
         if entry is not None and (entry.lowering is not None or entry.trace is not None):
+            if traces.roll and trace_primitives_map.get(raw) is not f_wrapped:
+                traces.opaque += 1  # (differentiated by another wrapper's VJP than a replay's)
             return bind(raw, args, kwargs, entry)
         return trace_through(raw, f_wrapped, raw, args, kwargs)
 

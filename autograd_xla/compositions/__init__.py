@@ -19,4 +19,4 @@ Each is given one of three ways:
 Translation rules, which only lower, stay below in rules/; this layer imports them, the
 tracer and control flow, and nothing above it (impurity, autodiff, api) imports back.
 """
-from . import autograd_patches, fixed_points, integrate, linalg, nan_functions, special, stats  # noqa: F401
+from . import autograd_patches, fixed_points, integrate, linalg, nan_functions, rolled_vjps, special, stats  # noqa: F401

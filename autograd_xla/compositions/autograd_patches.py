@@ -14,6 +14,7 @@ import sys
 import autograd.numpy as anp
 import numpy as np
 from autograd import differential_operators
+from autograd.builtins import container_take
 from autograd.core import JVPNode, VJPNode
 from autograd.extend import vspace
 from autograd.numpy import numpy_vjps, numpy_wrapper
@@ -233,6 +234,8 @@ def _vjp_node_init(original):
         original(self, value, fun, args, kwargs, parent_argnums, parents)
         if tracing.state.traces:
             self.vjp = tracing.in_primal_dtypes(self.vjp, [args[i] for i in parent_argnums], value, args)
+            if fun is container_take:
+                tracing.state.takes += 1  # (rolled_vjps.py)
     return __init__
 
 

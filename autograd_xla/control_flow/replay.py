@@ -184,6 +184,9 @@ def _wrap(fn):
     return lambda args, kwargs: fn(*args, **kwargs)
 
 
+# (np.stack and np.concatenate take their arrays in a list, where autograd's primitive wrappers see
+# no box: autograd.numpy's own functions, which rolling.py's stacked per-step inputs replay through)
 for _prim, _fn in {operator.getitem: ArrayBox.__getitem__, _ADD_AT: scatter_add, setitem: set_items,
-                   dynamic_getitem: dyn_getitem, dynamic_update: dyn_update}.items():
+                   dynamic_getitem: dyn_getitem, dynamic_update: dyn_update, np.stack: anp.stack,
+                   np.concatenate: anp.concatenate}.items():
     registry.register_replay(_prim, _wrap(_fn))  # and the control-flow primitives, in their own modules
