@@ -929,6 +929,7 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         while True:
             watch = impurity.Watch(self._fun, roots)
             rolls, _trace_state.roll = _trace_state.roll, exact  # (autograd's VJPs from rolled forward passes)
+            made = _trace_state.rolled_vjps
             try:
                 graph, out_tree, draws = self._trace_watched(watch, flat_fun, in_avals, names, spec, leaves,
                                                              example, parameters)
@@ -945,8 +946,8 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
                 first.restore()
                 raise impurity.moved_error(self._fun, moved)
             first = watch
-        if roll:
-            graph = rolling.roll(lowering.prune(graph))  # (a forward pass whose VJP was rolled: rolled_vjps.py)
+        if roll:  # (less a forward pass whose VJP came from its rolled graph: compositions/rolled_vjps.py)
+            graph = rolling.roll(lowering.prune(graph) if _trace_state.rolled_vjps != made else graph)
         self._warn_if_large(graph)
         return graph, out_tree, draws
 

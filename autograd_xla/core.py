@@ -107,6 +107,9 @@ class _TraceState(threading.local):
         # False, True, or "exact" (only where that VJP gives plain autograd's bits: a tiered
         # signature's trace runs by numpy, which promises them)
         self.roll = False
+        self.source = None  # the line of the equation being replayed (control_flow/replay.py), where set
+        self.rolled_vjps = 0  # VJPs made from rolled forward passes in this thread (their forward passes' equations
+        #                       are left to be pruned)
 
 
 #: The traces active in this thread, innermost last (tracing.state): here, below tracing, so

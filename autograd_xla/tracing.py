@@ -266,7 +266,7 @@ def bind(prim, args, kwargs, entry=None, source=None):
             outvars.append(var)
             made = True
     if made:
-        trace.eqns.append(Eqn(prim, args, kwargs, outvars, out_tree, source or user_frame(2)))
+        trace.eqns.append(Eqn(prim, args, kwargs, outvars, out_tree, source or state.source or user_frame(2)))
     if trace.kinds and _has_kind(given):
         for out, kind in zip(outs, kinds_of(prim, given, len(outs))):
             _SET_KIND(out, kind)
@@ -1531,7 +1531,7 @@ def _box_tracer(value, trace, node):
             own(value, trace, node)
     value._trace.boxed.add(value._var)
     if type(node) is VJPNode:
-        source = user_frame(2)
+        source = state.source or user_frame(2)
         if source is not None:
             node.vjp = ForwardVJP(node.vjp, source)
     return ArrayBox(value, trace, node)

@@ -41,6 +41,15 @@ def euler(w, x):
     return np.sum(x ** 2)
 
 
+def test_the_backward_pass_is_on_the_lines_of_the_forward_operations_it_differentiates(made):
+    graph = jit_ps(grad(euler), tiered=True).graph(W, X0)
+    lines = {eqn.source.lineno for eqn in graph.eqns}
+    lines |= {eqn.source.lineno for p in (e.args[0] for e in graph.eqns if e.prim is scan_p)
+              for eqn in p.graphs[0].eqns}
+    first = euler.__code__.co_firstlineno
+    assert made == [True] and lines == {first + 2, first + 3}  # the step's line and the loss's
+
+
 def euler_dict(params, x):
     for _ in range(40):
         x = x + 0.1 * np.tanh(np.dot(params["W"], x))  # read at every step: a node per step to autograd

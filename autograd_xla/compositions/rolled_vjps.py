@@ -59,6 +59,7 @@ def make_vjp(fun, x):
     if rolled is None:
         return (lambda g: autograd.core.backward_pass(g, end_node)), end_value
     graph, out_tree = rolled
+    trace_state.rolled_vjps += 1
 
     def forward(boxed):
         env = _Values(trace)

@@ -21,7 +21,7 @@ from autograd.numpy.numpy_boxes import ArrayBox
 from autograd.tracer import box_types, getval, trace_primitives_map
 
 from .. import registry, tracing, tree
-from ..core import UfuncMethod, Var, dynamic_getitem, dynamic_update, map_vars, setitem
+from ..core import UfuncMethod, Var, dynamic_getitem, dynamic_update, map_vars, setitem, trace_state
 from ..tracing import Tracer
 from .common import astype, dtype_of
 
@@ -46,7 +46,11 @@ def replay_eqns(eqns, env):
             handler = _box_handler(eqn.prim)
             if handler is None:  # replayable() rules this out for the graphs we replay
                 raise NotImplementedError(f"cannot differentiate a replayed '{eqn.prim!r}'")
-            out = handler(args, kwargs)
+            line, trace_state.source = trace_state.source, eqn.source  # (its equations and its
+            try:                                                         # backward pass's are on it)
+                out = handler(args, kwargs)
+            finally:
+                trace_state.source = line
         else:
             out = tracing.bind(eqn.prim, args, kwargs, source=eqn.source)  # the replayed line, not ours
         leaves = tree.flatten(out)[0]
