@@ -1531,7 +1531,10 @@ def _box_tracer(value, trace, node):
             own(value, trace, node)
     value._trace.boxed.add(value._var)
     if type(node) is VJPNode:
-        source = state.source or user_frame(2)
+        eqns = value._trace.eqns  # (the equation just recorded for this operation has its line:
+        last = eqns[-1] if eqns else None  # a frame walk fewer per node, a twentieth of a loop's trace)
+        source = (last.source if last is not None and value._var in last.outvars else None) \
+            or state.source or user_frame(2)
         if source is not None:
             node.vjp = ForwardVJP(node.vjp, source)
     return ArrayBox(value, trace, node)

@@ -15,7 +15,7 @@ import autograd.numpy as anp
 import numpy as np
 from autograd import differential_operators
 from autograd.builtins import container_take
-from autograd.core import JVPNode, VJPNode
+from autograd.core import JVPNode, VJPNode, primitive_vjps
 from autograd.extend import vspace
 from autograd.numpy import numpy_vjps, numpy_wrapper
 from autograd.numpy.numpy_boxes import ArrayBox
@@ -229,14 +229,37 @@ for _raw, _position in ((np.zeros, 1), (np.ones, 1), (np.eye, 3), (np.identity, 
 
 def _vjp_node_init(original):
     """VJPNode.__init__ while tracing: the node's VJP gives cotangents in their primals' dtypes
-    (tracing.in_primal_dtypes)."""
+    (tracing.in_primal_dtypes), and is made when the backward pass first calls it (_LazyVJP)."""
     def __init__(self, value, fun, args, kwargs, parent_argnums, parents):
-        original(self, value, fun, args, kwargs, parent_argnums, parents)
-        if tracing.state.traces:
-            self.vjp = tracing.in_primal_dtypes(self.vjp, [args[i] for i in parent_argnums], value, args)
-            if fun is container_take:
-                tracing.state.takes += 1  # (rolled_vjps.py)
+        if not tracing.state.traces:
+            return original(self, value, fun, args, kwargs, parent_argnums, parents)
+        self.parents = parents
+        if fun not in primitive_vjps:
+            fun_name = getattr(fun, "__name__", fun)  # (autograd's error, at the forward operation)
+            raise NotImplementedError(f"VJP of {fun_name} wrt argnums {parent_argnums} not defined")
+        self.vjp = _LazyVJP(value, fun, args, kwargs, parent_argnums)
+        if fun is container_take:
+            tracing.state.takes += 1  # (rolled_vjps.py)
     return __init__
+
+
+class _LazyVJP:
+    """A traced node's VJP, made at its first call: the nodes of a forward pass whose VJP comes
+    from its rolled graph (rolled_vjps.py) are never called, and making each VJP (its maker,
+    its dtypes) was a quarter of a loop's forward pass under autograd."""
+
+    __slots__ = ("made", "parts")
+
+    def __init__(self, value, fun, args, kwargs, parent_argnums):
+        self.made, self.parts = None, (value, fun, args, kwargs, parent_argnums)
+
+    def __call__(self, g):
+        if self.made is None:
+            value, fun, args, kwargs, parent_argnums = self.parts
+            self.made = tracing.in_primal_dtypes(primitive_vjps[fun](parent_argnums, value, args, kwargs),
+                                                 [args[i] for i in parent_argnums], value, args)
+            self.parts = None
+        return self.made(g)
 
 
 def _jvp_node_init(original):
