@@ -44,11 +44,17 @@ def size(graph):
 
 
 def check_rolled(f, *args, argnums=0, rolled=True):
-    """jit_ps(grad(f)) equals grad(f) (float64, 1e-12), and is rolled (or not)."""
-    g = jit_ps(grad(f, argnums), static_argnums=tuple(i for i, a in enumerate(args) if isinstance(a, int)))
-    assert_close(g(*args), grad(f, argnums)(*args))
+    """jit_ps(grad(f)) equals grad(f) (float64, 1e-12), and is rolled (or not); so does it
+    with its VJP made from the rolled forward pass (compositions/rolled_vjps.py)."""
+    static = tuple(i for i, a in enumerate(args) if isinstance(a, int))
+    g = jit_ps(grad(f, argnums), static_argnums=static)
+    want = grad(f, argnums)(*args)
+    assert_close(g(*args), want)
     graph = g.graph(*args)
     assert bool(scans(graph)) == rolled, str(graph)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(rolled_vjps, "ENABLED", True)
+        assert_close(jit_ps(grad(f, argnums), static_argnums=static, tiered=False)(*args), want)
     return graph
 
 
