@@ -4,14 +4,17 @@
     python benchmarks/loop_compile_time.py [--sizes 10,100,1000] [--repeat 3] [--no-grad] [--width 16]
     python benchmarks/loop_compile_time.py --rolling [--workloads lstm:10,30,100,300 euler:50,500 ...]
                                             [--repeat 3] [--steady-calls 20] [--timeout 300] [--float32]
+                                            [--contenders unrolled,rolled,scan,autograd,jax]
 
 --rolling: first call and steady state of jit_ps(grad(loss)) for legacy loops (an LSTM with dict
 parameters over T steps, an Euler integrator, an HMM forward recursion, an MLP written as a
 loop over layers), each as: the Python loop unrolled (jit_ps(..., roll_loops=False)), the same
 loop rolled automatically (rolling.py, the default), the loop hand-written with
-autograd_xla.scan, and plain autograd. Each (workload, size, contender) runs in a process of its
-own (a fresh process per repeat: its first call is a real first call), the contenders of one
-size interleaved; a process past --timeout seconds reports "> timeout". Prints a markdown table.
+autograd_xla.scan, plain autograd, and jax.jit(jax.grad(loss)) of the same Python loop on
+jax.numpy (`in_jax_numpy`: jax unrolls it too; float64 with jax_enable_x64). Each (workload,
+size, contender) runs in a process of its own (a fresh process per repeat: its first call is a
+real first call), the contenders of one size interleaved; a process past --timeout seconds
+reports "> timeout". Prints a markdown table.
 
 The loop is an RNN step, c = tanh(W @ c + x[i]), over n rows of x. For each n and each
 form it reports, for jit_ps(loss) and (unless --no-grad) jit_ps(grad(loss)): the seconds
@@ -24,6 +27,7 @@ import os
 import platform
 import statistics
 import sys
+import types
 
 # first calls here are compiles: a tiered signature (jit_ps's default on the CPU) would run plainly
 os.environ.setdefault("AUTOGRAD_XLA_TIERED", "0")
@@ -202,7 +206,18 @@ def mlp_args(n, dtype, B=32, D=64):
 
 WORKLOADS = {"lstm": (lstm_loop, lstm_scan, lstm_args), "euler": (euler_loop, euler_scan, euler_args),
              "hmm": (hmm_loop, hmm_scan, hmm_args), "mlp": (mlp_loop, mlp_scan, mlp_args)}
-CONTENDERS = ("unrolled", "rolled", "scan", "autograd")
+CONTENDERS = ("unrolled", "rolled", "scan", "autograd", "jax")
+
+
+def in_jax_numpy(fn):
+    """`fn` with this module's `np` and its own helpers rebound to jax.numpy: the same Python
+    loop, as jax.jit traces it (unrolled)."""
+    import jax.numpy as jnp
+    env = dict(globals(), np=jnp)
+    for name, obj in list(env.items()):
+        if isinstance(obj, types.FunctionType) and obj.__module__ == __name__:
+            env[name] = types.FunctionType(obj.__code__, env, name, obj.__defaults__, obj.__closure__)
+    return env[fn.__name__]
 
 
 def run_one(workload, n, contender, dtype, steady_calls):
@@ -213,6 +228,13 @@ def run_one(workload, n, contender, dtype, steady_calls):
     args = make(n, dtype)
     if contender == "autograd":
         fn = grad(loop)
+    elif contender == "jax":
+        import jax
+        jax.config.update("jax_enable_x64", onp.dtype(dtype) == onp.float64)
+        jitted = jax.jit(jax.grad(in_jax_numpy(loop)))
+
+        def fn(*a):
+            return jax.block_until_ready(jitted(*a))
     else:
         timing.load_jit_ps()
         fn = jit_ps(grad(scanned if contender == "scan" else loop), roll_loops=contender == "rolled")
@@ -234,10 +256,11 @@ def rolling_table(opts):
     for spec in opts.workloads:
         name, sizes = spec.split(":")
         for n in map(int, sizes.split(",")):
-            samples = {c: [] for c in CONTENDERS}
+            contenders = opts.contenders.split(",")
+            samples = {c: [] for c in contenders}
             skip = set()
             for r in range(opts.repeat):
-                order = CONTENDERS if r % 2 == 0 else CONTENDERS[::-1]
+                order = contenders if r % 2 == 0 else contenders[::-1]
                 for c in order:
                     if c in skip:
                         continue
@@ -251,7 +274,7 @@ def rolling_table(opts):
                     except subprocess.CalledProcessError as e:
                         print(f"<!-- {name} {n} {c} failed: {e.stderr.strip().splitlines()[-1:]} -->")
                         skip.add(c)
-            for c in CONTENDERS:
+            for c in contenders:
                 if samples[c]:
                     first = statistics.median(s["first"] for s in samples[c])
                     steady = statistics.median(s["steady"] for s in samples[c])
@@ -271,6 +294,8 @@ def entry():
         parser.add_argument("--steady-calls", type=int, default=20)
         parser.add_argument("--timeout", type=int, default=300)
         parser.add_argument("--float32", action="store_true")
+        parser.add_argument("--contenders", default=",".join(CONTENDERS),
+                            help=f"comma-separated, of {','.join(CONTENDERS)} (the unrolled ones take tens of seconds)")
         opts = parser.parse_args()
         if opts.one:
             name, n, contender = opts.one
