@@ -43,14 +43,14 @@ def make_vjp(fun, x):
     if not traces or not trace_state.roll or not ENABLED:
         return _plain_make_vjp(fun, x)
     trace = traces[-1]
-    leaves, in_tree = tree.flatten(x)
+    leaves = tree.flatten(x)[0]
     if trace.kinds or not leaves or any(type(v) is not Tracer or v._trace is not trace for v in leaves):
         return _plain_make_vjp(fun, x)
     start, guards, invars = len(trace.eqns), len(trace.guards), len(trace.invars)
     opaque, takes = trace_state.opaque, trace_state.takes
     end_value, end_node = autograd_trace(VJPNode.new_root(), fun, x)
-    if end_node is None:
-        return _plain_make_vjp(lambda _: end_value, x)  # (autograd's own warning and zeros)
+    if end_node is None:  # (autograd.core.make_vjp's zeros, after its warning)
+        return (lambda g: autograd.core.vspace(x).zeros()), end_value
     rolled = None
     if (trace_state.opaque == opaque and len(trace.guards) == guards and len(trace.invars) == invars
             and not trace.kinds and len(trace.eqns) - start >= rolling.MIN_EQNS
