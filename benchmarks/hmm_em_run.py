@@ -11,9 +11,9 @@ plain autograd's.
 
 --unrolled adds jit_ps(..., roll_loops=False) (its compile took over 4 minutes before rolling).
 
-Measured on 2 cores (load average 2.9), one process each: plain autograd 121.5 s (119 EM
-iterations, 1.01 s each); jit_ps 33.4 s, of which the first E step 29.6 s (XLA compiling 120
-loops, two per line) and 14.9 ms each later one; the converged parameters within 1.1e-13 of
+Measured on 2 cores (load average 1.1), one process each: plain autograd 119.5 s (119 EM
+iterations, 1.00 s each); jit_ps 19.1 s, of which the first E step 16.3 s (XLA compiling 120
+loops, two per line) and 13.6 ms each later one; the converged parameters within 1.3e-13 of
 plain autograd's.
 """
 import argparse

@@ -4,8 +4,8 @@ rolled graph instead of from the node per primitive call it recorded.
 Tracing `grad(loss)` runs autograd on traced values: its forward pass records the loop's
 equations once per step, and its backward pass then runs a VJP per node, recording their
 equations once per step too, in reverse, which rolling.py rolls back afterwards. The backward
-pass is most of that trace's time (a 500-step Euler integrator's gradient: 280 ms of trace,
-63 ms of it the forward pass). While a trace runs, autograd's differential operators
+pass is most of that trace's time (a 500-step Euler integrator's gradient: 280-310 ms traced
+so and rolled, 83-91 ms this way, benchmarks/loop_compile_time.py). While a trace runs, autograd's differential operators
 (grad, value_and_grad, jacobian, ...) get their VJP from `make_vjp` here: the forward pass
 runs as autograd runs it (the user's function sees its boxes), its equations are rolled
 (rolling.roll), and where they roll the VJP is autograd's own over a replay of the rolled
