@@ -925,10 +925,9 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         first = None
         from . import rolling  # at the first trace: a job that only runs plainly never rolls a loop
         roll = rolling.ROLL_LOOPS if self.roll_loops is None else self.roll_loops
-        exact = "exact" if roll and self._tiers() else roll  # (a tiered trace runs by numpy: numpy_tier.py)
         while True:
             watch = impurity.Watch(self._fun, roots)
-            rolls, _trace_state.roll = _trace_state.roll, exact  # (autograd's VJPs from rolled forward passes)
+            rolls, _trace_state.roll = _trace_state.roll, roll and not self._tiers()  # (compositions/rolled_vjps.py)
             made = _trace_state.rolled_vjps
             try:
                 graph, out_tree, draws = self._trace_watched(watch, flat_fun, in_avals, names, spec, leaves,

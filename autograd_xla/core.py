@@ -102,10 +102,9 @@ class _TraceState(threading.local):
         # calls recorded as equations other than their primitive's own (a trace rule's, a primitive's
         # Python run through): autograd's VJP of such a call is not its equations' (compositions/rolled_vjps.py)
         self.opaque = 0
-        self.takes = 0  # autograd's container_take calls traced in this thread (rolled_vjps.py)
-        # whether the jit_ps being traced rolls loops, autograd's VJPs from rolled forward passes too:
-        # False, True, or "exact" (only where that VJP gives plain autograd's bits: a tiered
-        # signature's trace runs by numpy, which promises them)
+        # whether the jit_ps being traced takes autograd's VJPs from rolled forward passes: it rolls
+        # loops and is compiled only (a tiered signature's trace also runs by numpy, which promises
+        # plain autograd's bits: compositions/rolled_vjps.py)
         self.roll = False
         self.source = None  # the line of the equation being replayed (control_flow/replay.py), where set
         self.rolled_vjps = 0  # VJPs made from rolled forward passes in this thread (their forward passes' equations

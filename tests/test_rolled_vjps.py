@@ -1,7 +1,7 @@
 """autograd's VJP of a loop made from its rolled forward pass (compositions/rolled_vjps.py):
-the backward pass a scan's VJP, not a node per traced primitive call; plain autograd's results,
-bit for bit where a tiered trace runs by numpy, and its own derivative wherever the replay's
-would differ."""
+the backward pass a scan's VJP, not a node per traced primitive call, in programs that are
+compiled (not tiered); plain autograd's results, and its own derivative wherever the
+replay's would differ."""
 import autograd.numpy as np
 import numpy as onp
 import pytest
@@ -42,7 +42,7 @@ def euler(w, x):
 
 
 def test_the_backward_pass_is_on_the_lines_of_the_forward_operations_it_differentiates(made):
-    graph = jit_ps(grad(euler), tiered=True).graph(W, X0)
+    graph = jit_ps(grad(euler), tiered=False).graph(W, X0)
     lines = {eqn.source.lineno for eqn in graph.eqns}
     lines |= {eqn.source.lineno for p in (e.args[0] for e in graph.eqns if e.prim is scan_p)
               for eqn in p.graphs[0].eqns}
@@ -70,7 +70,7 @@ def same_bits(got, want):
 
 @pytest.mark.parametrize("f, args", [(euler, (W, X0)), (euler_read_once, ({"W": W}, X0))])
 def test_a_loop_s_vjp_from_its_rolled_forward_pass_gives_plain_autograd_s_bits(made, f, args):
-    g = jit_ps(grad(f), tiered=True)  # its trace runs by numpy, bit for bit
+    g = jit_ps(grad(f), tiered=False)
     graph = g.graph(*args)
     assert made == [True]
     assert sum(eqn.prim is scan_p for eqn in graph.eqns) == 2  # the forward loop and its VJP's
@@ -79,14 +79,14 @@ def test_a_loop_s_vjp_from_its_rolled_forward_pass_gives_plain_autograd_s_bits(m
     assert len(graph.eqns) < 20
 
 
-def test_an_element_read_at_every_step_is_rolled_where_the_program_is_compiled_only(made):
-    """autograd sums the per-step gradients of `params["W"]` in the steps' order, a scan's VJP
-    last step first: a tiered trace keeps autograd's backward pass (its numpy run gives plain
-    autograd's bits), a compiled-only one (tiered=False) rolls and agrees within tolerance."""
+def test_a_tiered_trace_keeps_autograd_s_backward_pass(made):
+    """A tiered trace also runs by numpy, with plain autograd's bits, which a scan's VJP does
+    not always give: autograd sums the per-step gradients of `params["W"]` in the steps' order,
+    a scan's VJP last step first. The compiled-only program rolls and agrees within tolerance."""
     args, want = ({"W": W}, X0), grad(euler_dict)({"W": W}, X0)
     tiered = jit_ps(grad(euler_dict), tiered=True)
     same_bits(interpret(tiered.graph(*args), args), want)
-    assert made == []  # (not even tried: the container was read 40 times)
+    assert made == []  # (not even tried)
     compiled = jit_ps(grad(euler_dict), tiered=False)
     assert_close(compiled(*args), want)
     assert made == [True]

@@ -14,7 +14,6 @@ import sys
 import autograd.numpy as anp
 import numpy as np
 from autograd import differential_operators
-from autograd.builtins import container_take
 from autograd.core import JVPNode, VJPNode, primitive_vjps
 from autograd.extend import vspace
 from autograd.numpy import numpy_vjps, numpy_wrapper
@@ -238,8 +237,6 @@ def _vjp_node_init(original):
             fun_name = getattr(fun, "__name__", fun)  # (autograd's error, at the forward operation)
             raise NotImplementedError(f"VJP of {fun_name} wrt argnums {parent_argnums} not defined")
         self.vjp = _LazyVJP(value, fun, args, kwargs, parent_argnums)
-        if fun is container_take:
-            tracing.state.takes += 1  # (rolled_vjps.py)
     return __init__
 
 

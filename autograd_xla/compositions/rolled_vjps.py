@@ -19,7 +19,15 @@ used where autograd's VJP of a recorded call would differ from the VJP of its eq
 primitive recorded through its Python (a composition's trace rule, a user's primitive with no
 translation rule: `core.trace_state.opaque` counts them), a wrapper that is not the one the
 replay finds for its raw function, a guard or a random draw made by the forward pass, or
-values of ndarray subclasses (Kinds).
+values of ndarray subclasses (Kinds); nor for float32 programs (below).
+
+Only signatures that are compiled, not tiered, take it (`core.trace_state.roll`:
+jit_ps(tiered=False), and off the CPU). A tiered signature's trace also runs by numpy (numpy_tier.py), which
+promises plain autograd's bits, and a scan's VJP does not always give them: it sums a value's
+per-step gradients last step first where autograd sums the per-step reads of a container's
+element (`params["W"]` in a loop's body) in the steps' order, and random programs as loop
+bodies found a 0-d one a unit in the last place off at a call its checks did not cover.
+Those keep autograd's backward pass, traced node by node and rolled afterwards.
 """
 import autograd.core
 from autograd import differential_operators
@@ -47,14 +55,13 @@ def make_vjp(fun, x):
     if trace.kinds or not leaves or any(type(v) is not Tracer or v._trace is not trace for v in leaves):
         return _plain_make_vjp(fun, x)
     start, guards, invars = len(trace.eqns), len(trace.guards), len(trace.invars)
-    opaque, takes = trace_state.opaque, trace_state.takes
+    opaque = trace_state.opaque
     end_value, end_node = autograd_trace(VJPNode.new_root(), fun, x)
     if end_node is None:  # (autograd.core.make_vjp's zeros, after its warning)
         return (lambda g: autograd.core.vspace(x).zeros()), end_value
     rolled = None
     if (trace_state.opaque == opaque and len(trace.guards) == guards and len(trace.invars) == invars
-            and not trace.kinds and len(trace.eqns) - start >= rolling.MIN_EQNS
-            and (trace_state.roll is True or trace_state.takes - takes <= _elements(x))):
+            and not trace.kinds and len(trace.eqns) - start >= rolling.MIN_EQNS):
         rolled = _rolled_forward(trace, trace.eqns[start:], [v._var for v in leaves], end_value)
     if rolled is None:
         return (lambda g: autograd.core.backward_pass(g, end_node)), end_value
@@ -67,20 +74,6 @@ def make_vjp(fun, x):
         replay_eqns(graph.eqns, env)
         return tree.unflatten(out_tree, [env[v] if type(v) is Var else v for v in graph.outvars])
     return _plain_make_vjp(forward, x)
-
-
-def _elements(x):
-    """The elements of containers in `x`, nested ones too: autograd reads each through a node
-    of its own (container_take). An element read at every step of a loop (`params["W"]` in
-    its body) is a node per step, whose gradients autograd sums in the steps' order, where a
-    scan's VJP sums them last step first (rounding otherwise), so exact rolling takes an
-    element read once only."""
-    t = type(x)
-    if t is tuple or t is list:
-        return sum(1 + _elements(c) for c in x)
-    if t is dict:
-        return sum(1 + _elements(c) for c in x.values())
-    return 0
 
 
 class _Values(dict):
