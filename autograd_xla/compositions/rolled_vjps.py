@@ -5,8 +5,9 @@ Tracing `grad(loss)` runs autograd on traced values: its forward pass records th
 equations once per step, and its backward pass then runs a VJP per node, recording their
 equations once per step too, in reverse, which rolling.py rolls back afterwards. The backward
 pass is most of that trace's time (a 500-step Euler integrator's gradient: 280-310 ms traced
-so and rolled, 83-91 ms this way, benchmarks/loop_compile_time.py). While a trace runs, autograd's differential operators
-(grad, value_and_grad, jacobian, ...) get their VJP from `make_vjp` here: the forward pass
+so and rolled, 83-91 ms this way; docs/benchmarks.rst). While a trace runs, autograd's
+differential operators (grad, value_and_grad, elementwise_grad, ...) get their VJP from
+`make_vjp` here: the forward pass
 runs as autograd runs it (the user's function sees its boxes), its equations are rolled
 (rolling.roll), and where they roll the VJP is autograd's own over a replay of the rolled
 forward graph (control_flow/replay.py), whose scans differentiate as scans, their bodies
@@ -19,15 +20,16 @@ used where autograd's VJP of a recorded call would differ from the VJP of its eq
 primitive recorded through its Python (a composition's trace rule, a user's primitive with no
 translation rule: `core.trace_state.opaque` counts them), a wrapper that is not the one the
 replay finds for its raw function, a guard or a random draw made by the forward pass, or
-values of ndarray subclasses (Kinds); nor for float32 programs (below).
+values of ndarray subclasses (Kinds); nor in float32 programs (_rolled_forward).
 
 Only signatures that are compiled, not tiered, take it (`core.trace_state.roll`:
-jit_ps(tiered=False), and off the CPU). A tiered signature's trace also runs by numpy (numpy_tier.py), which
-promises plain autograd's bits, and a scan's VJP does not always give them: it sums a value's
-per-step gradients last step first where autograd sums the per-step reads of a container's
-element (`params["W"]` in a loop's body) in the steps' order, and random programs as loop
-bodies found a 0-d one a unit in the last place off at a call its checks did not cover.
-Those keep autograd's backward pass, traced node by node and rolled afterwards.
+jit_ps(tiered=False), and off the CPU). A tiered signature's trace also runs by numpy
+(numpy_tier.py), which promises plain autograd's bits, and a scan's VJP does not always give
+them: it sums a value's per-step gradients last step first where autograd sums the per-step
+reads of a container's element (`params["W"]` in a loop's body) in the steps' order, and
+random programs as loop bodies found a 0-d one a unit in the last place off at a call its
+checks did not cover. Those keep autograd's backward pass, traced node by node and rolled
+afterwards.
 """
 import autograd.core
 from autograd import differential_operators
