@@ -464,8 +464,8 @@ def trace_through(prim, shown_as, impl, args, kwargs):
     be made static (the retry with them static makes it traceable), or the primitive is one
     of autograd's own thin wrappers (`ArrayBox.__getitem__`), where the data dependence is
     the user's code's (`x[x > 0]`), not a missing rule."""
-    if not getattr(prim, "__module__", "").startswith("autograd."):
-        state.opaque += 1
+    if state.roll and not getattr(prim, "__module__", "").startswith("autograd."):
+        state.opaque += 1  # (compositions/rolled_vjps.py)
     primitive_stack.names.append(shown_as)
     try:
         return impl(*args, **kwargs)

@@ -37,8 +37,8 @@ from autograd.core import VJPNode
 from autograd.tracer import trace as autograd_trace
 
 from .. import registry, rolling, tracing, tree
-from ..control_flow.replay import replay_eqns, replayable
-from ..core import Graph, Var, trace_state, walk_vars
+from ..control_flow.replay import read, replay_eqns, replayable
+from ..core import Graph, trace_state, walk_vars
 from ..tracing import Tracer
 
 _plain_make_vjp = autograd.core.make_vjp
@@ -74,7 +74,7 @@ def make_vjp(fun, x):
         env = _Values(trace)
         env.update(zip(graph.invars, tree.flatten(boxed)[0]))
         replay_eqns(graph.eqns, env)
-        return tree.unflatten(out_tree, [env[v] if type(v) is Var else v for v in graph.outvars])
+        return tree.unflatten(out_tree, [read(env, v) for v in graph.outvars])
     return _plain_make_vjp(forward, x)
 
 
