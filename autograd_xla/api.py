@@ -53,6 +53,43 @@ impurity = LazyModule("autograd_xla.impurity")
 lowering = LazyModule("autograd_xla.lowering")
 tracing = LazyModule("autograd_xla.tracing")
 _FLAT_SPECS = {}
+_TUPLE, _BOX, _OBJECT = object(), object(), object()  # _simple_signature's marks
+
+
+def _simple_signature(args):
+    """The key of _call_python's hot paths for these positional arguments, or None: per
+    argument (shape, dtype) of a numpy array of a supported dtype; for None, None; for a
+    tuple, its own marked; for an autograd box of one such array (grad(jit_ps(f))), that
+    marked; for a float, its type; for another object (not a box), its identity. Where it
+    holds arrays only, their cache key (`_key`) follows from it, and _simple's compiled
+    signatures are found by it. The rest only find the plain tier's calls (_plain_tier_hit),
+    which run the function as plain autograd whatever their key: their identity and not
+    their contents, which `_key` digests (lifelines' DataframeSlicer: 31 µs a call), say
+    whose budget a call counts towards, until its next decision (tiering.NewSignatures.plain)
+    asks the slow path for the key."""
+    sig = []
+    for a in args:
+        t = type(a)
+        if t is np.ndarray and a.dtype in _SUPPORTED:
+            sig.append((a.shape, a.dtype))
+        elif a is None:
+            sig.append(None)
+        elif t is tuple:
+            inner = _simple_signature(a)
+            if inner is None:
+                return None
+            sig.append((_TUPLE, inner))
+        elif t in box_types:
+            if type(a._value) is not np.ndarray or a._value.dtype not in _SUPPORTED:
+                return None
+            sig.append((_BOX, a._value.shape, a._value.dtype))
+        elif t is float:
+            sig.append(float)
+        else:
+            sig.append((_OBJECT, t, id(a)))
+    return tuple(sig)
+
+
 # Arguments that a thread's differentiated call (autograd running jit_call's forward pass)
 # must keep: its backward pass reads them again, so donated device arrays are not consumed.
 _keeping = threading.local()
@@ -120,9 +157,10 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
             clients.canonical_platform(backend)  # an unknown name fails now, an absent one on first call
         functools.update_wrapper(self, fun)
         self._fun = fun
-        self._signature = signature_of(fun)
-        self._static_argnums, self._static_argnames = static_arguments(self._signature, static_argnums, static_argnames)
-        self._donate_argnums = donated_arguments(self._signature, donate_argnums, self._static_argnums)
+        named = static_argnums != () or static_argnames != () or donate_argnums != ()
+        signature = self._signature if named else None  # (else made at its first use: _signature)
+        self._static_argnums, self._static_argnames = static_arguments(signature, static_argnums, static_argnames)
+        self._donate_argnums = donated_arguments(signature, donate_argnums, self._static_argnums)
         self.explain = explain
         self.tiered = tiered
         self.roll_loops = roll_loops
@@ -136,7 +174,7 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         self.stats = CacheStats()
         self._cache = calls.Signatures(self.stats.counts)
         self._simple = {}  # (shape, dtype) per positional array -> entry needing no per-call work
-        self._simple_untraced = {}  # ... -> tiering.Untraced: a signature in the plain tier (_plain_tier_hit)
+        self._simple_untraced = {}  # _simple_signature -> (tiering.Untraced, flat): the plain tier's (_plain_tier_hit)
         self._lock = threading.RLock()
         shape = function_shape(fun)  # what traces learn is shared with same-shaped functions (fresh closures)
         self._untraced = tiering.NewSignatures(cache_size, shape)  # a tiered function's, run plainly first
@@ -151,6 +189,14 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         self._fast_calls = [0, 0]  # calls C++ handed back for good, and fast paths given it
         if not self._tiers():
             self._arm_cpp()  # compiled at the first call: C++ takes that call's fast path at its miss
+
+    @functools.cached_property
+    def _signature(self):
+        """signature_of the function, naming its arguments in messages and graphs: made at its
+        first use where no static or donated arguments ask for it at once (inspect.signature,
+        followed through autograd's operators, is 0.1 ms a jitted function; lifelines makes
+        three a fit)."""
+        return signature_of(self._fun)
 
     @property
     def __signature__(self):
@@ -185,13 +231,16 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         if _trace_state.traces:  # inside another trace: inline, the outer function compiles us
             return self._fun(*args, **kwargs)
         if not kwargs and (self._simple or self._simple_untraced):  # the hot paths: positional arrays
-            sig = tuple([(a.shape, a.dtype) if type(a) is np.ndarray else None for a in args])
-            untraced = self._simple_untraced.get(sig) if self._simple_untraced else None
-            if untraced is not None:  # a signature of the plain tier, untraced
+            sig = _simple_signature(args)
+            plain = self._simple_untraced.get(sig) if self._simple_untraced else None
+            if plain is not None:  # a signature of the plain tier, untraced
+                untraced, flat = plain
                 if untraced.spent < untraced.due and tiering.PLAIN_SECONDS is None:
-                    self.stats.plain_tier_calls += 1
-                    return untraced.run(functools.partial(self._fun, *args), args)
-                self._simple_untraced.pop(sig, None)  # decided below
+                    if flat or untraced.replay is None:  # (else its held calls by numpy: below)
+                        self.stats.plain_tier_calls += 1
+                        return untraced.run(functools.partial(self._fun, *args), args if flat else None)
+                else:
+                    self._simple_untraced.pop(sig, None)  # decided below
             hit = self._simple.get(sig)
             if hit is not None:  # a known signature
                 entry, key = hit
@@ -275,9 +324,11 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         if type(entry) is not tiering.Untraced:  # compiling in the background: traced
             replay = self._replay_of(entry) if by_numpy else None
             return call() if replay is None else replay(leaves, call)
-        if spec is _FLAT_SPECS.get(len(leaves)) and not self._auto_static[spec] and all(
-                type(x) is np.ndarray and x.dtype in _SUPPORTED for x in leaves):
-            self._plain_tier_hit(tuple([(x.shape, x.dtype) for x in leaves]), entry)
+        if original is not None and not original[1] and not self._static_argnums and not self._auto_static[spec]:
+            sig = _simple_signature(original[0])
+            if sig is not None:
+                flat = all(type(a) is np.ndarray and a.dtype in _SUPPORTED for a in original[0])
+                self._plain_tier_hit(sig, entry, flat)
         return entry.run(call, leaves if by_numpy else None)
 
     def _held_vjp(self, entry, spec, leaves):
@@ -313,19 +364,21 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
                                                                    self.stats)) or False
         return entry.replay or None
 
-    def _plain_tier_hit(self, sig, untraced):
+    def _plain_tier_hit(self, sig, untraced, flat):
         """Let _call_python's plain-tier path take the later calls of simple signature `sig`
-        (positional numpy arrays): straight to the function, timed, until `untraced.due`
-        (then this path decides again: tiering.NewSignatures.plain); for good where it runs
-        plainly for good. `x + 1.0` on 3 elements, numpy's 0.6-0.7 µs a call: 3.6-5.7 µs a call
-        through _call_flat, 2.0-2.1 from there."""
+        (_simple_signature; `flat`: positional numpy arrays only, whose held calls by numpy it
+        runs too): straight to the function, timed, until `untraced.due` (then this path decides
+        again: tiering.NewSignatures.plain); for good where it runs plainly for good. `x + 1.0`
+        on 3 elements, numpy's 0.6-0.7 µs a call: 3.6-5.7 µs a call through _call_flat, 2.0-2.1
+        from there; arrays beside a tuple holding None (lifelines' arguments) 6.9 and 2.5 µs
+        more than plain autograd, grad(jit_ps(f))'s boxes 12 and 5.5."""
         if untraced.for_good():
             self._simple[sig] = (None, tiering.PLAIN)
             self._simple_untraced.pop(sig, None)
             return
         if sig not in self._simple_untraced and len(self._simple_untraced) >= self.cache_size:
             self._simple_untraced.clear()
-        self._simple_untraced[sig] = untraced
+        self._simple_untraced[sig] = (untraced, flat)
 
     def _differentiate_plainly(self, spec, leaves):
         """A function whose compiled form replays random draws (or draws in a way that cannot

@@ -702,8 +702,8 @@ def test_plain_tier_simple_path_then_compiled(monkeypatch):
         assert jf(W, B, x) == f(W, B, x)
         assert seen[-2] is x
     assert jf._simple_untraced and jf.stats.plain_tier_calls == 4 and jf.cache_info()["traces"] == 0
-    (untraced,) = jf._simple_untraced.values()
-    assert untraced.calls == 4 and 0 < untraced.spent < untraced.due
+    ((untraced, flat),) = jf._simple_untraced.values()
+    assert flat and untraced.calls == 4 and 0 < untraced.spent < untraced.due
     monkeypatch.setattr(tiering, "PLAIN_SECONDS", 0.0)  # spent: the next call traces and compiles
     assert_close(jf(W, B, X), loss(W, B, X))
     assert compile_thread.wait(60)
@@ -711,3 +711,65 @@ def test_plain_tier_simple_path_then_compiled(monkeypatch):
     assert not jf._simple_untraced
     info = jf.cache_info()
     assert (info["traces"], info["compiles"], info["plain_tier_calls"]) == (1, 1, 5)
+
+
+def test_plain_tier_hot_path_takes_tuples_none_and_boxes(monkeypatch):
+    """The plain tier's hot path also takes a call of arrays in tuples beside None (lifelines
+    passes `(T, None)`) and of autograd's boxes (grad(jit_ps(f)), pymanopt's decorator
+    stack): after a signature's first call its calls skip the cache's look-up, with plain
+    autograd's results, the function given the call's own objects; a call of another kind
+    of argument at the same place does not take that signature's path."""
+    monkeypatch.setattr(tiering, "PLAIN_SECONDS", None)
+    monkeypatch.setattr(tiering, "plain_budget", lambda learned=None, call=None: (
+        3600.0 if tiering.PLAIN_SECONDS is None else tiering.PLAIN_SECONDS))
+    seen = []
+
+    def f(W, pair, x):
+        seen.append(pair)
+        scale = 1.0 if pair[1] is None else pair[1]
+        return np.sum(np.tanh(x @ W + pair[0]) * scale)
+
+    jf = jit_ps(f, tiered=True)
+    looked_up = []
+    lookup = jf._lookup
+    monkeypatch.setattr(jf, "_lookup", lambda *a, **k: looked_up.append(1) or lookup(*a, **k))
+    for k in range(3):
+        pair = (B + k, None)
+        assert jf(W, pair, X) == f(W, pair, X)
+        assert seen[-2] is pair
+    assert len(looked_up) == 1 and jf.stats.plain_tier_calls == 3
+    assert jf(W, (B, 2.0), X) == f(W, (B, 2.0), X)  # a float where None was: its own signature
+    assert len(looked_up) == 2
+    untraced = {id(v[0]): v for v in jf._simple_untraced.values()}.values()
+    assert sorted(u.calls for u, flat in untraced if not flat) == [1, 3]
+
+    class Holder:  # an object argument: its contents are read by the function, not by the hot path
+        scale = 1.0
+
+    def h(W, holder, x):
+        return np.sum(np.tanh(x @ W) * holder.scale)
+
+    jh, holder = jit_ps(h, tiered=True), Holder()
+    held_lookups = []
+    h_lookup = jh._lookup
+    monkeypatch.setattr(jh, "_lookup", lambda *a, **k: held_lookups.append(1) or h_lookup(*a, **k))
+    for scale in (1.0, 2.0, 3.0):
+        holder.scale = scale  # changed in place: plain autograd's answer for what it holds now
+        assert jh(W, holder, X) == h(W, holder, X)
+    assert len(held_lookups) == 1 and jh.stats.plain_tier_calls == 3
+
+    inner = jit_ps(loss, tiered=True)
+    boxed_lookups = []
+    inner_lookup = inner._lookup
+    monkeypatch.setattr(inner, "_lookup", lambda *a, **k: boxed_lookups.append(1) or inner_lookup(*a, **k))
+    g = grad(inner, argnum=(0, 1))
+    for k in range(3):
+        for got, want in zip(g(W, B + k, X), grad(loss, argnum=(0, 1))(W, B + k, X)):
+            assert onp.array_equal(got, want)
+    assert len(boxed_lookups) == 1 and inner.stats.plain_tier_calls == 3
+    assert inner.cache_info()["traces"] == 0
+    monkeypatch.setattr(tiering, "PLAIN_SECONDS", 0.0)  # spent: the next call traces and compiles
+    assert_close(jf(W, (B, None), X), f(W, (B, None), X))
+    assert_close(g(W, B, X)[0], grad(loss)(W, B, X))
+    assert compile_thread.wait(60)
+    assert jf.cache_info()["traces"] == 1 and inner.cache_info()["traces"] == 1
