@@ -1870,9 +1870,17 @@ def trace_function(fun, in_avals, arg_names=None, parent=None, origins=None, exa
     try:
         return _trace_function(fun, in_avals, arg_names, parent, origins, example, parameters)
     except Exception as e:
-        if not found_missed_wrapper(e.__traceback__):
+        if not getattr(e, MISSED_WRAPPER, False):
             raise
     return _trace_function(fun, in_avals, arg_names, parent, origins, example, parameters)
+
+
+#: The attribute marking an exception of a trace that ran through a primitive wrapper not
+#: intercepted, found while the trace's interceptors were in (once they are taken out, every
+#: wrapper's frame holds its raw function: a trace stopped by a concrete-value request ran
+#: again, and walked the heap, in a process that had imported a module wrapping a raw
+#: function twice, as autograd.scipy.special does psi's)
+MISSED_WRAPPER = "_autograd_xla_missed_wrapper"
 
 
 def _trace_function(fun, in_avals, arg_names, parent, origins, example, parameters):
@@ -1886,14 +1894,19 @@ def _trace_function(fun, in_avals, arg_names, parent, origins, example, paramete
         for k, outer in (origins or {}).items():
             trace.origins[trace.invars[k]] = parent.lift(outer)
         try:
-            out = fun(*tracers)
-        except ValueError as e:
-            cause = concretization_cause(e)
-            if cause is None:
-                raise
-            # numpy's "setting an array element with a sequence": the traced value's own error
-            # says what happened; raised with the traceback down to the user's line
-            raise cause.with_traceback(e.__traceback__) from None
+            try:
+                out = fun(*tracers)
+            except ValueError as e:
+                cause = concretization_cause(e)
+                if cause is None:
+                    raise
+                # numpy's "setting an array element with a sequence": the traced value's own error
+                # says what happened; raised with the traceback down to the user's line
+                raise cause.with_traceback(e.__traceback__) from None
+        except Exception as e:
+            if found_missed_wrapper(e.__traceback__):  # (while the interceptors are in: MISSED_WRAPPER)
+                setattr(e, MISSED_WRAPPER, True)
+            raise
         leaves, out_tree = tree.flatten(out)
         graph = trace.to_graph(leaves + [g[0] for g in trace.guards], out_tree)
         graph.guards = [guard[1:] for guard in trace.guards]

@@ -325,6 +325,31 @@ def test_a_fresh_closure_starts_with_what_the_last_one_learned():
     assert shape(np.sin) != shape(np.cos) and shape(len) != shape(abs)
 
 
+def test_a_trace_stopped_by_a_concrete_value_runs_once_more_beside_a_wrapper_not_intercepted():
+    """A trace that a concrete-value request stops runs the function once more, with the value
+    static: once, also while a primitive wrapper no trace has intercepted is alive (an
+    earlier wrapper of a raw function wrapped again, as autograd.scipy.special's psi and
+    digamma are, and lifelines' gammainc): the stopped trace's frames are looked at while its
+    interceptors are still in, where only such a wrapper's frame holds its raw function."""
+    import scipy.special
+    from autograd.extend import primitive
+    earlier = primitive(scipy.special.psi)
+    later = primitive(scipy.special.psi)  # autograd's map now holds `later` for psi, not `earlier`
+    runs = []
+
+    def nll(w, n):  # (a function of its own: none before it learned that `n` is static)
+        runs.append(1)
+        return np.sum(np.tanh(w[:n] * 1.5) ** 2)
+
+    x = rs.randn(6)
+    value, g = jit_ps(value_and_grad(nll), tiered=False)(x, 3)
+    assert len(runs) == 2  # stopped at w[:n], then traced with n static
+    v0, g0 = value_and_grad(nll)(x, 3)
+    assert_close(value, v0)
+    assert_close(g, g0)
+    assert earlier is not later
+
+
 @pytest.mark.parametrize("offset", [0, 8, 16, 48])
 def test_large_inputs_at_any_alignment(offset):
     """Large aligned arguments are read in place, others copied; both must be exact."""
