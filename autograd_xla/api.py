@@ -156,6 +156,7 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         if backend is not None:
             clients.canonical_platform(backend)  # an unknown name fails now, an absent one on first call
         functools.update_wrapper(self, fun)
+        self.__dict__.pop("_signature", None)  # (update_wrapper copies fun's __dict__: a jitted fun's own)
         self._fun = fun
         named = static_argnums != () or static_argnames != () or donate_argnums != ()
         signature = self._signature if named else None  # (else made at its first use: _signature)

@@ -153,6 +153,19 @@ def test_static_argnames_and_unhashable_static():
     assert_close(g(x, (2,)), x * 2)               # still usable afterwards
 
 
+def test_the_signature_naming_arguments_is_the_functions_own():
+    """A jitted function names its arguments by the function's signature, made at its first
+    use: neither an attribute of the function that functools.update_wrapper copies nor a
+    jitted function's own, jitted again, stands in for it."""
+    def f(x, mode="double"):
+        return x * 2 if mode == "double" else x * 3
+    f._signature = "not a signature"
+    x = rs.randn(3)
+    for jf in (jit_ps(f), jit_ps(jit_ps(f)), jit_ps(f, static_argnames="mode")):
+        assert str(jf._signature) == "(x, mode='double')"
+        assert_close(jf(x, mode="triple"), x * 3)
+
+
 def test_cache_is_bounded():
     f = jit_ps(lambda x: x + 1, cache_size=3)
     for n in range(1, 6):
