@@ -1872,6 +1872,7 @@ def trace_function(fun, in_avals, arg_names=None, parent=None, origins=None, exa
     except Exception as e:
         if not getattr(e, MISSED_WRAPPER, False):
             raise
+        delattr(e, MISSED_WRAPPER)  # (an enclosing trace's retry is its own to decide)
     return _trace_function(fun, in_avals, arg_names, parent, origins, example, parameters)
 
 
