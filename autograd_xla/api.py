@@ -54,19 +54,21 @@ lowering = LazyModule("autograd_xla.lowering")
 tracing = LazyModule("autograd_xla.tracing")
 _FLAT_SPECS = {}
 _TUPLE, _BOX, _OBJECT = object(), object(), object()  # _simple_signature's marks
+_NUMBERS = frozenset({float, int, bool, complex})
 
 
 def _simple_signature(args):
     """The key of _call_python's hot paths for these positional arguments, or None: per
     argument (shape, dtype) of a numpy array of a supported dtype; for None, None; for a
     tuple, its own marked; for an autograd box of one such array (grad(jit_ps(f))), that
-    marked; for a float, its type; for another object (not a box), its identity. Where it
-    holds arrays only, their cache key (`_key`) follows from it, and _simple's compiled
-    signatures are found by it. The rest only find the plain tier's calls (_plain_tier_hit),
-    which run the function as plain autograd whatever their key: their identity and not
-    their contents, which `_key` digests (lifelines' DataframeSlicer: 31 µs a call), say
-    whose budget a call counts towards, until its next decision (tiering.NewSignatures.plain)
-    asks the slow path for the key."""
+    marked; for a Python number, its type (not its value: a counter's would each be a key of
+    their own); for another object (not a box), its identity. Where it holds arrays only,
+    their cache key (`_key`) follows from it, and _simple's compiled signatures are found by
+    it. The rest find only the plain tier's calls (_plain_tier_hit), which run the function
+    as plain autograd whatever their key: the objects' identity, not their contents, which
+    `_key` digests (lifelines' DataframeSlicer: 31 µs a call), says whose budget a call
+    counts towards until its signature's next decision (tiering.NewSignatures.plain) asks
+    the slow path for the key."""
     sig = []
     for a in args:
         t = type(a)
@@ -83,8 +85,8 @@ def _simple_signature(args):
             if type(a._value) is not np.ndarray or a._value.dtype not in _SUPPORTED:
                 return None
             sig.append((_BOX, a._value.shape, a._value.dtype))
-        elif t is float:
-            sig.append(float)
+        elif t in _NUMBERS:
+            sig.append(t)
         else:
             sig.append((_OBJECT, t, id(a)))
     return tuple(sig)
