@@ -5,6 +5,7 @@ other generators are detected and the function runs as plain autograd. Python si
 run at trace time (documented)."""
 import functools
 import random
+import sys
 import threading
 import types
 import warnings
@@ -53,6 +54,35 @@ def test_module_functions_are_replayed_on_every_call(via):
     jf = same_draws(f, X)
     assert jf.cache_info()["traces"] == 1 and jf.cache_info()["fallbacks"] == 0
     assert "numpy.random.randn(6)" in str(jf.graph(X))     # the draws are graph inputs
+
+
+def test_a_module_imported_while_tracing_draws_at_its_import_once(tmp_path, monkeypatch):
+    """A library imported for the first time inside the traced call (jax, which jaxlib imports
+    at its first device-to-host copy where it is installed) may draw from numpy's global
+    generator at its import: that draw is the import's, made once, as plain autograd's first
+    call makes it, not one of the function's, replayed at every call (which also kept the
+    signature off C++'s call path); the global sequence ends where plain autograd's does."""
+    name = "autograd_xla_test_draws_at_import"
+    (tmp_path / f"{name}.py").write_text("import numpy as np\nNOISE = np.random.rand(5)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def f(x):
+        __import__(name)
+        return np.sum(np.tanh(x) ** 2)
+
+    try:
+        onp.random.seed(0)
+        expected = [f(X) for _ in range(4)], onp.random.random()
+        del sys.modules[name]
+        jf = jit_ps(f, tiered=False)
+        onp.random.seed(0)
+        got = [jf(X) for _ in range(4)]
+        assert onp.random.random() == expected[1]  # one draw of 5 in all, at the import
+        for g, e in zip(got, expected[0]):
+            assert_close(g, e)
+        assert jf.cache_info()["fallbacks"] == 0 and not any(e.draws for e in jf._cache.values())
+    finally:
+        sys.modules.pop(name, None)
 
 
 def test_many_kinds_of_draws():
