@@ -210,17 +210,25 @@ def _aval_of_sample(sample):
 
 
 def importing(frame):
-    """Whether `frame` (a draw's caller) runs in a module's import: a library imported for the
-    first time while a trace runs draws once, as it would plainly, not at every call of the
-    program. Where jax is installed, jaxlib imports it at its first copy of a device array to
-    the host (a trace's first look at a DeviceArray argument), and that import drew
-    `numpy.random.rand(5)`: recorded, the program drew it at every call, and its signature
-    lost C++'s call path (a TPU's MLP step 0.93 ms a call, 0.78 with it)."""
+    """Whether `frame` (a draw's caller) runs in a module's import begun inside the trace: a
+    library imported for the first time while a trace runs draws once, as it would plainly,
+    not at every call of the program. Where jax is installed, jaxlib imports it at its first
+    copy of a device array to the host (a trace's first look at a DeviceArray argument), and
+    that import drew `numpy.random.rand(5)`: recorded, the program drew it at every call, and
+    its signature lost C++'s call path (a TPU's MLP step 0.93 ms a call, 0.78 with it). An
+    import around the trace (a module whose top level calls the jitted function) is not one:
+    the walk stops at the trace's own frame."""
     while frame is not None:
-        if frame.f_code.co_filename.startswith("<frozen importlib"):
+        code = frame.f_code
+        if code is _TRACE_CODE:
+            return False
+        if code.co_filename.startswith("<frozen importlib"):
             return True
         frame = frame.f_back
     return False
+
+
+_TRACE_CODE = tracing._trace_function.__code__  # the frame a jitted function's trace calls it from
 
 
 def interceptor(fn, name):

@@ -83,6 +83,18 @@ def test_a_module_imported_while_tracing_draws_at_its_import_once(tmp_path, monk
         assert jf.cache_info()["fallbacks"] == 0 and not any(e.draws for e in jf._cache.values())
     finally:
         sys.modules.pop(name, None)
+    # a module whose top level calls a jitted function that draws: its draws are the function's
+    around = "autograd_xla_test_jitted_at_import"
+    (tmp_path / f"{around}.py").write_text(
+        "import numpy as np\nfrom autograd_xla import jit_ps\n"
+        "jf = jit_ps(lambda x: x + np.random.rand(3), tiered=False)\n"
+        "A, B = jf(np.zeros(3)), jf(np.zeros(3))\n")
+    try:
+        module = __import__(around)
+        assert not onp.array_equal(module.A, module.B), "draws were frozen"
+        assert all(e.draws for e in module.jf._cache.values())
+    finally:
+        sys.modules.pop(around, None)
 
 
 def test_many_kinds_of_draws():
