@@ -1884,14 +1884,27 @@ def trace_function(fun, in_avals, arg_names=None, parent=None, origins=None, exa
 MISSED_WRAPPER = "_autograd_xla_missed_wrapper"
 
 
+class _Example(dict):
+    """Trace.example: the call's argument values by Var, each read as a numpy value at its
+    first read (value_of), not before: a DeviceArray argument (keep_on_device) is copied to
+    the host only where a trace needs its value, not at every trace (a TPU's MLP step copied
+    its 3 MB of data and parameters back at its first call)."""
+
+    def __getitem__(self, var):
+        v = dict.__getitem__(self, var)
+        if not isinstance(v, (int, float, complex, np.ndarray, np.generic)):
+            v = np.asarray(v)
+            dict.__setitem__(self, var, v)
+        return v
+
+
 def _trace_function(fun, in_avals, arg_names, parent, origins, example, parameters):
     with new_trace(parent) as trace:
         names = arg_names or [None] * len(in_avals)
         tracers = [trace.new_arg(aval, name) for aval, name in zip(in_avals, names)]
         trace.parameters = frozenset(tracers[i]._var for i in parameters)
         if example is not None and parent is None:
-            trace.example = {t._var: v if isinstance(v, (int, float, complex, np.ndarray, np.generic)) else np.asarray(v)
-                             for t, v in zip(tracers, example)}
+            trace.example = _Example(zip([t._var for t in tracers], example))
         for k, outer in (origins or {}).items():
             trace.origins[trace.invars[k]] = parent.lift(outer)
         try:

@@ -175,6 +175,28 @@ def test_device_resident_results_round_trip():
     assert_close(grad(lambda w: np.sum(np.sin(w)))(onp.asarray(w)), onp.cos(w0 - 0.4 * g))
 
 
+def test_a_trace_copies_a_device_argument_to_the_host_only_where_it_needs_its_value(monkeypatch):
+    """A trace reads the call's values only where it needs one (a Python branch on the data, a
+    slice's bound): a DeviceArray argument is copied to the host then, not at every trace (a
+    128 MB argument's first call 345 ms against 52)."""
+    copies = []
+    to_numpy = DeviceArray.to_numpy
+    monkeypatch.setattr(DeviceArray, "to_numpy", lambda self: copies.append(self.shape) or to_numpy(self))
+    w = jit_ps(lambda a: a * 2.0, keep_on_device=True)(rs.randn(4, 3))
+    host = onp.asarray(w)
+    copies.clear()
+    f = jit_ps(lambda a: np.sum(a ** 2), keep_on_device=True)
+    assert_close(onp.asarray(f(w)), onp.sum(host ** 2))
+    assert copies == [()]  # the result, by onp.asarray; none of the argument
+
+    def branchy(a, b):
+        return a * 2.0 if np.sum(b) > 0 else a * 3.0  # the branch reads b's value
+    copies.clear()
+    g = jit_ps(branchy, keep_on_device=True)
+    assert_close(onp.asarray(g(w, w)), branchy(host, host))
+    assert (4, 3) in copies  # b's, for the branch
+
+
 def test_transfers_are_counted():
     f = jit_ps(lambda a, b: (a + b, a * b))
     f(onp.ones(2), onp.ones(2))
