@@ -213,9 +213,9 @@ def importing(frame):
     """Whether `frame` (a draw's caller) runs in a module's import begun inside the trace: a
     library imported for the first time while a trace runs draws once, as it would plainly,
     not at every call of the program. Where jax is installed, jaxlib imports it at its first
-    copy of a device array to the host (a trace's first look at a DeviceArray argument), and
-    that import drew `numpy.random.rand(5)`: recorded, the program drew it at every call, and
-    its signature lost C++'s call path (a TPU's MLP step 0.93 ms a call, 0.78 with it). An
+    copy of a device array to the host (a trace that reads a DeviceArray argument's value),
+    and that import drew `numpy.random.rand(5)`: recorded, the program drew it at every call,
+    and its signature lost C++'s call path (a TPU's MLP step 0.93 ms a call, 0.78 with it). An
     import around the trace (a module whose top level calls the jitted function) is not one:
     the walk stops at the trace's own frame."""
     while frame is not None:
