@@ -17,10 +17,12 @@ rules (what is read in place, viewed, copied or widened) are kept side by side.
 import collections
 import functools
 import hashlib
+import importlib.util
 import logging
 import math
 import os
 import re
+import sys
 import threading
 import time
 import weakref
@@ -795,7 +797,33 @@ def start_host_copies(buffers, indices):
     whose array `host_copy` then takes): a call's results are copied together, not each
     after the one before has arrived (jax.device_get does the same)."""
     for k in indices:
-        buffers[k]._copy_single_device_array_to_host_async()
+        _from_jaxlib(buffers[k]._copy_single_device_array_to_host_async)
+
+
+_jax_unimported = None  # whether jax is installed and not yet imported (None: not yet asked)
+
+
+def _from_jaxlib(copy):
+    """`copy()`, a jaxlib method that copies a device array to the host, with numpy's global
+    random state as it was before: such a copy imports jax where it is installed (each, off
+    the CPU or of a bfloat16 array, until the import succeeds), and jax 0.10.2's import draws
+    `numpy.random.rand(5)` (jax._src.clusters.k8s_cluster), which plain autograd never does: a
+    seeded program's later draws would differ from plain autograd's (found on a TPU). Until
+    jax is imported, a copy pays numpy's get_state and set_state (70 µs)."""
+    global _jax_unimported
+    if _jax_unimported is None:
+        try:
+            _jax_unimported = importlib.util.find_spec("jax") is not None
+        except (ImportError, ValueError):
+            _jax_unimported = False
+    if not _jax_unimported or "jax" in sys.modules:
+        _jax_unimported = False
+        return copy()
+    state = np.random.get_state()
+    try:
+        return copy()
+    finally:
+        np.random.set_state(state)
 
 
 def host_copy(buf):
@@ -803,11 +831,11 @@ def host_copy(buf):
     it is the array jaxlib's transfer wrote (jax's `np.asarray` of its arrays reads the same),
     taken as it is: the buffer caches it, but each buffer handed here is dropped after (a
     result) or a clone made for the call (DeviceArray). On the CPU jaxlib hands out a
-    read-only view of the buffer instead, copied here. jaxlib's method imports jax.core where
-    jax is installed. Measured on a TPU v5e, 100 MB of float32: this 153-156 ms, jax's
-    np.asarray of its own result 33 ms in a process of its own (host to device: 18-19 ms
-    both); the gap is in jaxlib's transfer in this process, not in copies here."""
-    out, copied = buf._single_device_array_to_np_array_did_copy()
+    read-only view of the buffer instead, copied here. jaxlib's method imports jax where it is
+    installed (_from_jaxlib). On a TPU v5e, 100 MB of float32, fresh arrays, each side in a
+    process of its own (benchmarks/tpu_transfers.py): this 29.6 ms, jax's np.asarray of its
+    own 36.6 ms."""
+    out, copied = _from_jaxlib(buf._single_device_array_to_np_array_did_copy)
     if copied and out.flags.owndata:  # the transfer's own array, which jaxlib marks read-only
         out.flags.writeable = True
         return out

@@ -4,7 +4,9 @@ replayed on every call (same numbers, same order, same state afterwards as plain
 other generators are detected and the function runs as plain autograd. Python side effects
 run at trace time (documented)."""
 import functools
+import os
 import random
+import subprocess
 import sys
 import threading
 import types
@@ -96,6 +98,42 @@ def test_a_module_imported_while_tracing_draws_at_its_import_once(tmp_path, monk
     finally:
         sys.modules.pop(around, None)
 
+
+
+def test_the_host_copy_that_imports_jax_leaves_numpy_random_as_it_was():
+    """jaxlib's copy of a device array to the host imports jax where it is installed (off the
+    CPU every copy until the import succeeds; on the CPU a bfloat16 one), and jax 0.10.2's
+    import draws numpy.random.rand(5): a seeded program's later draws then differed from plain
+    autograd's (found on a TPU). Here a stand-in jax, found first, draws at its import and fails,
+    as often as jaxlib tries it; numpy's global sequence ends where it began. Its own process,
+    on the CPU (where the chip is held by this one)."""
+    code = """
+import importlib.abc, importlib.machinery, sys
+import ml_dtypes, numpy as onp
+tried = []
+class DrawingJax(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path, target=None):
+        if name == "jax" or name.startswith("jax."):
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+    def create_module(self, spec):
+        return None
+    def exec_module(self, module):
+        tried.append(module.__name__)
+        onp.random.rand(5)
+        raise ImportError("a stand-in jax, which draws at its import")
+sys.meta_path.insert(0, DrawingJax())
+from autograd_xla import jit_ps
+f = jit_ps(lambda x: x * 2, tiered=False)
+onp.random.seed(0)
+outs = [f(onp.arange(3, dtype=ml_dtypes.bfloat16)) for _ in range(2)]
+assert tried and [o.tolist() for o in outs] == [[0, 2, 4]] * 2, (tried, outs)
+print(onp.random.random())
+"""
+    env = dict(os.environ, AUTOGRAD_XLA_PLATFORM="cpu")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr
+    onp.random.seed(0)
+    assert float(result.stdout.split()[-1]) == onp.random.random()
 
 def test_many_kinds_of_draws():
     data = onp.arange(12.0).reshape(4, 3)
