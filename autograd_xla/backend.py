@@ -133,16 +133,17 @@ def host_semantics(in_place=False):
 
 @functools.cache
 def _sharding_type():
-    """The duck-typed sharding jaxlib's put and result handlers expect (normally jax's): a
-    subclass of jaxlib's, made at the first put (clients.xc: not at import)."""
-
-    class _Sharding(xc.SingleDeviceSharding):
-        memory_kind = None
-
-        def _to_xla_hlo_sharding(self, ndim):
-            return xc.HloSharding.replicate()
-
-    return _Sharding
+    """The sharding jaxlib's put and result handlers expect: jaxlib's SingleDeviceSharding with
+    the two methods they call, which jax's import attaches to that class itself (jax's
+    use_cpp_class) and which are attached here where jax is not imported; at the first put
+    (clients.xc: not at import). Not a subclass: with jax imported, a kept call of ten results
+    took 1.3 µs longer on the CPU with one (19.6-19.8 µs against 18.3-18.5, jax.jit 16.5-16.8)."""
+    cls = xc.SingleDeviceSharding
+    if not hasattr(cls, "_to_xla_hlo_sharding"):
+        replicated = xc.HloSharding.replicate()
+        cls.memory_kind = property(lambda self: self._memory_kind)
+        cls._to_xla_hlo_sharding = lambda self, ndim: replicated
+    return cls
 
 
 class _ArrayInterface:

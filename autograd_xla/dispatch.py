@@ -271,13 +271,14 @@ def _unstaged(jf, args):
 def _kept_again(args):
     """`args` with the buffers the Front passed C++ in place of DeviceArrays (_callpath's
     `bare`: positional DeviceArrays that stand for what they hold) as DeviceArrays again:
-    jaxlib arrays of our sharding (backend._sharding_type), whose aval is ours (a staged
-    call's are numpy copies already: _unstaged)."""
-    ours = backend_mod._sharding_type()
-    if not any(type(a) is _jax.ArrayImpl and type(a._sharding) is ours for a in args):
+    jaxlib arrays whose aval is ours (jax's have its own; a staged call's are numpy copies
+    already: _unstaged)."""
+    def ours(a):
+        return type(a) is _jax.ArrayImpl and type(a.aval) is backend_mod.Aval
+    if not any(ours(a) for a in args):
         return args
     return tuple(backend_mod.DeviceArray(a, a.aval, backend_mod.get_backend(a._sharding._device.platform))
-                 if type(a) is _jax.ArrayImpl and type(a._sharding) is ours else a for a in args)
+                 if ours(a) else a for a in args)
 
 
 def _shard_arg(x, sharding, layout):
