@@ -236,7 +236,7 @@ class Entry:
 
     __slots__ = ("executable", "out_tree", "graph", "lowered", "fallback_cause", "reason", "guards", "draws",
                  "static_leaves", "impure", "stage", "donated", "dynamic", "background", "fastpath", "ladder", "options",
-                 "variant", "previous", "following", "flat", "direct", "seconds", "on_device", "replay")
+                 "variant", "previous", "following", "flat", "direct", "seconds", "on_device", "replay", "vjps")
 
     def __init__(self, out_tree, graph, draws=(), static_leaves=(), impure=False, dynamic=()):
         self.out_tree, self.graph = out_tree, graph
@@ -262,6 +262,7 @@ class Entry:
         self.direct = None                          # the program C++ runs, where not `executable` (api._direct)
         self.seconds = 0.0                          # what making it has cost so far: trace, lowering, compile
         self.replay = None                          # its graph run by numpy (numpy_tier.Replay) once asked for; False: none
+        self.vjps = None                            # its calls on boxes by numpy, made while held (autodiff.HeldVJP per boxed leaves)
 
     @property
     def python_fallback(self):
@@ -270,6 +271,10 @@ class Entry:
     def compiling(self):
         """Whether XLA is compiling it in the background (its calls meanwhile run plainly)."""
         return self.background is not None and self.background.running()
+
+    def ready(self):
+        """Whether its calls run its program: compiled (a plain-autograd entry is not)."""
+        return self.stage >= COMPILED and self.graph is not None
 
 
 class Introspection:
@@ -291,6 +296,13 @@ class Introspection:
         """The cache entry of these positional arguments' signature, traced (never compiled):
         its graph, the leaves it takes (`dynamic`), those it made static (autodiff.HeldVJP)."""
         return self._entry_for(args, {}, TRACED)[1]
+
+    def _compiling_entry(self, *args):
+        """The cache entry of these positional arguments' signature, handed to XLA now whatever
+        tiering's plain budget says (compiled in the background where tiering compiles there):
+        a held function's VJP, once the function's own program is compiled (autodiff.HeldVJP)."""
+        spec, leaves = self._split(args, {})
+        return self._compile(self._key(spec, leaves), spec, leaves)
 
     def graph(self, *args, **kwargs):
         """The traced primitive graph for these arguments (print it for a listing). Traces,

@@ -279,8 +279,15 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
                 if entry.stage < COMPILED:  # tiered: not compiled yet
                     held = self._held_vjp(entry, spec, leaves)
                     if held is not None:  # held: its value and VJP by numpy
-                        return entry.run(functools.partial(autodiff.held_call, held, *leaves))
+                        call = functools.partial(autodiff.held_call, held, *leaves)
+                        return entry.run(call) if type(entry) is tiering.Untraced else call()
                     return self._run_plain_tier(spec, leaves, entry, (args, kwargs), by_numpy=False)
+                if entry.vjps:  # compiled after it was held: held still until its VJP is compiled too
+                    held = self._held_vjp(entry, spec, leaves)
+                    if held is not None:
+                        if not held.vjp_compiled(leaves):
+                            return autodiff.held_call(held, *leaves)
+                        entry.vjps.pop(held.nums, None)  # jit_call's from now on
                 if not entry.donated:
                     return autodiff.jit_call(self, spec, *leaves)
                 # autograd runs the forward pass (our _execute) in this thread, within this call
@@ -338,9 +345,13 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         """The autodiff.HeldVJP of a call on autograd's boxes of held signature `entry` (a
         tiering.Untraced with a run by numpy, of one array's output), or None: one per set of
         boxed leaves, all boxes of one trace around arrays (boxes of several levels, a higher
-        derivative's, run plainly)."""
-        replay = entry.replay if type(entry) is tiering.Untraced else None
-        if not replay or replay.steps is None or replay.out_tree is not tree.LEAF:
+        derivative's, run plainly). Of a signature compiled (or compiling) since, the one it
+        was held with, once checked (numpy_tier.CHECKED_CALLS): gradient calls by its compiled
+        program and its VJP's plain tier (each running the function's Python again) took 1.5x
+        plain autograd's time (pymanopt's Gaussian mixture)."""
+        held_only = type(entry) is not tiering.Untraced
+        replay = entry.replay if not held_only else None
+        if not held_only and (not replay or replay.steps is None or replay.out_tree is not tree.LEAF):
             return None
         nums, traces = [], set()
         for i, x in enumerate(leaves):
@@ -352,6 +363,9 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         if len(traces) != 1:  # (autograd runs a primitive once per level of boxes)
             return None
         nums = tuple(nums)
+        if held_only:
+            held = entry.vjps.get(nums) if entry.vjps else None
+            return held if held is not None and held.split and not held.unchecked else None
         if entry.vjps is None:
             entry.vjps = {}
         held = entry.vjps.get(nums)
@@ -604,6 +618,9 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
                                            tracing)
                 if held is not None:
                     held.replay = self._replay_of(entry)  # its calls meanwhile: the trace run by numpy
+                    if entry.vjps is None:
+                        entry.vjps = {}
+                    held.vjps = entry.vjps  # (its calls on boxes stay held until its VJP is compiled too)
                     if built:
                         self._note_recompile(key)
                     return held

@@ -8,7 +8,9 @@ a second derivative (`grad(grad(jit_ps(f)))`, `hessian`) goes round the same loo
 
 Before a tiered signature is compiled, while it is held (traced, its calls run by numpy:
 numpy_tier), such a call is `held_call` instead: f's value and VJP traced as one graph and
-run by numpy in autograd's two halves (HeldVJP, numpy_tier.SplitReplay).
+run by numpy in autograd's two halves (HeldVJP, numpy_tier.SplitReplay); and once f's
+signature is compiled, until its VJP is compiled too (HeldVJP.vjp_compiled), which is
+asked for then.
 """
 import threading
 
@@ -16,7 +18,7 @@ import numpy as np
 from autograd import builtins as differentiable
 from autograd.core import make_jvp, make_vjp
 from autograd.extend import defjvp, defjvp_argnums, defvjp_argnums, primitive
-from autograd.tracer import box_types
+from autograd.tracer import box_types, getval
 
 from . import numpy_tier, tree
 
@@ -157,6 +159,8 @@ class HeldVJP:
         self.split = None  # the SplitReplay; False: plain autograd's for good
         self.unchecked = numpy_tier.CHECKED_CALLS
         self.cotangent = None  # (shape, dtype) of the cotangent the split was traced at
+        self.g = None  # ... and that cotangent
+        self.compiled = None  # fn's VJP's entry for these calls once fn's program is compiled; False: none
         self.static = {}  # leaf index -> the value the trace made static (the split holds for it alone)
 
     def forward(self, leaves):
@@ -192,6 +196,19 @@ class HeldVJP:
             return grads
         return backward
 
+    def vjp_compiled(self, leaves):
+        """Whether fn's compiled VJP (jit_call's) takes these calls (boxes) from now on, fn's
+        own program being compiled: its program is asked for at the first such call (compiled
+        in the background where tiering compiles there, as fn's was); meanwhile, and for good
+        where it has none, the calls stay held."""
+        if self.compiled is None:
+            try:
+                d = _derivative(self.fn, "vjp", self.spec, self.nums)
+                self.compiled = d._compiling_entry(*[getval(x) for x in leaves], self.g)
+            except Exception:  # (not the call's to raise: held, as its calls were)
+                self.compiled = False
+        return bool(self.compiled) and self.compiled.ready()
+
     def _check(self, leaves, g, ans, grads):
         """A checked call: the split (traced now at the first) run at these leaves and
         cotangent against plain autograd's output `ans` and `grads`."""
@@ -226,7 +243,7 @@ class HeldVJP:
         if entry.python_fallback or entry.impure or len(leaves) in entry.static_leaves:
             return
         self.split = numpy_tier.split(entry.graph, entry.dynamic, 1) or False
-        self.cotangent = (np.shape(g), np.result_type(g))
+        self.cotangent, self.g = (np.shape(g), np.result_type(g)), g
         self.static = {i: leaves[i] for i in entry.static_leaves}
 
     def _holds(self, leaves):

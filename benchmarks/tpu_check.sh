@@ -134,6 +134,7 @@ bench() {
     for (( r = 1; r <= ${ROUNDS:-1}; r++ )); do  # each side's processes alternating
         for side in jax jit_ps; do
             n=$(( n - 1 )); local T=$(( $(left) - 40 - 100 * n ))  # (100 s kept for each process after it)
+            (( T < 60 )) && T=60  # (a short END: the processes after this one get what is left)
             stamp "benchmarks, round $r, $side, at most ${T}s"
             timeout -s INT -k 10 $T $PY benchmarks/tpu.py run $side ${only:+--only $only} \
                 --json "$out/bench_${side}_round$r.json" 2>&1 | grep -v "hugepages" | tee "$out/bench_${side}_round$r.log"
