@@ -37,6 +37,7 @@
 #include <structmember.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 enum { MAX_ARGS = 16, MAX_DIMS = 8, MAX_STAGES = 8, FORMAT_CHARS = 8, MAX_DEPTH = 32, MAX_TREE = 64 };
 enum { MAX_RESULT_DIMS = 32 };  /* results of more dimensions are made by numpy.ndarray */
@@ -726,13 +727,185 @@ static int bare(PyObject *const *args, Py_ssize_t n, PyObject *kwnames, PyObject
     return any;
 }
 
+/* ----- the plain tier's hot path ------------------------------------------------------- */
+
+/* api.JittedFunction._call_python's first hot path in C: a call of a signature that runs as
+ * plain autograd before its trace (tiering.py) is looked up by the key api._simple_signature
+ * makes of its positional arguments, in the function's `_simple_untraced`, and run here,
+ * timed into its tiering.Untraced, as _call_python would; any other call goes to Python,
+ * which looks again. Measured against plain autograd, a call's cost: lifelines' arguments,
+ * arrays beside a tuple holding None, 2.5 µs in Python; autograd's boxes (grad(jit_ps(f)),
+ * pymanopt's decorator stack) 5.5 µs. set_plain_tier hands over what the key is made of. */
+static PyObject *plain_supported, *plain_boxes, *plain_numbers, *plain_tiering;  /* api's, autograd's, tiering */
+static PyObject *mark_tuple, *mark_box, *mark_object;                             /* api's marks */
+static PyObject *str_simple_untraced, *str_spent, *str_due, *str_replay, *str_plain_seconds, *str_stats;
+static PyObject *str_plain_tier_calls, *str_fun, *str_calls, *str_least, *str_shape, *str_dtype, *str_value;
+
+static PyObject *set_plain_tier(PyObject *module, PyObject *args) {
+    PyObject *supported, *boxes, *numbers, *tiering, *t, *b, *o;
+    if (!PyArg_ParseTuple(args, "O!O!O!O(OOO)", &PySet_Type, &supported, &PySet_Type, &boxes, &PyFrozenSet_Type,
+                          &numbers, &tiering, &t, &b, &o))
+        return NULL;
+    PyObject *objects[] = {supported, boxes, numbers, tiering, t, b, o};
+    PyObject **slots[] = {&plain_supported, &plain_boxes, &plain_numbers, &plain_tiering, &mark_tuple, &mark_box,
+                          &mark_object};
+    for (int i = 0; i < 7; i++) {
+        Py_INCREF(objects[i]);
+        Py_XSETREF(*slots[i], objects[i]);
+    }
+    Py_RETURN_NONE;
+}
+
+/* An array's key, (shape, dtype) or (mark, shape, dtype); NULL without an error where its
+ * dtype is not one compiled code takes. */
+static PyObject *array_key(PyObject *a, PyObject *mark) {
+    PyObject *dtype = PyObject_GetAttr(a, str_dtype);
+    if (dtype == NULL)
+        return NULL;
+    int supported = PySet_Contains(plain_supported, dtype);
+    PyObject *shape = supported == 1 ? PyObject_GetAttr(a, str_shape) : NULL;
+    PyObject *key = shape == NULL ? NULL : mark == NULL ? PyTuple_Pack(2, shape, dtype) : PyTuple_Pack(3, mark, shape, dtype);
+    Py_XDECREF(shape);
+    Py_DECREF(dtype);
+    return key;
+}
+
+/* The key api._simple_signature makes of `n` arguments (a new reference), or NULL: with an
+ * error set on one, without where it makes none (or they nest deeper than MAX_DEPTH). */
+static PyObject *simple_signature(PyObject *const *args, Py_ssize_t n, int depth) {
+    if (depth > MAX_DEPTH)
+        return NULL;
+    PyObject *sig = PyTuple_New(n);
+    for (Py_ssize_t i = 0; sig != NULL && i < n; i++) {
+        PyObject *a = args[i], *type = (PyObject *)Py_TYPE(a), *item = NULL;
+        int member;
+        if (type == ndarray_type && (item = array_key(a, NULL)) != NULL) {
+        } else if (PyErr_Occurred()) {
+        } else if (a == Py_None) {
+            item = Py_NewRef(Py_None);
+        } else if (PyTuple_CheckExact(a)) {
+            PyObject *inner = simple_signature(((PyTupleObject *)a)->ob_item, PyTuple_GET_SIZE(a), depth + 1);
+            item = inner == NULL ? NULL : PyTuple_Pack(2, mark_tuple, inner);
+            Py_XDECREF(inner);
+        } else if ((member = PySet_Contains(plain_boxes, type)) != 0) {
+            PyObject *value = member < 0 ? NULL : PyObject_GetAttr(a, str_value);
+            if (value != NULL && (PyObject *)Py_TYPE(value) == ndarray_type)
+                item = array_key(value, mark_box);
+            Py_XDECREF(value);
+        } else if ((member = PySet_Contains(plain_numbers, type)) != 0) {
+            item = member < 0 ? NULL : Py_NewRef(type);
+        } else {
+            PyObject *id = PyLong_FromVoidPtr(a);
+            item = id == NULL ? NULL : PyTuple_Pack(3, mark_object, type, id);
+            Py_XDECREF(id);
+        }
+        if (item == NULL)
+            Py_CLEAR(sig);
+        else
+            PyTuple_SET_ITEM(sig, i, item);
+    }
+    return sig;
+}
+
+static double seconds_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);  /* (time.perf_counter's clock) */
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* `untraced.name` as a double; -1 with an error set where it is not a number. */
+static int read_seconds(PyObject *untraced, PyObject *name, double *value) {
+    PyObject *v = PyObject_GetAttr(untraced, name);
+    *value = v == NULL ? -1.0 : PyFloat_AsDouble(v);
+    Py_XDECREF(v);
+    return *value == -1.0 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* `obj.name += step` (an int), or `obj.name = value` where `value` is given. */
+static int update(PyObject *obj, PyObject *name, PyObject *value, long step) {
+    PyObject *v = value;
+    if (v == NULL) {
+        PyObject *old = PyObject_GetAttr(obj, name), *inc = PyLong_FromLong(step);
+        v = old == NULL || inc == NULL ? NULL : PyNumber_Add(old, inc);
+        Py_XDECREF(old);
+        Py_XDECREF(inc);
+    } else {
+        Py_INCREF(v);
+    }
+    int r = v == NULL ? -1 : PyObject_SetAttr(obj, name, v);
+    Py_XDECREF(v);
+    return r;
+}
+
+/* The call run on the plain tier: 1 with *result set (NULL where the function raised), or 0,
+ * no error set, where Python is to take it (its signature not one of `_simple_untraced`'s, its
+ * budget spent, a fixed plain budget set, a trace run by numpy held for it, anything unforeseen). */
+static int plain_tier(Front *self, PyObject *const *args, Py_ssize_t n, PyObject **result) {
+    if (plain_supported == NULL)
+        return 0;
+    PyObject *untraced = NULL, *fun = NULL, *stats = NULL, *fixed = NULL, *replay = NULL;
+    PyObject *map = PyObject_GetAttr((PyObject *)self, str_simple_untraced);
+    int taken = 0;
+    double spent, due;
+    if (map != NULL && PyDict_CheckExact(map) && PyDict_GET_SIZE(map) > 0) {
+        PyObject *sig = simple_signature(args, n, 0);
+        PyObject *plain = sig == NULL ? NULL : PyDict_GetItemWithError(map, sig);  /* borrowed, from map */
+        Py_XDECREF(sig);
+        if (plain != NULL && PyTuple_CheckExact(plain) && PyTuple_GET_SIZE(plain) == 2)
+            untraced = Py_NewRef(PyTuple_GET_ITEM(plain, 0));
+    }
+    Py_XDECREF(map);
+    if (untraced != NULL && read_seconds(untraced, str_spent, &spent) == 0 && read_seconds(untraced, str_due, &due) == 0
+        && spent < due && (fixed = PyObject_GetAttr(plain_tiering, str_plain_seconds)) == Py_None
+        && (replay = PyObject_GetAttr(untraced, str_replay)) == Py_None
+        && (stats = PyObject_GetAttr((PyObject *)self, str_stats)) != NULL
+        && (fun = PyObject_GetAttr((PyObject *)self, str_fun)) != NULL
+        && update(stats, str_plain_tier_calls, NULL, 1) == 0) {
+        taken = 1;
+        double t0 = seconds_now();
+        PyObject *r = PyObject_Vectorcall(fun, args, n, NULL);
+        double took = seconds_now() - t0;
+        PyObject *type, *value, *traceback;  /* (the function's error, if any, kept through the bookkeeping) */
+        PyErr_Fetch(&type, &value, &traceback);
+        double least;  /* (spent read again: a call of the same signature within this one counted its own) */
+        int kept = read_seconds(untraced, str_spent, &spent) == 0;
+        PyObject *total = PyFloat_FromDouble(spent + took), *quickest = PyFloat_FromDouble(took);
+        kept = kept && total != NULL && quickest != NULL && update(untraced, str_spent, total, 0) == 0
+                   && update(untraced, str_calls, NULL, 1) == 0 && read_seconds(untraced, str_least, &least) == 0
+                   && (took >= least || update(untraced, str_least, quickest, 0) == 0);
+        Py_XDECREF(total);
+        Py_XDECREF(quickest);
+        if (!kept && r != NULL) {  /* the bookkeeping's own error, after a call that ran */
+            Py_CLEAR(r);
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(traceback);
+        } else {
+            PyErr_Restore(type, value, traceback);
+        }
+        *result = r;
+    }
+    if (!taken)
+        PyErr_Clear();
+    Py_XDECREF(untraced);
+    Py_XDECREF(fixed);
+    Py_XDECREF(replay);
+    Py_XDECREF(stats);
+    Py_XDECREF(fun);
+    return taken;
+}
+
 static PyObject *front_vectorcall(Front *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     Py_ssize_t n = PyVectorcall_NARGS(nargsf);
-    int traced = self->fast == NULL || self->fast == Py_None || self->waiting ? 1 : tracing();
+    int traced = tracing();
     if (traced < 0)
         return NULL;
     if (traced)  /* the Python path, which inlines the function into the trace */
         return call_python(self, args, nargsf, kwnames);
+    if (self->fast == NULL || self->fast == Py_None || self->waiting) {
+        PyObject *r;
+        return kwnames == NULL && plain_tier(self, args, n, &r) ? r : call_python(self, args, nargsf, kwnames);
+    }
     Stage *stage = NULL;
     PyObject *pass[MAX_ARGS];
     if (!scan(self, args, n, kwnames == NULL && !self->busy && self->n_stages ? &stage : NULL, pass))
@@ -990,6 +1163,8 @@ static PyTypeObject FrontType = {
 static PyMethodDef module_functions[] = {
     {"set_trace_state", set_trace_state, METH_O, "set_trace_state(tracing.state): whose `traces` mean a trace is on"},
     {"set_device_array", set_device_array, METH_O, "set_device_array(backend.DeviceArray): the type of kept results"},
+    {"set_plain_tier", set_plain_tier, METH_VARARGS, "set_plain_tier(supported dtypes, box types, number types, "
+     "tiering, (tuple, box, object marks)): what the plain tier's keys are made of (api._simple_signature)"},
     {"address", address, METH_O, "address(device_array): where its memory is, on the CPU"},
     {NULL},
 };
@@ -1032,6 +1207,19 @@ PyMODINIT_FUNC PyInit__callpath(void) {
     str_jax_config = PyUnicode_InternFromString("jax._src.config");
     str_enable_x64 = PyUnicode_InternFromString("enable_x64");
     str_swap_local = PyUnicode_InternFromString("swap_local");
+    str_simple_untraced = PyUnicode_InternFromString("_simple_untraced");
+    str_spent = PyUnicode_InternFromString("spent");
+    str_due = PyUnicode_InternFromString("due");
+    str_replay = PyUnicode_InternFromString("replay");
+    str_plain_seconds = PyUnicode_InternFromString("PLAIN_SECONDS");
+    str_stats = PyUnicode_InternFromString("stats");
+    str_plain_tier_calls = PyUnicode_InternFromString("plain_tier_calls");
+    str_fun = PyUnicode_InternFromString("_fun");
+    str_calls = PyUnicode_InternFromString("calls");
+    str_least = PyUnicode_InternFromString("least");
+    str_shape = PyUnicode_InternFromString("shape");
+    str_dtype = PyUnicode_InternFromString("dtype");
+    str_value = PyUnicode_InternFromString("_value");
     empty_tuple = PyTuple_New(0);
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)

@@ -92,6 +92,10 @@ def _simple_signature(args):
     return tuple(sig)
 
 
+if calls.Calls is not calls._Calls:  # the Front in C takes _call_python's first hot path itself (_callpath.c)
+    calls.native.set_plain_tier(_SUPPORTED, box_types, _NUMBERS, tiering, (_TUPLE, _BOX, _OBJECT))
+
+
 # Arguments that a thread's differentiated call (autograd running jit_call's forward pass)
 # must keep: its backward pass reads them again, so donated device arrays are not consumed.
 _keeping = threading.local()

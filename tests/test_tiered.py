@@ -17,6 +17,7 @@ import autograd.numpy as np
 from autograd import grad, hessian
 from autograd_xla import (CompileError, backend, DeviceArray, FallbackWarning, jit_ps,
                           set_default_tiered, tiering)
+from autograd_xla import calls
 from autograd_xla.aot import COMPILED
 from helpers import assert_close, twice_xla_rejects
 
@@ -711,6 +712,45 @@ def test_plain_tier_simple_path_then_compiled(monkeypatch):
     assert not jf._simple_untraced
     info = jf.cache_info()
     assert (info["traces"], info["compiles"], info["plain_tier_calls"]) == (1, 1, 5)
+
+
+@pytest.mark.skipif(calls.Calls is calls._Calls, reason="the C call path (_callpath.c) is not built")
+def test_the_plain_tier_s_hot_path_runs_in_c_with_python_s_keys_and_bookkeeping(monkeypatch):
+    """_callpath.c's Front takes a plain-tier call itself (_call_python's first hot path, in C):
+    its key of the arguments is api._simple_signature's (arrays, None, tuples, boxes, Python
+    numbers, another object), so after a signature's first call Python is not entered; each
+    call counts into its tiering.Untraced and the function's stats as in Python, one that
+    raises too, and raises."""
+    monkeypatch.setattr(tiering, "PLAIN_SECONDS", None)
+    monkeypatch.setattr(tiering, "plain_budget", lambda learned=None, call=None: 3600.0)
+    monkeypatch.setattr(tiering, "trace_budget", lambda call: 3600.0)
+
+    class Holder:
+        pass
+
+    def f(W, pair, k, obj, x):
+        if k < 0:
+            raise ValueError("negative")
+        return np.sum(np.tanh(x @ W + pair[0]) * k)
+
+    jf, holder = jit_ps(f, tiered=True), Holder()
+    entered = []
+    python = jf._call_python
+    monkeypatch.setattr(jf, "_call_python", lambda *a, **kw: entered.append(1) or python(*a, **kw))
+    for k in range(1, 5):
+        assert jf(W, (B, None), float(k), holder, X) == f(W, (B, None), float(k), holder, X)
+    assert len(entered) == 1  # the signature's first call, which made its key
+    (untraced, flat), = jf._simple_untraced.values()
+    assert untraced.calls == 4 and jf.stats.plain_tier_calls == 4 and 0 < untraced.least <= untraced.spent / 4
+    with pytest.raises(ValueError, match="negative"):
+        jf(W, (B, None), -1.0, holder, X)
+    assert untraced.calls == 5 and jf.stats.plain_tier_calls == 5 and len(entered) == 1
+    g, want = grad(jf), grad(f)
+    for k in range(1, 4):
+        assert onp.array_equal(g(W, (B, None), float(k), holder, X), want(W, (B, None), float(k), holder, X))
+    assert len(entered) == 2 and jf.stats.plain_tier_calls == 8  # the boxes' signature: its first call
+    jf(W, (B, None), 1.0, Holder(), X)  # another object: its own signature, made in Python
+    assert len(entered) == 3 and jf.cache_info()["traces"] == 0
 
 
 def test_plain_tier_hot_path_takes_tuples_none_and_boxes(monkeypatch):
