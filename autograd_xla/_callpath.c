@@ -21,6 +21,10 @@
  * and numpy reading an __array_interface__ dict; this 0.9 µs), and a countdown of the calls
  * a climbing signature's ladder waits for (`due`, tiering.Ladder.hand).
  *
+ * The plain tier: a call of a signature that runs as plain autograd before its trace (tiered
+ * execution) runs here, looked up by api._simple_signature's key and timed into its
+ * tiering.Untraced, where Python's _call_python would take its hot path.
+ *
  * Counts: a jitted function's counts of fast hits and the arrays they moved, read by
  * aot.CacheStats, and which signature moved its key to the end of the function's cache last.
  *
