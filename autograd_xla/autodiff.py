@@ -207,7 +207,10 @@ class HeldVJP:
                 self.compiled = d._compiling_entry(*[getval(x) for x in leaves], self.g)
             except Exception:  # (not the call's to raise: held, as its calls were)
                 self.compiled = False
-        return bool(self.compiled) and self.compiled.ready()
+        ready = getattr(self.compiled, "ready", None)
+        if ready is None and self.compiled is not False:  # held by the VJP's own tiering: asked again
+            self.compiled = None
+        return ready is not None and ready()
 
     def _check(self, leaves, g, ans, grads):
         """A checked call: the split (traced now at the first) run at these leaves and
