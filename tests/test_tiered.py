@@ -753,6 +753,48 @@ def test_the_plain_tier_s_hot_path_runs_in_c_with_python_s_keys_and_bookkeeping(
     assert len(entered) == 3 and jf.cache_info()["traces"] == 0
 
 
+class _Sub(onp.ndarray):
+    pass
+
+
+_KINDS = {  # an argument of each kind _simple_signature keys, and how the function reads it
+    "0-d array": onp.array(2.0),
+    "numpy scalar (by identity)": onp.float64(2.0),
+    "int array": onp.arange(3),
+    "float32 array": onp.ones(3, onp.float32),
+    "unsupported dtype (by identity)": onp.array(["a"], dtype=object),
+    "ndarray subclass (by identity)": onp.ones(3).view(_Sub),
+    "nested tuples": ((onp.ones(2), (None, onp.ones(1))), 3),
+    "bool": True,
+    "int": 3,
+    "complex": 1j,
+    "list (by identity)": [onp.ones(2)],
+}
+
+
+@pytest.mark.skipif(calls.Calls is calls._Calls, reason="the C call path (_callpath.c) is not built")
+@pytest.mark.parametrize("kind", _KINDS)
+def test_the_plain_tier_in_c_keys_each_kind_of_argument_as_python_does(kind, monkeypatch):
+    """Each kind of argument api._simple_signature keys is keyed alike in C: after the
+    signature's first call (made in Python) C finds it and takes the calls, with plain
+    autograd's results."""
+    monkeypatch.setattr(tiering, "PLAIN_SECONDS", None)
+    monkeypatch.setattr(tiering, "plain_budget", lambda learned=None, call=None: 3600.0)
+    monkeypatch.setattr(tiering, "trace_budget", lambda call: 3600.0)
+    arg = _KINDS[kind]
+
+    def f(x, a):
+        return np.sum(np.tanh(x)) + len(repr(type(a)))
+
+    jf = jit_ps(f, tiered=True)
+    entered = []
+    python = jf._call_python
+    monkeypatch.setattr(jf, "_call_python", lambda *a, **kw: entered.append(1) or python(*a, **kw))
+    for _ in range(3):
+        assert jf(X, arg) == f(X, arg)
+    assert len(entered) == 1 and jf.stats.plain_tier_calls == 3
+
+
 def test_plain_tier_hot_path_takes_tuples_none_and_boxes(monkeypatch):
     """The plain tier's hot path also takes a call of arrays in tuples beside None (lifelines
     passes `(T, None)`) and of autograd's boxes (grad(jit_ps(f)), pymanopt's decorator
