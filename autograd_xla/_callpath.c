@@ -733,17 +733,19 @@ static int bare(PyObject *const *args, Py_ssize_t n, PyObject *kwnames, PyObject
 
 /* ----- the plain tier's hot path ------------------------------------------------------- */
 
-/* api.JittedFunction._call_python's first hot path in C: a call of a signature that runs as
- * plain autograd before its trace (tiering.py) is looked up by the key api._simple_signature
- * makes of its positional arguments, in the function's `_simple_untraced`, and run here,
- * timed into its tiering.Untraced, as _call_python would; any other call goes to Python,
- * which looks again. Measured against plain autograd, a call's cost: lifelines' arguments,
- * arrays beside a tuple holding None, 2.5 µs in Python; autograd's boxes (grad(jit_ps(f)),
- * pymanopt's decorator stack) 5.5 µs. set_plain_tier hands over what the key is made of. */
+/* api.JittedFunction._call_python's hot paths in C, where they run plain autograd: a call of a
+ * signature that runs plainly before its trace (tiering.py) is looked up by the key
+ * api._simple_signature makes of its positional arguments, in the function's
+ * `_simple_untraced`, and run here, timed into its tiering.Untraced, as _call_python would;
+ * one that runs plainly for good (`_simple`'s entry None: tiering.PlainStep) is run here too;
+ * any other call goes to Python, which looks again. A call's cost over plain autograd:
+ * lifelines' arguments, arrays beside a tuple holding None, 2.5 µs in Python, 1.3 here;
+ * autograd's boxes (grad(jit_ps(f)), pymanopt's decorator stack) 4.1-4.4, 1.3-2.0 here.
+ * set_plain_tier hands over what the key is made of. */
 static PyObject *plain_supported, *plain_boxes, *plain_numbers, *plain_tiering;  /* api's, autograd's, tiering */
 static PyObject *mark_tuple, *mark_box, *mark_object;                             /* api's marks */
 static PyObject *str_simple_untraced, *str_spent, *str_due, *str_replay, *str_plain_seconds, *str_stats;
-static PyObject *str_plain_tier_calls, *str_fun, *str_calls, *str_least, *str_shape, *str_dtype, *str_value;
+static PyObject *str_plain_tier_calls, *str_fun, *str_calls, *str_least, *str_shape, *str_dtype, *str_value, *str_simple;
 
 static PyObject *set_plain_tier(PyObject *module, PyObject *args) {
     PyObject *supported, *boxes, *numbers, *tiering, *t, *b, *o;
@@ -844,22 +846,40 @@ static int update(PyObject *obj, PyObject *name, PyObject *value, long step) {
 /* The call run on the plain tier: 1 with *result set (NULL where the function raised), or 0,
  * no error set, where Python is to take it (its signature not one of `_simple_untraced`'s, its
  * budget spent, a fixed plain budget set, a trace run by numpy held for it, anything unforeseen). */
+/* The value `sig` has in the dict `self.<name>` (a new reference), or NULL: none, or not a dict. */
+static PyObject *simple_value(Front *self, PyObject *name, PyObject *sig) {
+    PyObject *map = PyObject_GetAttr((PyObject *)self, name);
+    PyObject *value = map != NULL && PyDict_CheckExact(map) && PyDict_GET_SIZE(map) > 0
+                      ? PyDict_GetItemWithError(map, sig) : NULL;  /* borrowed, from map */
+    Py_XINCREF(value);
+    Py_XDECREF(map);
+    return value;
+}
+
 static int plain_tier(Front *self, PyObject *const *args, Py_ssize_t n, PyObject **result) {
     if (plain_supported == NULL)
         return 0;
     PyObject *untraced = NULL, *fun = NULL, *stats = NULL, *fixed = NULL, *replay = NULL;
-    PyObject *map = PyObject_GetAttr((PyObject *)self, str_simple_untraced);
+    PyObject *sig = simple_signature(args, n, 0);
+    PyObject *plain = sig == NULL ? NULL : simple_value(self, str_simple_untraced, sig);
+    if (plain != NULL && PyTuple_CheckExact(plain) && PyTuple_GET_SIZE(plain) == 2)
+        untraced = Py_NewRef(PyTuple_GET_ITEM(plain, 0));
     int taken = 0;
     double spent, due;
-    if (map != NULL && PyDict_CheckExact(map) && PyDict_GET_SIZE(map) > 0) {
-        PyObject *sig = simple_signature(args, n, 0);
-        PyObject *plain = sig == NULL ? NULL : PyDict_GetItemWithError(map, sig);  /* borrowed, from map */
-        Py_XDECREF(sig);
-        if (plain != NULL && PyTuple_CheckExact(plain) && PyTuple_GET_SIZE(plain) == 2)
-            untraced = Py_NewRef(PyTuple_GET_ITEM(plain, 0));
+    if (plain == NULL && sig != NULL && !PyErr_Occurred()) {  /* plain autograd's for good (_simple: no entry) */
+        PyObject *hit = simple_value(self, str_simple, sig);
+        if (hit != NULL && PyTuple_CheckExact(hit) && PyTuple_GET_SIZE(hit) == 2 && PyTuple_GET_ITEM(hit, 0) == Py_None
+            && (stats = PyObject_GetAttr((PyObject *)self, str_stats)) != NULL
+            && (fun = PyObject_GetAttr((PyObject *)self, str_fun)) != NULL
+            && update(stats, str_plain_tier_calls, NULL, 1) == 0) {
+            taken = 1;
+            *result = PyObject_Vectorcall(fun, args, n, NULL);
+        }
+        Py_XDECREF(hit);
     }
-    Py_XDECREF(map);
-    if (untraced != NULL && read_seconds(untraced, str_spent, &spent) == 0 && read_seconds(untraced, str_due, &due) == 0
+    Py_XDECREF(plain);
+    Py_XDECREF(sig);
+    if (!taken && untraced != NULL && read_seconds(untraced, str_spent, &spent) == 0 && read_seconds(untraced, str_due, &due) == 0
         && spent < due && (fixed = PyObject_GetAttr(plain_tiering, str_plain_seconds)) == Py_None
         && (replay = PyObject_GetAttr(untraced, str_replay)) == Py_None
         && (stats = PyObject_GetAttr((PyObject *)self, str_stats)) != NULL
@@ -1224,6 +1244,7 @@ PyMODINIT_FUNC PyInit__callpath(void) {
     str_shape = PyUnicode_InternFromString("shape");
     str_dtype = PyUnicode_InternFromString("dtype");
     str_value = PyUnicode_InternFromString("_value");
+    str_simple = PyUnicode_InternFromString("_simple");
     empty_tuple = PyTuple_New(0);
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
