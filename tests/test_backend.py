@@ -240,6 +240,24 @@ def test_x64_off_linear_algebra_uses_32_bit_kernels():
     assert_close(out, (onp.linalg.cholesky(A) @ onp.linalg.inv(A)).astype(onp.float32), rtol=1e-5)
 
 
+def test_the_cuda_plugin_is_found_where_its_namespace_package_is(tmp_path, monkeypatch):
+    """clients.cuda_plugin looks for the jax_plugins namespace package first (without it,
+    none), then its CUDA flavours' plugin library."""
+    if HAS_PLUGIN:
+        pytest.skip("a CUDA plugin is installed here")
+    assert clients.cuda_plugin() == (None, None)
+    package = tmp_path / "jax_plugins" / "xla_cuda12"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "xla_cuda_plugin.so").write_bytes(b"")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert clients.cuda_plugin() == (str(package / "xla_cuda_plugin.so"), "xla_cuda12")
+    finally:  # (the namespace package its look-up imported, whose path is this test's)
+        for name in [m for m in sys.modules if m == "jax_plugins" or m.startswith("jax_plugins.")]:
+            del sys.modules[name]
+
+
 def test_installed_plugin_without_a_device_is_a_clear_error(monkeypatch):
     """The CUDA plugin loads on a machine without a GPU and then reports it; we pass that on.
     (Simulated with a plugin path that cannot load; with jax-cuda12-pjrt installed on a CPU
