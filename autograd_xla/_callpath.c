@@ -843,9 +843,6 @@ static int update(PyObject *obj, PyObject *name, PyObject *value, long step) {
     return r;
 }
 
-/* The call run on the plain tier: 1 with *result set (NULL where the function raised), or 0,
- * no error set, where Python is to take it (its signature not one of `_simple_untraced`'s, its
- * budget spent, a fixed plain budget set, a trace run by numpy held for it, anything unforeseen). */
 /* The value `sig` has in the dict `self.<name>` (a new reference), or NULL: none, or not a dict. */
 static PyObject *simple_value(Front *self, PyObject *name, PyObject *sig) {
     PyObject *map = PyObject_GetAttr((PyObject *)self, name);
@@ -856,6 +853,10 @@ static PyObject *simple_value(Front *self, PyObject *name, PyObject *sig) {
     return value;
 }
 
+/* The call run on the plain tier: 1 with *result set (NULL where the function raised), or 0,
+ * no error set, where Python is to take it (its signature neither one of `_simple_untraced`'s
+ * nor plain for good, its budget spent, a fixed plain budget set, a trace run by numpy held
+ * for it, anything unforeseen). */
 static int plain_tier(Front *self, PyObject *const *args, Py_ssize_t n, PyObject **result) {
     if (plain_supported == NULL)
         return 0;
