@@ -843,13 +843,18 @@ static int update(PyObject *obj, PyObject *name, PyObject *value, long step) {
     return r;
 }
 
-/* The value `sig` has in the dict `self.<name>` (a new reference), or NULL: none, or not a dict. */
-static PyObject *simple_value(Front *self, PyObject *name, PyObject *sig) {
+/* The dict `self.<name>` (a new reference) where it holds any signature, else NULL. */
+static PyObject *simple_map(Front *self, PyObject *name) {
     PyObject *map = PyObject_GetAttr((PyObject *)self, name);
-    PyObject *value = map != NULL && PyDict_CheckExact(map) && PyDict_GET_SIZE(map) > 0
-                      ? PyDict_GetItemWithError(map, sig) : NULL;  /* borrowed, from map */
+    if (map != NULL && (!PyDict_CheckExact(map) || PyDict_GET_SIZE(map) == 0))
+        Py_CLEAR(map);
+    return map;
+}
+
+/* The value `sig` has in `map` (a new reference), or NULL: none (`map` NULL too). */
+static PyObject *simple_value(PyObject *map, PyObject *sig) {
+    PyObject *value = map == NULL ? NULL : PyDict_GetItemWithError(map, sig);  /* borrowed, from map */
     Py_XINCREF(value);
-    Py_XDECREF(map);
     return value;
 }
 
@@ -861,14 +866,15 @@ static int plain_tier(Front *self, PyObject *const *args, Py_ssize_t n, PyObject
     if (plain_supported == NULL)
         return 0;
     PyObject *untraced = NULL, *fun = NULL, *stats = NULL, *fixed = NULL, *replay = NULL;
-    PyObject *sig = simple_signature(args, n, 0);
-    PyObject *plain = sig == NULL ? NULL : simple_value(self, str_simple_untraced, sig);
+    PyObject *untraced_map = simple_map(self, str_simple_untraced), *simple = simple_map(self, str_simple);
+    PyObject *sig = untraced_map == NULL && simple == NULL ? NULL : simple_signature(args, n, 0);  /* (none to find) */
+    PyObject *plain = sig == NULL ? NULL : simple_value(untraced_map, sig);
     if (plain != NULL && PyTuple_CheckExact(plain) && PyTuple_GET_SIZE(plain) == 2)
         untraced = Py_NewRef(PyTuple_GET_ITEM(plain, 0));
     int taken = 0;
     double spent, due;
     if (plain == NULL && sig != NULL && !PyErr_Occurred()) {  /* plain autograd's for good (_simple: no entry) */
-        PyObject *hit = simple_value(self, str_simple, sig);
+        PyObject *hit = simple_value(simple, sig);
         if (hit != NULL && PyTuple_CheckExact(hit) && PyTuple_GET_SIZE(hit) == 2 && PyTuple_GET_ITEM(hit, 0) == Py_None
             && (stats = PyObject_GetAttr((PyObject *)self, str_stats)) != NULL
             && (fun = PyObject_GetAttr((PyObject *)self, str_fun)) != NULL
@@ -880,6 +886,8 @@ static int plain_tier(Front *self, PyObject *const *args, Py_ssize_t n, PyObject
     }
     Py_XDECREF(plain);
     Py_XDECREF(sig);
+    Py_XDECREF(untraced_map);
+    Py_XDECREF(simple);
     if (!taken && untraced != NULL && read_seconds(untraced, str_spent, &spent) == 0 && read_seconds(untraced, str_due, &due) == 0
         && spent < due && (fixed = PyObject_GetAttr(plain_tiering, str_plain_seconds)) == Py_None
         && (replay = PyObject_GetAttr(untraced, str_replay)) == Py_None

@@ -354,9 +354,10 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         program and its VJP's plain tier (each running the function's Python again) took 1.5x
         plain autograd's time (pymanopt's Gaussian mixture)."""
         held_only = type(entry) is not tiering.Untraced
-        replay = entry.replay if not held_only else None
-        if not held_only and (not replay or replay.steps is None or replay.out_tree is not tree.LEAF):
-            return None
+        if not held_only:
+            replay = entry.replay
+            if not replay or replay.steps is None or replay.out_tree is not tree.LEAF:
+                return None
         nums, traces = [], set()
         for i, x in enumerate(leaves):
             if type(x) in box_types:
@@ -369,7 +370,10 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         nums = tuple(nums)
         if held_only:
             held = entry.vjps.get(nums) if entry.vjps else None
-            return held if held is not None and held.split and not held.unchecked else None
+            if held is not None and (not held.split or held.unchecked):  # never checked now: jit_call's
+                entry.vjps.pop(nums, None)
+                return None
+            return held
         if entry.vjps is None:
             entry.vjps = {}
         held = entry.vjps.get(nums)
