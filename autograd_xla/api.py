@@ -156,7 +156,7 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
 
     def __init__(self, fun, static_argnums=(), static_argnames=(), fallback="python", backend=None,
                  cache_size=DEFAULT_CACHE_SIZE, keep_on_device=False, x64=None, max_program=MAX_PROGRAM,
-                 donate_argnums=(), explain=None, tiered=None, roll_loops=None):
+                 donate_argnums=(), explain=None, tiered=None, roll_loops=None, deterministic=False):
         if fallback not in ("python", "error"):
             raise ValueError("fallback must be 'python' or 'error'")
         if backend is not None:
@@ -164,6 +164,11 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         functools.update_wrapper(self, fun)
         self.__dict__.pop("_signature", None)  # (update_wrapper copies fun's __dict__: a jitted fun's own)
         self._fun = fun
+        self._options = dict(static_argnums=static_argnums, static_argnames=static_argnames, fallback=fallback,
+                             backend=backend, cache_size=cache_size, keep_on_device=keep_on_device, x64=x64,
+                             max_program=max_program, donate_argnums=donate_argnums, explain=explain,
+                             tiered=tiered, roll_loops=roll_loops, deterministic=deterministic)  # (__reduce__)
+        self.deterministic = bool(deterministic)
         named = static_argnums != () or static_argnames != () or donate_argnums != ()
         signature = self._signature if named else None  # (else made at its first use: _signature)
         self._static_argnums, self._static_argnames = static_arguments(signature, static_argnums, static_argnames)
@@ -219,6 +224,28 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         if obj is None:
             return self
         return functools.partial(self, obj)
+
+    def __copy__(self):
+        """The function itself, as copy.copy and copy.deepcopy give a Python function: a library
+        deep-copying objects that hold the user's functions (mici's transitions, paragami's
+        patterns) shares its compiled programs with them."""
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __reduce__(self):
+        """Pickled as the function it wraps is: by reference where the jitted function is its
+        module's global of its name (`@jit_ps` on a module's function), else as jit_ps of the
+        pickled function with the same options, whose programs the process that loads it
+        compiles again (its caches are this process's)."""
+        qualname = getattr(self, "__qualname__", None)
+        found = sys.modules.get(getattr(self, "__module__", None))
+        for part in (qualname or "<>").split("."):
+            found = getattr(found, part, None)
+        if found is self:
+            return qualname
+        return functools.partial(JittedFunction, **self._options), (self._fun,)
 
     def __repr__(self):
         name = getattr(self._fun, "__name__", None)
@@ -865,7 +892,10 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
     def _tiers(self):
         """Whether a new signature runs plainly first: tiered=None follows the process default
         (tiering.default_tiered: None is on), except under fallback="error", which asks to
-        hear at the first call that a signature cannot compile."""
+        hear at the first call that a signature cannot compile, and a deterministic function,
+        whose results must not depend on when its calls' time says to compile."""
+        if self.deterministic:
+            return False
         if self.tiered is not None:
             return bool(self.tiered)
         default = tiering.default_tiered()
@@ -898,7 +928,8 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         (which notes the saving over signature `key`'s plain calls, tiered). Returns (seconds,
         whether it compiled rather than reused)."""
         backend = self._backend()
-        entry.options = backend.fast_compile_options(quick=quick and entry.lowered.work <= backend_mod.QUICK_WORK)
+        entry.options = None if self.deterministic else backend.fast_compile_options(
+            quick=quick and entry.lowered.work <= backend_mod.QUICK_WORK)
         executable, seconds, compiled = self._compile_program(entry, entry.lowered, entry.options, fresh_first=True)
         quickly = backend.optimized(entry.options) is not None
         # Where the products run (lowering's variants) before how XLA emits the loops (its
@@ -917,7 +948,7 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         entry.seconds += seconds
         learn = self._untraced.learner(key, entry.seconds, entry.graph.size())  # a tiered signature's: its cost and saving
         plain = self._plain_step(key, entry) if learn is not None else None
-        if (steps or plain is not None) and tiering.UPGRADE_RENT is not None:
+        if (steps or plain is not None) and tiering.UPGRADE_RENT is not None and not self.deterministic:
             entry.ladder = tiering.Ladder(steps, seconds, weakref.WeakMethod(self._faster_program),
                                           weakref.WeakMethod(self._forget_fast_paths), learn, quick=quickly,
                                           plain=plain)
@@ -1310,7 +1341,7 @@ def _warn(message, category=UserWarning):
 
 def jit_ps(fun=None, *, static_argnums=(), static_argnames=(), fallback="python", backend=None,
            cache_size=DEFAULT_CACHE_SIZE, keep_on_device=False, x64=None, max_program=MAX_PROGRAM, donate_argnums=(),
-           explain=None, tiered=None, roll_loops=None):
+           explain=None, tiered=None, roll_loops=None, deterministic=False):
     """Compile `fun` with XLA, once per signature; use as `jit_ps(f)` or `@jit_ps(...)`.
 
     Array leaves and Python numbers are traced; every other argument leaf (a string, a bool,
@@ -1363,16 +1394,25 @@ def jit_ps(fun=None, *, static_argnums=(), static_argnames=(), fallback="python"
     its steps repeat the same operations (rolling.py; each step computes as the unrolled
     program would), so its compile time does not grow with the number of steps; None follows
     rolling.ROLL_LOOPS ($AUTOGRAD_XLA_ROLL_LOOPS=0 turns it off), on by default.
+    deterministic: a signature's results are a function of its arguments alone, the same bits
+    at every call and in every run (same machine, same versions): it compiles at the first
+    call (no tiers) with XLA's default optimisations and keeps that program. By default the
+    plain tier's results are plain autograd's and a compiled program's may differ from them
+    in the last bits, as may the faster programs a signature moves to (tiering.Ladder: LLVM's
+    optimisations form fused multiply-adds), each when its calls' measured time says, so a
+    seeded run (an MCMC chain, an optimiser's path) may differ from run to run after tens of
+    steps; its derivatives (grad(jit_ps(f))) are deterministic too.
     """
     options = dict(static_argnums=static_argnums, static_argnames=static_argnames, fallback=fallback,
                    backend=backend, cache_size=cache_size, keep_on_device=keep_on_device, x64=x64,
                    max_program=max_program, donate_argnums=donate_argnums, explain=explain, tiered=tiered,
-                   roll_loops=roll_loops)
+                   roll_loops=roll_loops, deterministic=deterministic)
     if fun is None:
         return functools.partial(jit_ps, **options)
     if isinstance(fun, JittedFunction) and not (static_argnums or static_argnames or keep_on_device or donate_argnums
                                                   or x64 is not None or backend is not None or explain is not None
                                                   or tiered is not None or roll_loops is not None
+                                                  or deterministic and not fun.deterministic
                                                   or fallback != fun.fallback
                                                   or cache_size != fun.cache_size
                                                   or tuple(max_program) != fun.max_program):

@@ -122,7 +122,7 @@ def _derivative(fn, kind, spec, nums):
         maker = {"vjp": make_vjp_function, "jvp": make_jvp_function, "value_vjp": make_value_vjp_function}[kind]
         d = fn._derivatives[key] = type(fn)(maker(fn, spec, nums), fallback=fn.fallback, backend=fn.backend,
                                             cache_size=fn.cache_size, x64=fn.x64, max_program=fn.max_program,
-                                            explain=fn.explain, tiered=fn.tiered)
+                                            explain=fn.explain, tiered=fn.tiered, deterministic=fn.deterministic)
         d._warned = fn._warned  # one warning per problem, not one per derivative
     return d
 

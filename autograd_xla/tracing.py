@@ -82,6 +82,9 @@ class Trace:
         #                     arguments of a sub-trace equal to an enclosing value: vmap's unmapped ones)
         self.example = None  # Var -> its value in the call being traced (outermost trace only): value_of
         self.speculated = 0  # branches decided from `example` (speculated_bool)
+        self.decided = {}  # computation_of a branch's value -> the way speculated_bool decided it
+        self._computations = {}  # Var -> the number of how it is computed (computation_of), and
+        self._interned = {}      # ... (primitive, its operands' numbers and constants) -> that number
         self.parameters = frozenset()  # input Vars never to be made static (api's parameters)
         self.kinds = False  # whether a Tracer of this trace has a Kind (stands for an ndarray subclass...)
         self.views = set()  # Vars two Tracers of different Kinds share (Tracer.view): not updated in place
@@ -134,6 +137,28 @@ class Trace:
             if any(v in needed for v in eqn.outvars if v is not None):
                 needed.update(eqn.invars())
         return needed & (set(self.invars) | {inner for inner, _ in self.captured.values()})
+
+    def computation_of(self, var):
+        """A number for how `var` is computed from this trace's inputs: the same for two Vars
+        that the same primitives compute from the same inputs and constants, so that a branch
+        on either is decided once (speculated_bool); None where an operand is a constant
+        with no key of value (_constant_key)."""
+        numbers, interned = self._computations, self._interned
+        if not numbers:
+            numbers.update((v, ("input", i)) for i, v in enumerate(self.invars))
+        if var in numbers:
+            return numbers[var]
+        needed, chain = {var}, []
+        for eqn in reversed(self.eqns):
+            if any(v in needed for v in eqn.outvars if v is not None):
+                chain.append(eqn)
+                needed.update(v for v in eqn.invars() if v not in numbers)
+        for eqn in reversed(chain):
+            key = _constant_key((eqn.prim, eqn.args, eqn.kwargs), numbers)
+            for i, v in enumerate(eqn.outvars):
+                if v is not None:
+                    numbers[v] = None if key is None else interned.setdefault((key, i), len(interned))
+        return numbers.get(var)
 
     def value_of(self, var):
         """`var`'s value in the call being traced, computed by numpy from `example` along the
@@ -683,6 +708,29 @@ def _assign(target, result, what):
 SPECULATED_BRANCHES = 16
 
 
+def _constant_key(obj, numbers):
+    """A hashable key of an equation's operands, Vars replaced by their `numbers`
+    (Trace.computation_of): equal only for operands of equal value, floats by their repr
+    (0.0 is not -0.0), arrays by their bytes; None where an operand has no such key (an
+    object array, an unhashable object, a Var of unknown computation)."""
+    t = type(obj)
+    if t is Var:
+        return numbers.get(obj)
+    if t is tuple or t is list or t is dict or t is slice or t is DynamicSlice:
+        parts = (obj.items() if t is dict else (obj.start, obj.stop, obj.step) if t is slice
+                 else (obj.start, obj.size) if t is DynamicSlice else obj)
+        keys = [_constant_key(x, numbers) for x in parts]
+        return None if any(k is None for k in keys) else (t, tuple(keys))
+    if t is float or t is complex:
+        return t, repr(obj)
+    if t is np.ndarray or isinstance(obj, np.generic):
+        return None if obj.dtype.hasobject else (t, obj.dtype.str, np.shape(obj), obj.tobytes())
+    try:
+        return t, obj, hash(obj)  # ints, bools, None, strings, dtypes, the primitive itself
+    except TypeError:
+        return None
+
+
 def speculated_bool(x):
     """bool(x) of a traced value computed from float arguments: decided from the call being
     traced (Trace.value_of), the branch taken compiled, and a guard added that x still
@@ -693,18 +741,26 @@ def speculated_bool(x):
     Integer, boolean and Python-number values raise instead, to be made static (one
     program per value); so do values from random draws, and branches past
     SPECULATED_BRANCHES."""
-    error = concretization_error(x, "bool(x), `if x:` or `while x:`")
     outer = x._trace
     while outer.parent is not None:
         outer = outer.parent
-    value = None
-    if not (error.static_candidates or error.random_draws) and outer.speculated < SPECULATED_BRANCHES:
+    error = concretization_error(x, "bool(x), `if x:` or `while x:`", hint=(
+        f"(This trace has decided {SPECULATED_BRANCHES} branches on traced values already, the most it does: "
+        "tracing.SPECULATED_BRANCHES.)" if outer.speculated >= SPECULATED_BRANCHES else None))
+    here = None
+    if not (error.static_candidates or error.random_draws):
         with _tracing_in(outer):
             try:
                 here = _replayed_outside(x, outer, {})
             except Exception:  # an equation that cannot be bound again outside its body
-                here = None
-            value = None if here is None else outer.value_of(here._var)
+                pass
+    computation = None if here is None else outer.computation_of(here._var)
+    if computation in outer.decided:  # the same value as a branch decided (and guarded) before: a
+        return outer.decided[computation]  # library validating its argument at each use, hessian's levels
+    value = None
+    if here is not None and outer.speculated < SPECULATED_BRANCHES:
+        with _tracing_in(outer):
+            value = outer.value_of(here._var)
             if value is not None:
                 taken = bool(value)  # numpy's own error for an array of several elements
                 truth = here if here.aval.dtype.kind == "b" else here != 0
@@ -714,6 +770,8 @@ def speculated_bool(x):
     outer.guards.append((ok, error.source, "a Python `if`, `while` or `assert` on a traced value went the other "
                                            "way than when it was traced", True))
     outer.speculated += 1
+    if computation is not None:
+        outer.decided[computation] = taken
     return taken
 
 

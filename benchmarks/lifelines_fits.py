@@ -17,8 +17,8 @@ counted from cache_info(), not caught).
 
 --jobs N: each fit as a short job instead, a fresh process each, plain and under jit_ps's
 default (tiered), N rounds interleaved: from before `import autograd_xla` (plain imports none
-of it) to the fit's end, lifelines and autograd imported before in both; and each process's
-wall time. --roots label=path,... measures the autograd_xla of each path side by side.
+of it) to the fit's end, lifelines and autograd imported before in both; the fit alone (from
+after that import); and each process's wall time. --roots label=path,... measures the autograd_xla of each path side by side.
 
     pip install lifelines
     python benchmarks/lifelines_fits.py [--only WeibullFitter,...] [--repeat 3] [--jobs 3 [--roots a=/x,b=/y]]
@@ -127,15 +127,16 @@ def measure_tiered(name):
 
 def job(name, mode):
     """One fit as a short job in this fresh process (`mode` plain or tiered, jit_ps's default):
-    seconds from before autograd_xla's import to the fit's end."""
+    seconds from before autograd_xla's import to the fit's end, and the fit's alone."""
     import autograd  # noqa: F401 (imported by both: not part of the job)
     import lifelines.fitters  # noqa: F401
     t0 = time.perf_counter()
     made = compile_lifelines(tiered=None) if mode == "tiered" else []
+    t1 = time.perf_counter()
     model = fit(name)
-    seconds = time.perf_counter() - t0
+    t2 = time.perf_counter()
     info = [j.cache_info() for j in made]
-    return {"seconds": seconds, "compiles": sum(i["compiles"] for i in info), "jaxlib": "jaxlib" in sys.modules,
+    return {"seconds": t2 - t0, "fit": t2 - t1, "compiles": sum(i["compiles"] for i in info), "jaxlib": "jaxlib" in sys.modules,
             "params": fitted(model)[0].tolist()}
 
 
@@ -170,9 +171,9 @@ def jobs(names, rounds, roots):
         compiled_bytecode(root)
     print(f"short jobs: import + first fit, a fresh process each, median of {rounds} interleaved rounds;"
           f" load average {os.getloadavg()[0]:.2f}\n")
-    print("| fitter | " + " | ".join(c[0] for c in contenders) + " | process: " + " / ".join(c[0] for c in contenders)
-          + " | compiles; jaxlib imported | params vs plain |")
-    print("|---|" + "---:|" * len(contenders) + "---|---|---|")
+    print("| fitter | " + " | ".join(c[0] for c in contenders) + " | fit alone: " + " / ".join(c[0] for c in contenders)
+          + " | process: " + " / ".join(c[0] for c in contenders) + " | compiles; jaxlib imported | params vs plain |")
+    print("|---|" + "---:|" * len(contenders) + "---|---|---|---|")
     for name in names:
         samples = {c[0]: [] for c in contenders}
         for r in range(rounds):
@@ -182,16 +183,18 @@ def jobs(names, rounds, roots):
         if errors:
             print(f"| {name} | error: {errors[0]} |", flush=True)
             continue
-        med = {label: (float(np.median([s["seconds"] for s in v])), float(np.median([s["process"] for s in v])))
+        med = {label: tuple(float(np.median([s[k] for s in v])) for k in ("seconds", "process", "fit"))
                for label, v in samples.items()}
         plain = med["plain"][0]
         cells = [fmt(plain)] + [f"{fmt(med[c[0]][0])} ({plain / med[c[0]][0]:.2f}x)" for c in contenders[1:]]
         walls = " / ".join(fmt(med[c[0]][1]) for c in contenders)
+        alone = " / ".join([fmt(med["plain"][2])] + [f"{fmt(med[c[0]][2])} ({med['plain'][2] / med[c[0]][2]:.2f}x)"
+                                                      for c in contenders[1:]])
         notes = "; ".join(f"{[s['compiles'] for s in samples[c[0]]]} {[s['jaxlib'] for s in samples[c[0]]]}"
                           for c in contenders[1:])
         reference = np.array(samples["plain"][0]["params"])
         agree = max(relative(reference, np.array(s["params"])) for c in contenders[1:] for s in samples[c[0]])
-        print(f"| {name} | " + " | ".join(cells) + f" | {walls} | {notes} | {agree:.1e} |", flush=True)
+        print(f"| {name} | " + " | ".join(cells) + f" | {alone} | {walls} | {notes} | {agree:.1e} |", flush=True)
 
 
 def in_subprocess(name, what, repeat):

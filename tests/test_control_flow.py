@@ -889,6 +889,43 @@ def test_speculation_stops_where_a_value_cannot_be_known_at_trace_time():
     assert plain.cache_info()["fallbacks"] == 1
 
 
+@pytest.mark.parametrize("wrap", [lambda f: f, grad, hessian], ids=["value", "grad", "hessian"])
+def test_a_branch_on_a_value_already_decided_is_decided_once(wrap):
+    """A library validating its argument at each use (`if (x < lb).any(): raise`, paragami's
+    patterns) branches on one computation many times, here twice SPECULATED_BRANCHES; a
+    Hessian's trace runs the function once per level and row besides. Each computation is
+    decided once, with one guard, and compiles; a call that fails the check raises as plain
+    autograd's does."""
+    from autograd_xla.tracing import SPECULATED_BRANCHES
+
+    def f(x):
+        for _ in range(2 * SPECULATED_BRANCHES):
+            if (x < -1.0).any():
+                raise ValueError("below the lower bound")
+        return np.sum(x ** 3)
+    fun = wrap(f)
+    jf = jit_ps(fun, tiered=False)
+    for x in (X, X * 1.2):
+        assert_close(jf(x), fun(x))
+    (entry,) = jf._cache.values()
+    assert len(entry.guards) == 1 and jf.cache_info()["compiles"] == 1
+    with pytest.warns(FallbackWarning, match="went the other way"), pytest.raises(ValueError, match="lower bound"):
+        jf(X - 1.0)
+
+
+def test_branches_on_values_computed_differently_are_decided_apart():
+    """Two branches are one only where the same primitives compute them from the same inputs
+    and constants: sum(x) > 1.0 and sum(x) > 1.0 + 1e-9 differ between the two bounds."""
+    def f(x):
+        a = bool(np.sum(x) > 1.0)
+        b = bool(np.sum(x) > 1.0 + 1e-9)
+        return x * (2.0 if a else 3.0) + (5.0 if b else 7.0)
+    jf = jit_ps(f, fallback="error")
+    for x in (onp.array([1.0 + 5e-10, 0.0]), onp.array([0.5, 0.6]), onp.array([0.5, 0.4]), onp.array([1.0, 5e-10])):
+        assert_close(jf(x), f(x))
+    assert jf.cache_info()["fallbacks"] == 0
+
+
 def test_fallback_error_raises_for_a_python_while_no_guarded_program_covers():
     """The issue's case: a `while` whose step count grows with the data, under fallback="error",
     raises once the signature's programs are used up, and never runs a call plainly."""

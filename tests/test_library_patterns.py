@@ -1,5 +1,6 @@
 """Patterns met in libraries built on autograd (benchmarks/libraries/: PennyLane, pymanopt,
-lifelines), each reduced to numpy and autograd alone: the jitted answer is plain autograd's."""
+lifelines, mici; and paragami), each reduced to numpy and autograd alone: the jitted answer
+is plain autograd's."""
 import subprocess
 import sys
 
@@ -64,3 +65,52 @@ def test_a_hessian_by_central_differences_of_gammainc():
     p = onp.array([1.2, -0.3])
     plain = hessian(nll)(p)
     onp.testing.assert_allclose(jit_ps(hessian(nll), fallback="error")(p), plain, rtol=1e-10, atol=1e-10 * abs(plain).max())
+
+
+def _module_level_loss(x, power):
+    import autograd.numpy as np
+    return np.sum(np.sin(x) ** power)
+
+
+class _Holder:  # an object holding a user's function, as mici's transitions and paragami's patterns do
+    def __init__(self, f):
+        self.f = f
+
+
+def test_a_jitted_function_copies_and_pickles_as_the_function_it_wraps():
+    """mici deep-copies its transitions, and paragami its patterns, with the user's functions
+    in them; mici's worker processes get them pickled. A Python function is its own copy and
+    pickles by reference: a jitted one raised `TypeError: cannot pickle 'JittedFunction'
+    object`. Now copies are the function itself (its programs shared); a pickle is the
+    module's global where the jitted function is one, else jit_ps of the pickled function
+    with the same options; and a function that does not pickle plainly does not jitted."""
+    import copy
+    import pickle
+
+    import numpy as onp
+
+    from autograd import grad
+    from autograd_xla import jit_ps
+    import test_library_patterns as here
+
+    x = onp.linspace(0.1, 2.0, 5)
+    jf = jit_ps(_module_level_loss, static_argnums=(1,), tiered=False)
+    onp.testing.assert_allclose(jf(x, 3), _module_level_loss(x, 3), rtol=1e-12)
+    assert copy.copy(jf) is jf and copy.deepcopy(_Holder(jf)).f is jf
+    again = pickle.loads(pickle.dumps(_Holder(jf))).f
+    assert type(again) is type(jf) and again is not jf and again._static_argnums == jf._static_argnums
+    onp.testing.assert_allclose(again(x, 3), _module_level_loss(x, 3), rtol=1e-12)
+    assert again.tiered is False and again.fallback == jf.fallback
+
+    here.module_level_jitted = jit_ps(_module_level_loss)
+    here.module_level_jitted.__qualname__ = "module_level_jitted"  # as `@jit_ps` over a def of that name
+    try:
+        assert pickle.loads(pickle.dumps(here.module_level_jitted)) is here.module_level_jitted
+    finally:
+        del here.module_level_jitted
+
+    local = jit_ps(grad(lambda w: onp.sum(w)))
+    with pytest.raises((pickle.PicklingError, AttributeError)) as jitted_error:
+        pickle.dumps(local)
+    with pytest.raises(type(jitted_error.value)):
+        pickle.dumps(local._fun)
