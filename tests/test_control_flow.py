@@ -867,6 +867,8 @@ def test_speculation_stops_where_a_value_cannot_be_known_at_trace_time():
     for f, x in ((carry, X), (drawn, X), (halve, X * 2 ** 10)):  # the last: 20 steps
         with pytest.raises((ConcretizationError, ImpureFunctionError)):
             jit_strict(f)(x)
+    with pytest.raises(ConcretizationError, match="decided 16 branches.*SPECULATED_BRANCHES"):
+        jit_strict(halve)(X * 2 ** 10)  # the message says which bound it met
     jf = jit_strict(halve)
     assert_close(jf(X), halve(X))  # 10 steps, 11 guards
     assert_close(jf(X * 1.1), halve(X * 1.1))

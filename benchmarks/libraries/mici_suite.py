@@ -28,7 +28,7 @@ mici==0.4.1`, unpacked; --sdist names its folder).
    give) are compared to 1e-12 (relative to the result's magnitude): the tests themselves
    check derivatives to np.allclose's 1e-5 (test_autodiff) or only shapes (test_interface).
 
-2. The examples: three workloads (colleague's scratch/libs/mici/ex, with fewer iterations):
+2. The examples: three workloads:
    hier (eight schools, non-centred, 10-D, DynamicMultinomialHMC with step-size and
    variance adaptation), banana (4-D, same sampler) and torus (mici's README example, the
    constrained sampler on a torus in 3-D). Each is sampled, seeded identically, plain and
@@ -46,7 +46,7 @@ mici==0.4.1`, unpacked; --sdist names its folder).
    deterministic contender's chains must be bit-identical from run to run (its --rounds
    runs, or two runs where --rounds 1); the other contenders' are reported too.
 
-    PYTHONPATH=<worktree> /work/libvenvs/mici/bin/python benchmarks/libraries/mici_suite.py \
+    PYTHONPATH=<worktree> <mici venv>/bin/python benchmarks/libraries/mici_suite.py \
         --sdist /path/to/mici-0.4.1 [--modes plain,inner,usergrad,deterministic] \
         [--contenders plain,tiered,untiered,deterministic] [--examples hier,banana,torus] \
         [--no-suite] [--no-examples] [--no-shadow] [--rounds 3] [--json out.json]
@@ -125,7 +125,10 @@ class Shadow:
         functools.update_wrapper(self, plain)
 
     def __call__(self, *args, **kwargs):
+        from autograd.tracer import getval
         got = self.jitted(*args, **kwargs)
+        if not all(isinstance(getval(a), (np.ndarray, np.generic, float, int)) for a in (*args, *kwargs.values())):
+            return got  # (called inside another jit_ps's trace, outer mode: no concrete values to compare)
         SHADOW["calls"] += 1
         return _compare(self.name, got, self.plain(*args, **kwargs))
 
@@ -260,7 +263,7 @@ def suite(sdist, modes, shadow):
 
 # ---------------------------------------------------------------- the examples
 
-WORKLOADS = {  # warm-up and main iterations, chains (fewer than scratch/libs/mici/ex: tens of seconds plain)
+WORKLOADS = {  # warm-up and main iterations, chains (tens of seconds plain)
     "hier": dict(n_warm=200, n_main=500, n_chain=2, dim=10),
     "banana": dict(n_warm=150, n_main=350, n_chain=2, dim=4),
     "torus": dict(n_warm=40, n_main=100, n_chain=2, dim=3),
@@ -416,7 +419,6 @@ def examples(workloads, contenders, rounds):
     scratch = tempfile.mkdtemp(prefix="mici_examples_")
     results = {}
     try:
-        jit = [c for c in contenders if c != "plain"]
         print("| workload | " + " | ".join(contenders) + " |")
         print("|---|" + "---:|" * len(contenders))
         chains = {}
@@ -535,7 +537,6 @@ def examples(workloads, contenders, rounds):
 
 
 def main(argv=None):
-    global SDIST
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sdist", default=SDIST)
     parser.add_argument("--modes", default="plain,inner,usergrad,deterministic",
