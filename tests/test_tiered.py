@@ -19,7 +19,7 @@ from autograd_xla import (CompileError, backend, DeviceArray, FallbackWarning, j
                           set_default_tiered, tiering)
 from autograd_xla import calls
 from autograd_xla.aot import COMPILED
-from helpers import assert_close, twice_xla_rejects
+from helpers import PLATFORM, assert_close, twice_xla_rejects
 
 compile_thread = tiering.compile_thread
 rs = npr.RandomState(0)
@@ -897,4 +897,4 @@ def test_a_deterministic_function_keeps_one_program_made_with_xla_s_defaults():
     default = jit_ps(grad(neg_log_density), tiered=False)
     default(points[0])
     (entry,) = default._cache.values()
-    assert entry.ladder is not None  # the default's programs may still change
+    assert (entry.ladder is not None) == (PLATFORM == "cpu")  # the CPU's default programs may still change
