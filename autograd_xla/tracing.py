@@ -740,7 +740,8 @@ def speculated_bool(x):
     the values a body closes over): its computation is replayed there for the guard.
     Integer, boolean and Python-number values raise instead, to be made static (one
     program per value); so do values from random draws, and branches past
-    SPECULATED_BRANCHES."""
+    SPECULATED_BRANCHES. A value computed as one decided before (Trace.computation_of)
+    takes that decision, with no guard or count of its own."""
     outer = x._trace
     while outer.parent is not None:
         outer = outer.parent
