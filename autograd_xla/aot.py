@@ -236,7 +236,8 @@ class Entry:
 
     __slots__ = ("executable", "out_tree", "graph", "lowered", "fallback_cause", "reason", "guards", "draws",
                  "static_leaves", "impure", "stage", "donated", "dynamic", "background", "fastpath", "ladder", "options",
-                 "variant", "previous", "following", "flat", "direct", "seconds", "on_device", "replay", "vjps")
+                 "variant", "previous", "following", "flat", "direct", "seconds", "on_device", "replay", "vjps",
+                 "reached", "autograd_out")
 
     def __init__(self, out_tree, graph, draws=(), static_leaves=(), impure=False, dynamic=()):
         self.out_tree, self.graph = out_tree, graph
@@ -263,6 +264,8 @@ class Entry:
         self.seconds = 0.0                          # what making it has cost so far: trace, lowering, compile
         self.replay = None                          # its graph run by numpy (numpy_tier.Replay) once asked for; False: none
         self.vjps = None                            # its calls on boxes by numpy, made while held (autodiff.HeldVJP per boxed leaves)
+        self.reached = {}                           # boxed leaf indices -> output leaves computed from them (autodiff._reached)
+        self.autograd_out = False                   # its output is a container an autograd primitive returned (autodiff.call)
 
     @property
     def python_fallback(self):

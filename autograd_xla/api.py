@@ -320,11 +320,11 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
                             return autodiff.held_call(held, *leaves)
                         entry.vjps.pop(held.nums, None)  # jit_call's from now on
                 if not entry.donated:
-                    return autodiff.jit_call(self, spec, *leaves)
+                    return autodiff.call(self, spec, leaves, entry)
                 # autograd runs the forward pass (our _execute) in this thread, within this call
                 keeping, _keeping.on = getattr(_keeping, "on", False), True
                 try:
-                    return autodiff.jit_call(self, spec, *leaves)
+                    return autodiff.call(self, spec, leaves, entry)
                 finally:
                     _keeping.on = keeping
         return self._call_flat(spec, leaves, (args, kwargs))
@@ -752,13 +752,17 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
 
         subclassed = any(len(s) > 2 for s in sig if type(s) is tuple)
 
+        made = [False]  # the last trace's output: a container autograd.builtins made (Entry.autograd_out)
+
         def flat_fun(*tracers):
             full = list(leaves)
             for i, t in zip(dynamic, tracers):
                 full[i] = t
             if subclassed:  # every array argument answers its class as it (tracing.Kind)
                 tracing.stand_in_as(tracers, [leaves[i] for i in dynamic])
-            return self._apply(spec, full)
+            out = self._apply(spec, full)
+            made[0] = tracing.current_trace().made_by_autograd(out)
+            return out
 
         t0 = time.perf_counter()
         parameters = [k for k, i in enumerate(dynamic) if i in self._parameters[spec]]  # branches on them speculate
@@ -772,6 +776,7 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
             aot.report(f"{self!r} traced in {seconds:.3g} s ({len(graph.eqns):,} primitive calls) for "
                        f"{self._signature_text(key)}: {self._why_traced(key)}")
         entry = Entry(out_tree, graph, draws=draws, static_leaves=static, dynamic=dynamic)
+        entry.autograd_out = made[0]
         entry.seconds = seconds
         entry.flat = (not static and not any(spec[1:]) and tree.sequences_only(spec[0])
                       and all(map(fastpaths.takes_leaf, leaves)))

@@ -21,6 +21,7 @@ from autograd.extend import defjvp, defjvp_argnums, defvjp_argnums, primitive
 from autograd.tracer import box_types, getval
 
 from . import numpy_tier, tree
+from .core import Var
 
 _LEAVES = 2  # jit_call(fn, spec, *leaves): leaves start at argument 2
 
@@ -28,6 +29,13 @@ _LEAVES = 2  # jit_call(fn, spec, *leaves): leaves start at argument 2
 @primitive
 def jit_call(fn, spec, *leaves):
     return fn._call_flat(spec, list(leaves))
+
+
+@primitive
+def jit_call_leaves(fn, spec, *leaves):
+    """jit_call's output as the tuple of its leaves, whose containers plain_containers
+    rebuilds outside the primitive."""
+    return tuple(tree.flatten(fn._call_flat(spec, list(leaves)))[0])
 
 
 def _with(leaves, nums, values):
@@ -61,6 +69,61 @@ class _Restricted:
         out = self.fn._apply(self.spec, _with(self.leaves, self.nums, values), self.boxing)
         outs, self.out_tree = tree.flatten(out)
         return outs[0] if self.out_tree is tree.LEAF else differentiable.tuple(outs)
+
+
+def call(fn, spec, leaves, entry):
+    """A call of jitted `fn` on autograd's boxes (leaves), compiled signature `entry`, as the
+    function run plainly returns its output. autograd boxes a primitive's result whole: a
+    container made by one of autograd's primitives (numpy's that return several arrays,
+    autograd.builtins' tuple, list and dict: Trace.containers) is a container box plainly
+    too, and comes from jit_call so; any other comes from jit_call_leaves and
+    plain_containers."""
+    if entry.out_tree is tree.LEAF or entry.autograd_out:
+        return jit_call(fn, spec, *leaves)
+    return plain_containers(jit_call_leaves(fn, spec, *leaves), entry, leaves)
+
+
+def plain_containers(out, entry, leaves):
+    """jit_call_leaves' result, the tuple of the output's leaves (autograd boxes it whole, a
+    SequenceBox), in the output's structure as plain autograd's own code returns it: plain
+    containers (a DictBox or SequenceBox is no dict or tuple to the caller, and a None in it
+    has no vector space for its derivative) holding boxes for what depends on the boxed
+    arguments and plain values for the rest (pymoo's autograd backend adds to the dict
+    returned and differentiates the outputs it finds boxed). A leaf its graph computes from
+    the boxed leaves (`_reached`) is taken out through the box, as code indexing it does
+    (autograd's container_take), the others are values; under boxes of several levels (a
+    higher derivative's) every leaf is taken through the box."""
+    nums, traces = [], set()
+    for i, x in enumerate(leaves):
+        if type(x) in box_types:
+            nums.append(i)
+            traces.add(x._trace)
+            if type(x._value) in box_types:
+                traces.add(None)
+    if type(out) not in box_types:
+        reached = ()
+    elif len(traces) == 1:
+        nums = tuple(nums)
+        reached = entry.reached.get(nums)
+        if reached is None:
+            reached = entry.reached[nums] = _reached(entry, nums)
+    else:
+        reached = range(len(getval(out)))
+    values = list(getval(out))
+    for i in reached:
+        values[i] = out[i]
+    return tree.unflatten(entry.out_tree, values)
+
+
+def _reached(entry, nums):
+    """Indices of entry's output leaves that its graph computes from leaves[nums] (a
+    control-flow equation's operands include the values its sub-graphs capture)."""
+    graph, n = entry.graph, tree.num_leaves(entry.out_tree)
+    marked = {v for v, leaf in zip(graph.invars, entry.dynamic) if leaf in nums}
+    for eqn in graph.eqns:
+        if any(v in marked for v in eqn.invars()):
+            marked.update(v for v in eqn.outvars if v is not None)
+    return tuple(i for i, v in enumerate(graph.outvars[:n]) if type(v) is Var and v in marked)
 
 
 # Argument containers holding boxes are rebuilt as autograd's container boxes, as `grad`
@@ -141,6 +204,9 @@ def _jvp(argnums, gs, ans, args, kwargs):
 
 defvjp_argnums(jit_call, _vjp)
 defjvp_argnums(jit_call, _jvp)
+defvjp_argnums(jit_call_leaves, _vjp)
+defjvp_argnums(jit_call_leaves, lambda argnums, gs, ans, args, kwargs: differentiable.tuple(
+    tree.flatten(_jvp(argnums, gs, ans, args, kwargs))[0]))
 
 
 # ----- a held signature's calls under boxes, by numpy --------------------------------------

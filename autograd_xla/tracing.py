@@ -83,6 +83,7 @@ class Trace:
         self.example = None  # Var -> its value in the call being traced (outermost trace only): value_of
         self.speculated = 0  # branches decided from `example` (speculated_bool)
         self.decided = {}  # computation_of a branch's value -> the way speculated_bool decided it
+        self.containers = {}  # id -> a tuple, list or dict an autograd primitive returned (made_by_autograd)
         self._computations = {}  # Var -> the number of how it is computed (computation_of), and
         self._interned = {}      # ... (primitive, its operands' numbers and constants) -> that number
         self.parameters = frozenset()  # input Vars never to be made static (api's parameters)
@@ -137,6 +138,13 @@ class Trace:
             if any(v in needed for v in eqn.outvars if v is not None):
                 needed.update(eqn.invars())
         return needed & (set(self.invars) | {inner for inner, _ in self.captured.values()})
+
+    def made_by_autograd(self, obj):
+        """Whether `obj` is a container an autograd primitive returned in this trace
+        (autograd.builtins' tuple, list and dict, np.gradient's list, eigh's namedtuple): a
+        function returning one returns autograd's container box where it is differentiated,
+        plainly and jitted (autodiff.call)."""
+        return self.containers.get(id(obj)) is obj
 
     def computation_of(self, var):
         """A number for how `var` is computed from this trace's inputs: the same for two Vars
@@ -1748,8 +1756,12 @@ def _make_interceptor(f_wrapped, raw):
         if entry is not None and (entry.lowering is not None or entry.trace is not None):
             if traces.roll and trace_primitives_map.get(raw) is not f_wrapped:
                 traces.opaque += 1  # (differentiated by another wrapper's VJP than a replay's)
-            return bind(raw, args, kwargs, entry)
-        return trace_through(raw, f_wrapped, raw, args, kwargs)
+            out = bind(raw, args, kwargs, entry)
+        else:
+            out = trace_through(raw, f_wrapped, raw, args, kwargs)
+        if isinstance(out, (tuple, list, dict)):  # plainly a container box where it is differentiated
+            traces.traces[-1].containers[id(out)] = out
+        return out
 
     f_raw.__wrapped_raw__ = raw
     return f_raw

@@ -114,3 +114,59 @@ def test_a_jitted_function_copies_and_pickles_as_the_function_it_wraps():
         pickle.dumps(local)
     with pytest.raises(type(jitted_error.value)):
         pickle.dumps(local._fun)
+
+
+def test_a_jitted_function_on_boxes_returns_plain_containers_as_plain_autograd_does():
+    """pymoo's autograd backend boxes its input itself, calls the problem's function, adds to
+    the dict it returns and differentiates each output it finds boxed (backward_pass from its
+    node). Run plainly, the function returns a plain dict holding boxes for what depends on
+    the input and plain arrays for the rest; jitted, autograd boxed the primitive's whole
+    result: a DictBox, no dict, its every entry boxed (42 of pymoo's 76 gradient tests
+    failed). Now the same containers and boxes as plain autograd's, and the same gradients;
+    what depends on the input through a loop of the program (a rolled Python loop: its
+    equation's operands include what its body captures) is boxed too."""
+    import numpy as onp
+
+    import autograd.numpy as np
+    from autograd.core import VJPNode, backward_pass
+    from autograd.tracer import isbox, new_box
+    from autograd_xla import jit_ps
+
+    def f(x):
+        terms = []
+        for i in range(x.shape[1] - 1):  # a Python loop, rolled into a loop of the program where jitted
+            terms.append(100 * (x[:, i + 1] - x[:, i] ** 2) ** 2 + (1 - x[:, i]) ** 2)
+        return {"F": np.sum(np.column_stack(terms), axis=1), "G": onp.zeros((x.shape[0], 0)),
+                "parts": (np.sum(x), onp.ones(2), [x[0] * 3.0, None])}
+
+    def boxes(out):
+        if isinstance(out, dict):
+            return {k: boxes(v) for k, v in out.items()}
+        if isinstance(out, (tuple, list)):
+            return type(out)(boxes(v) for v in out)
+        return out if out is None else isbox(out)
+
+    x = onp.random.RandomState(0).rand(4, 10)
+    results = {}
+    for name, fun in (("plain", f), ("jitted", jit_ps(f, tiered=False))):
+        out = fun(new_box(x, 0, VJPNode.new_root()))
+        out["H"] = None  # the caller's own entry
+        results[name] = (boxes(out), backward_pass(onp.arange(4.0), out["F"]._node),
+                         backward_pass(1.0, out["parts"][0]._node))
+    assert type(out) is dict and results["jitted"][0] == results["plain"][0]
+    assert results["plain"][0]["G"] is False and results["plain"][0]["parts"][2][0] is True
+    for a, b in zip(results["jitted"][1:], results["plain"][1:]):
+        onp.testing.assert_allclose(a, b, rtol=1e-12, atol=0)
+
+    # made by autograd's own container constructors (to be differentiated whole, make_vjp of
+    # several outputs): autograd's container box, as plainly
+    from autograd import make_vjp
+    from autograd.builtins import dict as adict
+
+    def g(x):
+        return adict(a=np.sin(x), b=np.sum(x ** 2))
+    cotangent = {"a": onp.arange(10.0), "b": 2.0}
+    for fun in (jit_ps(g, tiered=False), g):
+        vjp, ans = make_vjp(fun)(x[0])
+        results[fun is g] = vjp(cotangent)
+    onp.testing.assert_allclose(results[False], results[True], rtol=1e-12)
