@@ -752,7 +752,7 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
 
         subclassed = any(len(s) > 2 for s in sig if type(s) is tuple)
 
-        made = [False]  # the last trace's output: a container autograd.builtins made (Entry.autograd_out)
+        made = [False]  # the last trace's output: a container an autograd primitive returned (Entry.autograd_out)
 
         def flat_fun(*tracers):
             full = list(leaves)

@@ -99,7 +99,7 @@ def plain_containers(out, entry, leaves):
             nums.append(i)
             traces.add(x._trace)
             if type(x._value) in box_types:
-                traces.add(None)
+                traces.add(None)  # boxes of several levels: every leaf through the box
     if type(out) not in box_types:
         reached = ()
     elif len(traces) == 1:
