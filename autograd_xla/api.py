@@ -154,6 +154,8 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
     without tracing again. `stats` / `cache_info()` count hits, traces, compiles and seconds.
     """
 
+    derivative = False  # a VJP or JVP autodiff made: its containers come back as autograd's (autodiff.call)
+
     def __init__(self, fun, static_argnums=(), static_argnames=(), fallback="python", backend=None,
                  cache_size=DEFAULT_CACHE_SIZE, keep_on_device=False, x64=None, max_program=MAX_PROGRAM,
                  donate_argnums=(), explain=None, tiered=None, roll_loops=None, deterministic=False):
@@ -753,6 +755,7 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         subclassed = any(len(s) > 2 for s in sig if type(s) is tuple)
 
         made = [False]  # the last trace's output: a container an autograd primitive returned (Entry.autograd_out)
+        own = getattr(self._fun, "_is_autograd_primitive", False)  # the function is one (check_grads(vs.add))
 
         def flat_fun(*tracers):
             full = list(leaves)
@@ -761,7 +764,7 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
             if subclassed:  # every array argument answers its class as it (tracing.Kind)
                 tracing.stand_in_as(tracers, [leaves[i] for i in dynamic])
             out = self._apply(spec, full)
-            made[0] = tracing.current_trace().made_by_autograd(out)
+            made[0] = own or tracing.current_trace().made_by_autograd(out)
             return out
 
         t0 = time.perf_counter()

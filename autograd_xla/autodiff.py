@@ -76,9 +76,10 @@ def call(fn, spec, leaves, entry):
     function run plainly returns its output. autograd boxes a primitive's result whole: a
     container made by one of autograd's primitives (numpy's that return several arrays,
     autograd.builtins' tuple, list and dict: Trace.containers) is a container box plainly
-    too, and comes from jit_call so; any other comes from jit_call_leaves and
+    too, and comes from jit_call so, as do a derivative function's (`_derivative`: autograd's
+    own VJPs and JVPs return container boxes); any other comes from jit_call_leaves and
     plain_containers."""
-    if entry.out_tree is tree.LEAF or entry.autograd_out:
+    if entry.out_tree is tree.LEAF or entry.autograd_out or fn.derivative:
         return jit_call(fn, spec, *leaves)
     return plain_containers(jit_call_leaves(fn, spec, *leaves), entry, leaves)
 
@@ -187,6 +188,7 @@ def _derivative(fn, kind, spec, nums):
                                             cache_size=fn.cache_size, x64=fn.x64, max_program=fn.max_program,
                                             explain=fn.explain, tiered=fn.tiered, deterministic=fn.deterministic)
         d._warned = fn._warned  # one warning per problem, not one per derivative
+        d.derivative = True
     return d
 
 

@@ -1759,7 +1759,8 @@ def _make_interceptor(f_wrapped, raw):
             out = bind(raw, args, kwargs, entry)
         else:
             out = trace_through(raw, f_wrapped, raw, args, kwargs)
-        if isinstance(out, (tuple, list, dict)):  # plainly a container box where it is differentiated
+        if issubclass(type(out), (tuple, list, dict)):  # plainly a container box where it is differentiated
+            # (the type: isinstance of a traced value asks its class, which a subclass's may not know)
             traces.traces[-1].containers[id(out)] = out
         return out
 
