@@ -201,7 +201,10 @@ class CacheStats:
     background (tiered=True), or before, or for good, which `hits` does not count, and
     `numpy_tier_calls` those of them that ran the trace by numpy (numpy_tier.py); `plain_kept`
     counts the compiled signatures that run as plain autograd from then on, their plain calls
-    measured faster (tiering.PlainStep)."""
+    measured faster (tiering.PlainStep); `fallbacks` counts signatures that run as plain
+    autograd because they cannot compile, and calls that ran plainly instead of their
+    compiled program (a guard refused them; a function that draws, differentiated from
+    outside)."""
 
     FIELDS = ("hits", "traces", "compiles", "trace_seconds", "lower_seconds", "compile_seconds", "fallbacks",
               "evictions", "host_to_device", "device_to_host", "persistent_hits", "persistent_load_seconds",

@@ -445,6 +445,7 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
             _warn(f"{self!r} draws random numbers, so differentiating it from outside (grad(jit_ps(f))) runs it as "
                   "plain autograd, keeping the forward and backward passes on the same draws. Compile the gradient "
                   "instead: jit_ps(grad(f)).", FallbackWarning)
+        self.stats.fallbacks += 1
         return self._apply(spec, leaves)
 
     def _split(self, args, kwargs):

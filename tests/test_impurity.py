@@ -188,6 +188,7 @@ def test_grad_of_jit_runs_plain_and_keeps_draws_consistent():
     jl = jit_ps(loss)
     with pytest.warns(UserWarning, match="differentiating it from outside"):
         same_draws(grad(loss), X, jf=grad(jl))
+    assert jl.cache_info()["fallbacks"] == 3  # each differentiated call ran plainly
 
 
 GLOBAL_RS = npr.RandomState(3)
