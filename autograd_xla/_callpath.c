@@ -746,6 +746,7 @@ static PyObject *plain_supported, *plain_boxes, *plain_numbers, *plain_tiering; 
 static PyObject *mark_tuple, *mark_box, *mark_object;                             /* api's marks */
 static PyObject *str_simple_untraced, *str_spent, *str_due, *str_replay, *str_plain_seconds, *str_stats;
 static PyObject *str_plain_tier_calls, *str_fun, *str_calls, *str_least, *str_shape, *str_dtype, *str_value, *str_simple;
+static PyObject *str_plain_for_good;
 
 static PyObject *set_plain_tier(PyObject *module, PyObject *args) {
     PyObject *supported, *boxes, *numbers, *tiering, *t, *b, *o;
@@ -846,7 +847,9 @@ static int update(PyObject *obj, PyObject *name, PyObject *value, long step) {
 /* The dict `self.<name>` (a new reference) where it holds any signature, else NULL. */
 static PyObject *simple_map(Front *self, PyObject *name) {
     PyObject *map = PyObject_GetAttr((PyObject *)self, name);
-    if (map != NULL && (!PyDict_CheckExact(map) || PyDict_GET_SIZE(map) == 0))
+    if (map == NULL)
+        PyErr_Clear();
+    else if (!PyDict_CheckExact(map) || PyDict_GET_SIZE(map) == 0)
         Py_CLEAR(map);
     return map;
 }
@@ -866,7 +869,12 @@ static int plain_tier(Front *self, PyObject *const *args, Py_ssize_t n, PyObject
     if (plain_supported == NULL)
         return 0;
     PyObject *untraced = NULL, *fun = NULL, *stats = NULL, *fixed = NULL, *replay = NULL;
-    PyObject *untraced_map = simple_map(self, str_simple_untraced), *simple = simple_map(self, str_simple);
+    PyObject *flag = PyObject_GetAttr((PyObject *)self, str_plain_for_good);  /* (_simple's compiled ones are Python's) */
+    if (flag == NULL)
+        PyErr_Clear();
+    PyObject *untraced_map = simple_map(self, str_simple_untraced);
+    PyObject *simple = flag == Py_True ? simple_map(self, str_simple) : NULL;
+    Py_XDECREF(flag);
     PyObject *sig = untraced_map == NULL && simple == NULL ? NULL : simple_signature(args, n, 0);  /* (none to find) */
     PyObject *plain = sig == NULL ? NULL : simple_value(untraced_map, sig);
     if (plain != NULL && PyTuple_CheckExact(plain) && PyTuple_GET_SIZE(plain) == 2)
@@ -1254,6 +1262,7 @@ PyMODINIT_FUNC PyInit__callpath(void) {
     str_dtype = PyUnicode_InternFromString("dtype");
     str_value = PyUnicode_InternFromString("_value");
     str_simple = PyUnicode_InternFromString("_simple");
+    str_plain_for_good = PyUnicode_InternFromString("_plain_for_good");
     empty_tuple = PyTuple_New(0);
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)

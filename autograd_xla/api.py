@@ -154,11 +154,12 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
     without tracing again. `stats` / `cache_info()` count hits, traces, compiles and seconds.
     """
 
-    derivative = False  # a VJP or JVP autodiff made: its containers come back as autograd's (autodiff.call)
+    derivative = False  # a VJP or JVP autodiff made: its containers come back as autograd's (Entry.autograd_out)
 
     def __init__(self, fun, static_argnums=(), static_argnames=(), fallback="python", backend=None,
                  cache_size=DEFAULT_CACHE_SIZE, keep_on_device=False, x64=None, max_program=MAX_PROGRAM,
                  donate_argnums=(), explain=None, tiered=None, roll_loops=None, deterministic=False):
+        options = {k: v for k, v in locals().items() if k not in ("self", "fun")}  # what a pickle makes it with again
         if fallback not in ("python", "error"):
             raise ValueError("fallback must be 'python' or 'error'")
         if backend is not None:
@@ -166,10 +167,7 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         functools.update_wrapper(self, fun)
         self.__dict__.pop("_signature", None)  # (update_wrapper copies fun's __dict__: a jitted fun's own)
         self._fun = fun
-        self._options = dict(static_argnums=static_argnums, static_argnames=static_argnames, fallback=fallback,
-                             backend=backend, cache_size=cache_size, keep_on_device=keep_on_device, x64=x64,
-                             max_program=max_program, donate_argnums=donate_argnums, explain=explain,
-                             tiered=tiered, roll_loops=roll_loops, deterministic=deterministic)  # (__reduce__)
+        self._options = options  # (__reduce__)
         self.deterministic = bool(deterministic)
         named = static_argnums != () or static_argnames != () or donate_argnums != ()
         signature = self._signature if named else None  # (else made at its first use: _signature)
@@ -188,6 +186,7 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         self.stats = CacheStats()
         self._cache = calls.Signatures(self.stats.counts)
         self._simple = {}  # (shape, dtype) per positional array -> entry needing no per-call work
+        self._plain_for_good = False  # whether _simple holds a signature run plainly for good (_callpath's plain tier)
         self._simple_untraced = {}  # _simple_signature -> (tiering.Untraced, flat): the plain tier's (_plain_tier_hit)
         self._lock = threading.RLock()
         shape = function_shape(fun)  # what traces learn is shared with same-shaped functions (fresh closures)
@@ -430,6 +429,7 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         4.1-4.4 and 1.3-2.0."""
         if untraced.for_good():
             self._simple[sig] = (None, tiering.PLAIN)
+            self._plain_for_good = True
             self._simple_untraced.pop(sig, None)
             return
         if sig not in self._simple_untraced and len(self._simple_untraced) >= self.cache_size:
@@ -756,7 +756,8 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         subclassed = any(len(s) > 2 for s in sig if type(s) is tuple)
 
         made = [False]  # the last trace's output: a container an autograd primitive returned (Entry.autograd_out)
-        own = getattr(self._fun, "_is_autograd_primitive", False)  # the function is one (check_grads(vs.add))
+        # ... as are those of a function that is one (check_grads(vs.add)) and of a derivative autodiff made
+        own = self.derivative or getattr(self._fun, "_is_autograd_primitive", False)
 
         def flat_fun(*tracers):
             full = list(leaves)

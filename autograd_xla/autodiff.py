@@ -79,7 +79,7 @@ def call(fn, spec, leaves, entry):
     too, and comes from jit_call so, as do a derivative function's (`_derivative`: autograd's
     own VJPs and JVPs return container boxes); any other comes from jit_call_leaves and
     plain_containers."""
-    if entry.out_tree is tree.LEAF or entry.autograd_out or fn.derivative:
+    if entry.out_tree is tree.LEAF or entry.autograd_out:
         return jit_call(fn, spec, *leaves)
     return plain_containers(jit_call_leaves(fn, spec, *leaves), entry, leaves)
 
@@ -101,6 +101,7 @@ def plain_containers(out, entry, leaves):
             traces.add(x._trace)
             if type(x._value) in box_types:
                 traces.add(None)  # boxes of several levels: every leaf through the box
+    values = list(getval(out))
     if type(out) not in box_types:
         reached = ()
     elif len(traces) == 1:
@@ -109,8 +110,7 @@ def plain_containers(out, entry, leaves):
         if reached is None:
             reached = entry.reached[nums] = _reached(entry, nums)
     else:
-        reached = range(len(getval(out)))
-    values = list(getval(out))
+        reached = range(len(values))
     for i in reached:
         values[i] = out[i]
     return tree.unflatten(entry.out_tree, values)

@@ -229,6 +229,7 @@ class FastPaths:
     def _forget_fast_paths(self):
         """Let C++ ask again for every signature's fast path (a ladder settled, the cache cleared)."""
         self._simple.clear()
+        self._plain_for_good = False
         self._waiting = 0
         if self._fast is not None:
             dispatch.forget(self)
