@@ -114,11 +114,12 @@ def test_plain_tiered_calls_import_no_jaxlib_and_a_compile_does():
     assert out.splitlines() == ["4 0 []", "1 ['jaxlib', 'ml_dtypes']"]
 
 
-def test_a_trace_of_scipy_special_imports_no_jaxlib():
-    """A trace works out its scipy.special calls' types by building their rules, which name
-    scipy's own loops on the CPU (ufunc_loops): registering those with XLA waits for a program
-    lowered to compile, so a trace alone (one run by numpy: numpy_tier) imports no jaxlib. (A
-    function made with tiered=False imports it at once: C++'s call path.)"""
+def test_a_trace_of_scipy_special_or_linear_algebra_imports_no_jaxlib():
+    """A trace works out its scipy.special and linear algebra calls' types by building their
+    rules, which name scipy's own loops and jaxlib's LAPACK kernels on the CPU (ufunc_loops,
+    rules.lapack): registering those with XLA waits for a program lowered to compile, so a
+    trace alone (one run by numpy: numpy_tier) imports no jaxlib. (A function made with
+    tiered=False imports it at once: C++'s call path.)"""
     env = {k: v for k, v in os.environ.items() if k != "AUTOGRAD_XLA_TIERED"}
     out = run("""
         import sys
@@ -126,7 +127,9 @@ def test_a_trace_of_scipy_special_imports_no_jaxlib():
         import autograd.scipy.special as sp
         from autograd import grad
         from autograd_xla import jit_ps
-        loss = lambda x: np.sum(sp.gammaln(x) + sp.gammainc(2.0, x) + sp.erfc(x))
+        a = np.eye(3) * 2.0 + 0.1
+        loss = lambda x: np.sum(sp.gammaln(x) + sp.gammainc(2.0, x) + sp.erfc(x)) + \\
+            np.sum(np.linalg.solve(a + np.diag(x[:3]), x[:3])) + np.linalg.slogdet(a * x[0])[1]
         x = np.linspace(0.5, 2.0, 5)
         jit_ps(grad(loss)).graph(x)
         print([m for m in ("jaxlib", "ml_dtypes") if m in sys.modules])
