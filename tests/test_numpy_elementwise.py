@@ -4,6 +4,7 @@ nestings of jit_ps and grad) and, where autograd defines one, JVP."""
 import warnings
 
 import autograd.numpy as np
+from autograd import grad
 import numpy as onp
 import pytest
 
@@ -264,6 +265,37 @@ def test_nan_propagation():
     y = onp.array([onp.nan, 0.5, -3.0, onp.nan, 1.0, -0.0])
     check_value(lambda x, y: (np.maximum(x, y), np.minimum(x, y), np.fmax(x, y), np.fmin(x, y),
                               np.clip(x, -1, 1), np.where(np.isnan(x), 0.0, x)), x, y)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_compositions_xla_folds_over_the_reals_keep_numpys_overflow_and_nan(dtype):
+    """log(exp(x)), log(x ** y), sqrt(x * x), exp(x) ** y, exp(x) * exp(y), exp(x) / exp(y),
+    (x / y) / z and x / (y / z), where an intermediate value overflows, underflows to 0 or is
+    NaN: XLA's simplifier folds each into an expression of the reals (hlo.UNFOLDED), whose
+    value there is finite (log(exp(-800.0)): numpy -inf, folded -800); and their gradients."""
+    if narrowed(dtype):
+        pytest.skip("float64 computed in float32 overflows where numpy's float64 does not")
+    fi = onp.finfo(dtype)
+    over = float(onp.log(fi.max)) + 10.0        # exp(over) is inf
+    under = -float(onp.log(2.0)) * (fi.nmant - fi.minexp) - 10.0  # exp(under) is 0, not subnormal
+    huge, big = float(fi.max) / 4, float(fi.max) ** 0.75   # big * big is inf
+    t = lambda *v: onp.array(v, dtype)  # noqa: E731
+    cases = [
+        (lambda x: np.log(np.exp(x)), t(under, -1.0, 0.5, over)),
+        (lambda x, y: np.log(x ** y), t(-2.0, -2.0, 2.0, 0.5), t(0.5, 3.0, 3.0, -0.5)),
+        (lambda x: np.sqrt(x * x), t(big, -big, 3.0)),
+        (lambda x: np.sqrt(x ** 2), t(big, -big, 3.0)),
+        (lambda x, y: np.exp(x) ** y, t(under, 1.0), t(1.0 / big, 2.0)),
+        (lambda x, y: np.exp(x) * np.exp(y), t(over, 1.0), t(under, 2.0)),
+        (lambda x, y: np.exp(x) / np.exp(y), t(over, 1.0), t(over, 2.0)),
+        (lambda x, y, z: (x / y) / z, t(huge, 6.0), t(huge, 2.0), t(big, 3.0)),
+        (lambda x, y, z: x / (y / z), t(huge, 6.0), t(huge, 2.0), t(huge, 3.0)),
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for f, *args in cases:
+            check_value(f, *args, atol=0)
+            check_value(grad(lambda *a: np.sum(f(*a))), *args, atol=0)
 
 
 def test_misc_elementwise():
