@@ -71,7 +71,7 @@ static new_from_descr_fn new_from_descr;
 static set_base_object_fn set_base_object;
 enum { ARRAY_CARRAY = 0x0001 | 0x0100 | 0x0400 };  /* C-contiguous, aligned, writeable (NPY_ARRAY_CARRAY) */
 static PyObject *move_to_end;    /* collections.OrderedDict.move_to_end, unbound */
-static PyObject *str_traces, *str_call_python, *str_deleted_argument, *str_jax_config, *str_enable_x64, *str_swap_local;
+static PyObject *str_traces, *str_call_python, *str_python_takes, *str_jax_config, *str_enable_x64, *str_swap_local;
 static PyObject *empty_tuple;
 
 /* ----- Counts --------------------------------------------------------------------------- */
@@ -690,14 +690,14 @@ static PyObject *call_python(Front *self, PyObject *const *args, size_t nargsf, 
     return r;
 }
 
-/* Whether a DeviceArray argument has lost its buffer (donated), where the fast call raised a
- * ValueError: C++ passes such a buffer like a live one (dispatch._setup) and its execution
- * fails; the call then runs in Python, whose error it is (`self._deleted_argument`). Else the
- * call's error stands. */
-static int deleted_argument(Front *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+/* Whether a call the fast path raised a ValueError for is the Python path's to run
+ * (`self._python_takes`): a DeviceArray argument that has lost its buffer (donated; C++ passes
+ * it like a live one, dispatch._setup, and its execution fails; Python's error is the one),
+ * or a dict whose keys C++'s pytrees cannot sort. Else the call's error stands. */
+static int python_takes(Front *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
-    PyObject *check = PyObject_GetAttr((PyObject *)self, str_deleted_argument);
+    PyObject *check = PyObject_GetAttr((PyObject *)self, str_python_takes);
     PyObject *r = check == NULL ? NULL : PyObject_Vectorcall(check, args, nargsf, kwnames);
     int deleted = r != NULL && PyObject_IsTrue(r) == 1;
     Py_XDECREF(check);
@@ -994,7 +994,7 @@ static PyObject *front_vectorcall(Front *self, PyObject *const *args, size_t nar
     }
     x64_restore(x64);
     Py_DECREF(fast);
-    if (r == NULL && PyErr_ExceptionMatches(PyExc_ValueError) && deleted_argument(self, args, nargsf, kwnames))
+    if (r == NULL && PyErr_ExceptionMatches(PyExc_ValueError) && python_takes(self, args, nargsf, kwnames))
         return call_python(self, args, nargsf, kwnames);
     return r;
 }
@@ -1244,7 +1244,7 @@ PyMODINIT_FUNC PyInit__callpath(void) {
         return NULL;
     str_traces = PyUnicode_InternFromString("traces");
     str_call_python = PyUnicode_InternFromString("_call_python");
-    str_deleted_argument = PyUnicode_InternFromString("_deleted_argument");
+    str_python_takes = PyUnicode_InternFromString("_python_takes");
     str_jax_config = PyUnicode_InternFromString("jax._src.config");
     str_enable_x64 = PyUnicode_InternFromString("enable_x64");
     str_swap_local = PyUnicode_InternFromString("swap_local");

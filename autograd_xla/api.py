@@ -256,11 +256,15 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         return f"<jit_ps {qualname or self._fun}>"
 
     # ----- the call path: calls.Calls, then (outside C++'s fast paths) this -----------------
-    def _deleted_argument(self, *args, **kwargs):
-        """Whether a DeviceArray among the arguments has lost its buffer (donated): C++ runs such
-        a call to a ValueError, and calls.Calls runs it again here, whose error it is."""
-        return any(type(x) is backend_mod.DeviceArray and x.buffer.is_deleted()
-                   for x in tree.flatten((args, kwargs))[0])
+    def _python_takes(self, *args, **kwargs):
+        """Whether a call C++ raised a ValueError for is this path's (calls.Calls and the Front
+        run it again here): a DeviceArray among the arguments that has lost its buffer (donated;
+        the error is this path's), or a dict whose keys C++'s pytrees, which sort a dict's keys,
+        cannot order (`{1: x, "a": y}`, momi's keys of functions); ours keep a dict's order, as
+        autograd does."""
+        leaves, treedef = tree.flatten((args, kwargs))
+        return (any(type(x) is backend_mod.DeviceArray and x.buffer.is_deleted() for x in leaves)
+                or not tree.keys_sort(treedef))
 
     def _call_python(self, *args, **kwargs):
         if _trace_state.traces:  # inside another trace: inline, the outer function compiles us

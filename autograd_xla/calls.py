@@ -83,8 +83,8 @@ class _Calls:
         previous = None if x64 is None else x64.swap_local(True)  # (as _callpath's x64_on)
         try:
             return self._fast(*args, **kwargs)
-        except ValueError:  # (as _callpath's deleted_argument)
-            if not self._deleted_argument(*args, **kwargs):
+        except ValueError:  # (as _callpath's python_takes)
+            if not self._python_takes(*args, **kwargs):
                 raise
         finally:
             if x64 is not None:

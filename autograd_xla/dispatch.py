@@ -116,7 +116,7 @@ def _setup():
         # call (`x * 2.0` kept on the device: 4.9 µs a call against 5.35 with a flattening function; jax.jit
         # 4.5; a positional one the Front passes as its buffer itself, 4.55: _callpath's `bare`). A deleted
         # (donated) buffer is passed too: its execution raises a ValueError, and calls.Calls runs that call
-        # in Python (api.JittedFunction._deleted_argument), whose error it is.
+        # in Python (api.JittedFunction._python_takes), whose error it is.
         registry.register_dataclass_node(backend_mod.DeviceArray, ["buffer"], ["host_dtype"])
         return True
     except (AttributeError, TypeError, ValueError):  # the private surface moved

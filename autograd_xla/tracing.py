@@ -552,6 +552,8 @@ def _operator(ufunc, swap=False):
     def method(self, other):
         if type(other) in box_types:
             return NotImplemented
+        if ufunc is np.power and not swap and _sqrt_power(self, other):
+            return bind(np.sqrt, (self,), {})
         if isinstance(other, np.generic) and other.dtype.kind in "iufc" and self.dtype.kind in "fc" \
                 and derivative_code(sys._getframe(1)):
             other = other.item()  # a number autograd's derivative code made (np.mean's count) is weak
@@ -564,6 +566,14 @@ def _operator(ufunc, swap=False):
         return out
     method.__name__ = ufunc.__name__
     return method
+
+
+def _sqrt_power(x, exponent):
+    """Whether Python's `x ** exponent` is numpy's sqrt: ndarray's power of a float or complex
+    array to the Python float 0.5 (numpy's fast_scalar_power; sqrt(-0.0) is -0.0 and sqrt(-inf)
+    NaN, where the power is 0.0 and inf). A 0-d value may stand for a numpy scalar, whose
+    power is the power."""
+    return type(exponent) is float and exponent == 0.5 and x.dtype.kind in "fc" and x._var.aval.shape != ()
 
 
 def _bind_operator(ufunc, a, b):
@@ -689,7 +699,10 @@ def _inplace(ufunc):
             return NotImplemented
         if self._var.aval.weak_type:  # Python numbers are immutable: x += 1 rebinds, never mutates
             return _operator(ufunc)(self, other)
-        result = _bind_operator(ufunc, self, other)
+        if ufunc is np.power and _sqrt_power(self, other):
+            result = bind(np.sqrt, (self,), {})
+        else:
+            result = _bind_operator(ufunc, self, other)
         _assign(self, result, ufunc.__name__)
         return self
     return method

@@ -93,6 +93,18 @@ def sequences_only(treedef):
     return kind is None or (kind is tuple or kind is list) and all(map(sequences_only, treedef[1]))
 
 
+def keys_sort(treedef):
+    """Whether every dict's keys in a structure can be sorted (jaxlib's C++ pytrees sort them)."""
+    if treedef is LEAF or treedef[0] is None:
+        return True
+    if treedef[0] is dict:
+        try:
+            sorted(treedef[1])
+        except TypeError:
+            return False
+    return all(map(keys_sort, treedef[-1]))
+
+
 def format_path(keys):
     return "".join(f"[{k!r}]" for k in keys)
 

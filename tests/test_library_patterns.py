@@ -1,5 +1,5 @@
 """Patterns met in libraries built on autograd (benchmarks/libraries/: PennyLane, pymanopt,
-lifelines, mici; and paragami), each reduced to numpy and autograd alone: the jitted answer
+lifelines, mici; and paragami, momi), each reduced to numpy and autograd alone: the jitted answer
 is plain autograd's."""
 import subprocess
 import sys
@@ -170,3 +170,35 @@ def test_a_jitted_function_on_boxes_returns_plain_containers_as_plain_autograd_d
         vjp, ans = make_vjp(fun)(x[0])
         results[fun is g] = vjp(cotangent)
     onp.testing.assert_allclose(results[False], results[True], rtol=1e-12)
+
+
+def test_a_dict_whose_keys_cannot_be_sorted_is_an_argument_as_plainly():
+    """momi 2.1 differentiates functions of dicts keyed by tuples holding functions, and a
+    dict may mix key types: jaxlib's C++ pytrees sort a dict's keys and raised ValueError
+    ('Comparator raised exception while sorting pytree dictionary keys') at every call of a
+    function compiled at its first call; such calls take the Python path, which keeps a
+    dict's order, as autograd does."""
+    import autograd.numpy as anp
+    import numpy as np
+    from autograd import value_and_grad
+
+    from autograd_xla import jit_ps
+
+    def k1():
+        pass
+
+    def k2():
+        pass
+    d = {(k1, (2, 0)): np.array([0.5, -2.0, 3.0]), (k2, (1, 0)): np.array(2.0), 1: np.ones(2), "a": np.ones(2)}
+
+    def f(d):
+        return anp.sum(d[(k1, (2, 0))] ** 2) * d[(k2, (1, 0))] + anp.sum(d[1] * d["a"])
+    expected = value_and_grad(f)(d)
+    for options in ({"tiered": False}, {}):
+        jf = jit_ps(value_and_grad(f), **options)
+        for _ in range(3):
+            value, g = jf(d)
+            assert value == expected[0] and list(g) == list(expected[1])
+            for k in d:
+                np.testing.assert_array_equal(g[k], expected[1][k])
+    assert jf.cache_info()["fallbacks"] == 0

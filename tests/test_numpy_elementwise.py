@@ -271,8 +271,9 @@ def test_nan_propagation():
 def test_compositions_xla_folds_over_the_reals_keep_numpys_overflow_and_nan(dtype):
     """log(exp(x)), log(x ** y), sqrt(x * x), exp(x) ** y, exp(x) * exp(y), exp(x) / exp(y),
     (x / y) / z and x / (y / z), where an intermediate value overflows, underflows to 0 or is
-    NaN: XLA's simplifier folds each into an expression of the reals (hlo.UNFOLDED), whose
-    value there is finite (log(exp(-800.0)): numpy -inf, folded -800); and their gradients."""
+    NaN: XLA's simplifier folds each into an expression of the reals (context.FOLDED_RESULTS),
+    whose value there is finite (log(exp(-800.0)): numpy -inf, folded -800); and their
+    gradients. And x ** 0.5, numpy's sqrt: sqrt(-0.0) is -0.0, sqrt(-inf) NaN."""
     if narrowed(dtype):
         pytest.skip("float64 computed in float32 overflows where numpy's float64 does not")
     fi = onp.finfo(dtype)
@@ -290,6 +291,7 @@ def test_compositions_xla_folds_over_the_reals_keep_numpys_overflow_and_nan(dtyp
         (lambda x, y: np.exp(x) / np.exp(y), t(over, 1.0), t(over, 2.0)),
         (lambda x, y, z: (x / y) / z, t(huge, 6.0), t(huge, 2.0), t(big, 3.0)),
         (lambda x, y, z: x / (y / z), t(huge, 6.0), t(huge, 2.0), t(huge, 3.0)),
+        (lambda x: x ** 0.5, t(-0.0, -onp.inf, 4.0, 2.0)),  # ndarray's ** 0.5 is sqrt (tracing._sqrt_power)
     ]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
