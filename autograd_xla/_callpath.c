@@ -699,13 +699,13 @@ static int python_takes(Front *self, PyObject *const *args, size_t nargsf, PyObj
     PyErr_Fetch(&type, &value, &tb);
     PyObject *check = PyObject_GetAttr((PyObject *)self, str_python_takes);
     PyObject *r = check == NULL ? NULL : PyObject_Vectorcall(check, args, nargsf, kwnames);
-    int deleted = r != NULL && PyObject_IsTrue(r) == 1;
+    int takes = r != NULL && PyObject_IsTrue(r) == 1;
     Py_XDECREF(check);
     Py_XDECREF(r);
     PyErr_Restore(type, value, tb);  /* (in place of the check's own error, if any) */
-    if (deleted)
+    if (takes)
         PyErr_Clear();
-    return deleted;
+    return takes;
 }
 
 /* Whether a call's positional arguments hold a DeviceArray that stands for what its buffer
