@@ -54,7 +54,7 @@ from .api import JittedFunction, eval_shape, jit_ps  # noqa: E402
 from .core import Graph  # noqa: E402
 from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, UnsupportedDtypeError,  # noqa: E402,E501
                      ImpureFunctionError, JitError, PlatformUnavailableError, PrecisionWarning, ProcessLostError,
-                     ProgramTooLargeError, TracerLeakError, UnsupportedPrimitiveError)
+                     ProgramTooLargeError, TooManyProgramsError, TracerLeakError, UnsupportedPrimitiveError)
 from .registry import register_batching_rule, register_trace_rule, register_translation_rule  # noqa: E402
 from .tiering import set_default_tiered  # noqa: E402
 
@@ -108,7 +108,7 @@ __version__ = "0.1.0"
 __all__ = ["jit_ps", "JittedFunction", "register_translation_rule", "register_trace_rule", "Graph",
            "JitError", "ConcretizationError", "UnsupportedPrimitiveError", "ImpureFunctionError", "TracerLeakError",
            "CompileError", "FallbackWarning", "PrecisionWarning", "ProgramTooLargeError", "UnsupportedDtypeError",
-           "ArgumentError", "PlatformUnavailableError", "DeviceArray", "devices", "default_platform",
+           "TooManyProgramsError", "ArgumentError", "PlatformUnavailableError", "DeviceArray", "devices", "default_platform",
            "set_default_platform", "while_loop", "fori_loop", "cond", "switch", "scan", "eval_shape",
            "set_cache_dir", "vmap", "jacfwd", "jacrev", "hessian",
            "register_batching_rule", "pmap", "iterated_map_reduce", "psum", "pmean", "pmax", "pmin", "all_gather",

@@ -36,7 +36,7 @@ from .aot import COMPILED, LOWERED, TRACED, CacheStats, Entry
 from .core import SUPPORTED_DTYPES as _SUPPORTED
 from .core import trace_state as _trace_state
 from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, ImpureFunctionError, JitError,
-                     PlatformUnavailableError, PrecisionWarning, library_file, annotate)
+                     PlatformUnavailableError, PrecisionWarning, TooManyProgramsError, library_file, annotate)
 from .registry import LazyModule
 from .signatures import (Learned, PlainArgument, Static, aval_of, describe_change, distance, donated_arguments,
                          function_shape, hashable, leaf_signature, positional_names, retrace_advice, short, sig_str,
@@ -1022,6 +1022,8 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         try:
             exe, compiled = backend.compile(lowered.fresh_text if fresh_first else lowered.text, options,
                                             expect_long=len(entry.graph.eqns) > LARGE_PROGRAM_WARN_AFTER, stats=self.stats)
+        except TooManyProgramsError:  # the process's, not the program's
+            raise
         except CompileError as e:
             raise aot.explain_compile_error(self, e, entry.graph, lowered, backend, self._x64(backend)) from None
         if fresh_first:

@@ -34,7 +34,7 @@ from autograd.numpy.numpy_boxes import ArrayBox
 from . import blas, clients, hlo, persistent_cache
 from .clients import canonical_platform, xc
 from .core import Aval
-from .errors import CompileError, PlatformUnavailableError, ProcessLostError
+from .errors import CompileError, PlatformUnavailableError, ProcessLostError, TooManyProgramsError
 
 try:
     from ._callpath import address  # where a device array's memory is, without importing jax (_callpath.c)
@@ -59,6 +59,47 @@ RECYCLE_PER_TYPE = 2
 #: StableHLO text from this size on is expected to take XLA long to compile (10,000 primitive
 #: calls, where jit_ps warns, make about 2 MiB; their compile was measured at minutes).
 LONG_COMPILE_BYTES = 8 << 20
+#: XLA:CPU maps about 12 memory regions for each program it loads (value_and_grad of a small
+#: closure, float64: 12.1 a program over 2,000 kept alive), and a process whose maps reach
+#: vm.max_map_count (65,530 by default) crashed in the next compile (a segfault in
+#: compile_and_load: geomstats' FisherRaoMetric makes a closure per quadrature point, and a
+#: memo kept ~5,000 of them jitted). A compile or load is refused (TooManyProgramsError: its
+#: call runs plainly, with its warning) once the maps pass MAPS_FRACTION of the bound; they are
+#: counted (/proc/self/maps) after as many programs as could, at MAPS_PER_PROGRAM each, take
+#: them halfway there.
+MAPS_FRACTION = 0.9
+MAPS_PER_PROGRAM = 64
+_maps = {"bound": None, "unchecked": 0}  # vm.max_map_count * MAPS_FRACTION (0: none known), loads until a count
+
+
+def check_maps():
+    """Raise TooManyProgramsError where this process's memory maps are near vm.max_map_count."""
+    if _maps["unchecked"] > 0:
+        _maps["unchecked"] -= 1
+        return
+    if _maps["bound"] is None:
+        try:
+            with open("/proc/sys/vm/max_map_count") as f:
+                _maps["bound"] = MAPS_FRACTION * int(f.read())
+        except (OSError, ValueError):  # not Linux: no bound known
+            _maps["bound"] = 0
+    bound = _maps["bound"]
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            count = f.read().count(b"\n") if bound else 0
+    except OSError:
+        count = 0
+    if not bound or not count:
+        _maps["unchecked"] = math.inf
+        return
+    if count >= bound:
+        raise TooManyProgramsError(
+            f"this process has {count:,} memory maps, near the system's bound (vm.max_map_count "
+            f"{bound / MAPS_FRACTION:,.0f}), past which XLA's next compile crashes it: XLA:CPU maps about 12 for "
+            "each program it holds. Let jitted functions go (or clear_cache() them), or raise vm.max_map_count")
+    _maps["unchecked"] = int((bound - count) / 2 / MAPS_PER_PROGRAM)
+
+
 #: Device buffers of views' offsets an executable keeps (Executable._offsets_buffer).
 OFFSET_BUFFERS = 64
 #: Device buffers a backend keeps that read arguments' memory where it is (Backend.alias).
@@ -399,6 +440,7 @@ class Backend:
             name = _module_name(text)
             log.warning("XLA is compiling %s (%.1f MiB of StableHLO): a program this large can take minutes",
                         name, len(text) / 2**20)
+        check_maps()
         t0 = time.perf_counter()
         try:
             exe = self.client.compile_and_load(text, devs, options)
@@ -453,6 +495,7 @@ def _load(client, disk, disk_key, devs, stats):
     blob = disk.load(disk_key)
     if blob is None:
         return None
+    check_maps()
     try:
         exe = client.deserialize_executable(blob, devs, None)
     except xc.XlaRuntimeError as e:

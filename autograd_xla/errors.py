@@ -213,6 +213,11 @@ class ProgramTooLargeError(CompileError):
     """The traced program is beyond jit_ps's `max_program` bound, so it is not given to XLA."""
 
 
+class TooManyProgramsError(CompileError):
+    """The process cannot load another program: its memory maps are near the system's bound
+    (backend.MAPS_FRACTION of vm.max_map_count), past which XLA's next load crashes it."""
+
+
 class PlatformUnavailableError(JitError, RuntimeError):
     """A requested platform (gpu, tpu) has no installed plugin or no usable device."""
 

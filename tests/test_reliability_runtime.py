@@ -51,6 +51,30 @@ def test_evicted_and_cleared_executables_are_freed(monkeypatch):
     assert program() is None
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="memory maps are counted on Linux alone")
+def test_a_process_near_its_bound_of_memory_maps_runs_new_signatures_plainly(monkeypatch):
+    """XLA:CPU maps ~12 memory regions for each program it holds, and a process past
+    vm.max_map_count crashed in its next compile (geomstats kept ~5,000 programs): past
+    backend.MAPS_FRACTION of the bound a compile is refused, and the call runs plainly with
+    a FallbackWarning saying why (fallback="error" raises TooManyProgramsError)."""
+    from autograd_xla import FallbackWarning, TooManyProgramsError
+    with open("/proc/self/maps", "rb") as f:
+        now = f.read().count(b"\n")
+    monkeypatch.setitem(backend._maps, "bound", now / 2)  # as if past the bound already
+    monkeypatch.setitem(backend._maps, "unchecked", 0)
+    f = lambda x: np.sin(x) * 1.125 + 0.375  # noqa: E731  (a program no other test compiles)
+    x = onp.linspace(0.0, 1.0, 7)
+    with pytest.warns(FallbackWarning, match="memory maps, near the system's bound"):
+        assert_close(jit_ps(f, tiered=False)(x), f(x))
+    with pytest.raises(TooManyProgramsError, match="vm.max_map_count"):
+        jit_ps(f, tiered=False, fallback="error")(x)
+    monkeypatch.setitem(backend._maps, "bound", now * 100.0)  # room again: compiled, the count deferred
+    monkeypatch.setitem(backend._maps, "unchecked", 0)
+    g = jit_ps(f, tiered=False, fallback="error")
+    assert_close(g(x), f(x))
+    assert g.cache_info()["compiles"] == 1 and backend._maps["unchecked"] > 0
+
+
 def test_jitted_gradient_and_its_derivatives_are_freed_with_the_function(monkeypatch):
     monkeypatch.setattr(backend, "RECENT_PROGRAMS", 0)
     backend.get_backend("cpu").release_recent()
