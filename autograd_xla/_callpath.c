@@ -446,8 +446,27 @@ typedef struct {
     int ordered;       /* an accelerator's client: its executions wait for C++'s puts, none is copied apart */
     int n_stages;
     Stage *stages[MAX_STAGES];
+    PyObject *captured;  /* None, or a tuple of (cell, None, value) and (dict, key, value): what the
+                          * function read besides its arguments when traced (signatures.captured_locations) */
     PyObject *weakrefs;
 } Front;
+
+/* Whether every place of `captured` holds the object it held (by identity; Python's
+ * _captured_changed compares equal numbers and forgets the traces where one changed). */
+static int captured_hold(PyObject *captured) {
+    Py_ssize_t n = PyTuple_GET_SIZE(captured);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *place = PyTuple_GET_ITEM(captured, i);
+        PyObject *container = PyTuple_GET_ITEM(place, 0), *key = PyTuple_GET_ITEM(place, 1);
+        PyObject *now = key == Py_None ? (PyCell_Check(container) ? PyCell_GET(container) : NULL)
+                                       : PyDict_GetItemWithError(container, key);  /* borrowed */
+        if (now != PyTuple_GET_ITEM(place, 2)) {
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    return 1;
+}
 
 static PyObject *trace_state;  /* core.trace_state (tracing.state): while its `traces` are not empty, calls are traced */
 
@@ -943,6 +962,8 @@ static PyObject *front_vectorcall(Front *self, PyObject *const *args, size_t nar
         return NULL;
     if (traced)  /* the Python path, which inlines the function into the trace */
         return call_python(self, args, nargsf, kwnames);
+    if (self->captured != NULL && self->captured != Py_None && !captured_hold(self->captured))
+        return call_python(self, args, nargsf, kwnames);
     if (self->fast == NULL || self->fast == Py_None || self->waiting) {
         PyObject *r;
         return kwnames == NULL && plain_tier(self, args, n, &r) ? r : call_python(self, args, nargsf, kwnames);
@@ -1127,6 +1148,8 @@ static PyObject *front_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         self->vectorcall = (vectorcallfunc)front_vectorcall;
         Py_INCREF(Py_None);
         self->fast = Py_None;
+        Py_INCREF(Py_None);
+        self->captured = Py_None;
     }
     return (PyObject *)self;
 }
@@ -1139,6 +1162,7 @@ static PyObject *set_trace_state(PyObject *module, PyObject *state) {
 
 static int front_traverse(Front *self, visitproc visit, void *arg) {
     Py_VISIT(self->fast);
+    Py_VISIT(self->captured);
     for (int s = 0; s < self->n_stages; s++) {
         Py_VISIT(self->stages[s]->arrays);
         Py_VISIT(self->stages[s]->finish);
@@ -1148,6 +1172,7 @@ static int front_traverse(Front *self, visitproc visit, void *arg) {
 
 static int front_clear(Front *self) {
     Py_CLEAR(self->fast);
+    Py_CLEAR(self->captured);
     free_stages(self);
     return 0;
 }
@@ -1176,6 +1201,8 @@ static PyMemberDef front_members[] = {
     {"busy", T_INT, offsetof(Front, busy), READONLY, "whether a staged call is in C++"},
     {"missed", T_INT, offsetof(Front, missed), 0, "set by a staged call's miss, whose results are finished"},
     {"_waiting", T_INT, offsetof(Front, waiting), 0, "while set, calls go to self._call_python (no fast path yet)"},
+    {"_captured_c", T_OBJECT, offsetof(Front, captured), 0, "None, or ((container, key, value), ...): calls where "
+     "one holds another object go to self._call_python"},
     {"_ordered", T_INT, offsetof(Front, ordered), 0, "set: C++ may be given numpy arrays PJRT copies apart (an "
      "accelerator's executions wait for them)"},
     {NULL},

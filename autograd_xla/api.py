@@ -38,9 +38,10 @@ from .core import trace_state as _trace_state
 from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, ImpureFunctionError, JitError,
                      PlatformUnavailableError, PrecisionWarning, TooManyProgramsError, library_file, annotate)
 from .registry import LazyModule
-from .signatures import (Learned, PlainArgument, Static, aval_of, describe_change, distance, donated_arguments,
-                         function_shape, hashable, leaf_signature, positional_names, retrace_advice, short, sig_str,
-                         signature_of, static_arguments, suspicious_arguments)
+from .signatures import (Learned, PlainArgument, Static, aval_of, captured_locations, captured_values,
+                         describe_change, distance, donated_arguments, function_shape, hashable, leaf_signature,
+                         positional_names, retrace_advice, same_capture, short, sig_str, signature_of,
+                         static_arguments, suspicious_arguments, traced_reads)
 
 #: The interpreters, the runtime, jaxlib's C++ call path, random draws' replay and derivatives
 #: of compiled calls, imported at a function's first trace or compile (or boxed call): a job
@@ -105,6 +106,9 @@ DEFAULT_CACHE_SIZE = 64
 #: A function traced for this many signatures (and every multiple) warns, saying what
 #: changed between the last two: each new signature costs a trace and usually a compile.
 RETRACE_WARN_AFTER = 8
+#: Changes of what a function reads besides its arguments (signatures.captured_locations)
+#: after which it runs as plain autograd for good: each traced it again.
+CAPTURED_CHANGES = 16
 #: A traced program with more primitive calls than this (after loop rolling: rolling.py)
 #: warns before it compiles: XLA's compile time grows much faster than the program (measured
 #: on an LSTM's unrolled gradient, 2 loaded cores: 1,000 calls 1.8 s, 2,943 calls 17-28 s; an
@@ -198,6 +202,11 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         self._warned = set()
         self._last_key = None
         self._fast = None  # jaxlib's C++ dispatch (dispatch.py): _arm_cpp
+        self._captured_all = None  # where fun reads besides its arguments (signatures.captured_locations), once traced
+        self._captured = []  # ... those its traces read (signatures.traced_reads), watched
+        self._captured_then = None  # what those held at its traces (None: nothing traced since a change)
+        self._captured_changes = 0  # how many times one changed (CAPTURED_CHANGES)
+        self._reads_plainly = False  # past CAPTURED_CHANGES: calls run fun
         self._cpp_armed = False
         self._fast_calls = [0, 0]  # calls C++ handed back for good, and fast paths given it
         if not self._tiers():
@@ -268,6 +277,8 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
 
     def _call_python(self, *args, **kwargs):
         if _trace_state.traces:  # inside another trace: inline, the outer function compiles us
+            return self._fun(*args, **kwargs)
+        if self._reads_plainly or self._captured_then is not None and self._captured_changed():
             return self._fun(*args, **kwargs)
         if not kwargs and (self._simple or self._simple_untraced):  # the hot paths: positional arrays
             sig = _simple_signature(args)
@@ -779,6 +790,7 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
             graph, out_tree, draws = self._trace(flat_fun, in_avals, [names[i] for i in dynamic], spec, leaves,
                                                  [leaves[i] for i in dynamic], parameters)
         seconds = time.perf_counter() - t0
+        self._watch_captured(graph)
         self.stats.traces += 1
         self.stats.trace_seconds += seconds
         if aot.explaining(self.explain):
@@ -1258,6 +1270,10 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         """Forget every signature's trace and executable (and those of the derivatives), and set
         the counters of `stats` / `cache_info()` back to zero, as functools.lru_cache's
         cache_clear does; the executables are freed unless another function uses them."""
+        self._forget_traces()
+        self.stats.reset()
+
+    def _forget_traces(self):
         with self._lock:
             programs = self._programs()
             self._forget_pending()
@@ -1266,10 +1282,58 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
             self._simple_untraced.clear()
             self._forget_fast_paths()
             self._derivatives.clear()
-            self.stats.reset()
             self._last_key = None
+            self._captured, self._captured_then, self._captured_c = [], None, None
         if programs:
             self._backend().forget(programs)
+
+    # ----- what the function reads besides its arguments (signatures.captured_locations) ------
+    def _watch_captured(self, graph):
+        """After a trace that made `graph`: watch the places the function reads besides its
+        arguments that the trace read (signatures.traced_reads), with what they hold now."""
+        with self._lock:
+            if self._captured_all is None:
+                self._captured_all = captured_locations(self._fun)
+            if not self._captured_all:
+                return
+            places = self._captured_all
+            read = traced_reads(places, captured_values(places), graph)
+            watched = self._captured if self._captured_then is not None else []
+            self._captured = watched + [p for p in read if all(p is not q for q in watched)]
+            if self._captured:
+                self._captured_then = captured_values(self._captured)
+                self._captured_c = tuple((c, k, v) for (c, k, _), v in zip(self._captured, self._captured_then))
+
+    def _captured_changed(self):
+        """Whether one of the places the function read when traced holds another value now:
+        then its traces are forgotten (and traced again at this call), and past
+        CAPTURED_CHANGES such changes it runs as plain autograd for good, with a
+        FallbackWarning naming the place. True for a call to run plainly."""
+        then, changed = self._captured_then, None
+        for i, now in enumerate(captured_values(self._captured)):
+            if now is not then[i]:
+                if not same_capture(now, then[i]):
+                    changed = self._captured[i][2]
+                    break
+                then[i] = now  # an equal number assigned again: C's identities follow
+                self._captured_c = tuple((c, k, v) for (c, k, _), v in zip(self._captured, then))
+        if changed is None:
+            return False
+        self._captured_changes += 1
+        self._forget_traces()
+        if self._captured_changes > CAPTURED_CHANGES and self.fallback != "error":
+            self._reads_plainly = True
+            self._waiting = 1  # (C's calls go to this path, which runs fun)
+            if "captured" not in self._warned:
+                self._warned.add("captured")
+                self._warn_fallback(JitError(
+                    f"{changed} has changed between calls {self._captured_changes} times, and each change traced "
+                    "the function again: it now runs as plain autograd, which reads it at every call. Pass what "
+                    "changes as an argument"))
+            return True
+        if aot.explaining(self.explain):
+            aot.report(f"{self!r}: {changed} has changed since it was traced: tracing again")
+        return False
 
     def _forget_pending(self):
         """Mark the compiles in flight of this function and its derivatives: their programs are

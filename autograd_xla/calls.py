@@ -75,9 +75,12 @@ class _Calls:
     `_waiting` (no fast path to be had yet: a miss costs C++'s lookup and its call back)."""
 
     _waiting = 0
+    _captured_c = None  # (as _callpath's `captured`)
 
     def __call__(self, *args, **kwargs):
-        if self._fast is None or self._waiting or trace_state.traces or _foreign(args):
+        if self._fast is None or self._waiting or trace_state.traces or _foreign(args) or (
+                self._captured_c is not None and not all(
+                    (c.cell_contents if k is None else c.get(k)) is v for c, k, v in self._captured_c)):
             return self._call_python(*args, **kwargs)
         x64 = _jax_x64()
         previous = None if x64 is None else x64.swap_local(True)  # (as _callpath's x64_on)

@@ -594,3 +594,171 @@ def sig_str(s):
     if type(s) is Static:
         return f"static {short(s.value)}"
     return f"Python {s.__name__}"
+
+
+# ----- what a function reads besides its arguments ---------------------------------------------
+#: A jitted function's programs hold what it read besides its arguments when it was traced:
+#: its closure cells, the globals its code names, and the attributes its code names of the
+#: objects it closes over or is bound to (`jit_ps(grad(model.energy))` reads model.scale).
+#: Plain autograd reads them at every call: a value assigned there later (`model.scale = 3.0`)
+#: must not meet the old program (geomstats' metrics keep their parameters as attributes: the
+#: old answer came back, silently). captured_locations finds those places; a jitted function
+#: compares what they hold with what they held at its traces at every call (by identity, in
+#: C: _callpath's `captured`), and forgets its traces where one changed. Arrays changed in
+#: place keep their identity: that is not seen (as in jax).
+CAPTURED_MAX = 256  # locations at most (the first found); deeper or further ones are not watched
+_CAPTURED_DEPTH = 4  # objects reached through attributes, at most this many levels down
+_UNWATCHED = (types.ModuleType, type, types.BuiltinFunctionType, np.ufunc)
+#: Packages whose functions' closures are walked (autograd's grad closes over the function it
+#: differentiates) but whose code's names are not: their globals and objects are their own
+#: machinery (autograd's trace stack counts the traces it is in)
+_LIBRARIES = frozenset({"autograd", "autograd_xla", "numpy", "scipy", "functools"})
+MISSING = object()  # an empty cell's or an absent attribute's value
+
+
+def captured_locations(fun):
+    """The places `fun` reads besides its arguments, as (container, key, what it is): (cell,
+    None, ...) for each closure cell of the functions it is made of (through closures, bound
+    methods, partials, wrappers), (dict, name, ...) for each global their code names, and
+    (vars(obj), name, ...) for each attribute their code names of an object they close over or
+    are bound to (and of objects those attributes hold, and the methods their code names).
+    Modules, classes and builtins are not watched."""
+    names, objects, found, seen = set(), [], [], set()
+    functions = [fun]
+
+    def add(container, key, label):
+        if len(found) < CAPTURED_MAX and (id(container), key) not in seen:
+            seen.add((id(container), key))
+            found.append((container, key, label))
+
+    def reach(value, depth):
+        if depth > _CAPTURED_DEPTH or id(value) in seen or isinstance(value, _UNWATCHED):
+            return
+        if callable(value) and not hasattr(value, "__array__"):
+            functions.append(value)
+        elif hasattr(value, "__dict__") and not isinstance(value, (np.ndarray, np.generic)):
+            seen.add(id(value))
+            objects.append((value, depth))
+
+    def scan(obj, depth):
+        attrs = vars(obj)
+        for name in sorted(names):
+            if name in attrs:
+                add(attrs, name, f"the attribute {name!r} of a {type(obj).__name__}")
+                reach(attrs[name], depth + 1)
+            else:
+                method = getattr(type(obj), name, None)
+                if type(method) is types.FunctionType:
+                    functions.append(method)
+
+    scanned, named = [], 0
+    while functions or objects:
+        while functions:
+            f = functions.pop()
+            if id(f) in seen or len(found) >= CAPTURED_MAX:
+                continue
+            seen.add(id(f))
+            if type(f) is types.MethodType:
+                functions.append(f.__func__)
+                reach(f.__self__, 1)
+            elif type(f) is functools.partial:
+                functions.append(f.func)
+            elif type(f) is types.FunctionType:
+                for name, cell in zip(f.__code__.co_freevars, f.__closure__ or ()):
+                    add(cell, None, f"the variable {name!r} that {f.__qualname__} closes over")
+                    if _filled(cell):
+                        reach(cell.cell_contents, 1)
+                if str(f.__globals__.get("__name__")).partition(".")[0] in _LIBRARIES:
+                    continue
+                stack = [f.__code__]
+                while stack:
+                    code = stack.pop()
+                    names.update(n for n in code.co_names if not n.startswith("__"))
+                    stack += [c for c in code.co_consts if type(c) is types.CodeType]
+                g = f.__globals__
+                for name in sorted(names):
+                    if name in g and not isinstance(g[name], _UNWATCHED):
+                        add(g, name, f"the global {name!r} of {g.get('__name__')}")
+                        reach(g[name], 1)
+            else:
+                inner = getattr(f, "__wrapped__", None) or getattr(f, "_fun", None)
+                if inner is not None:
+                    functions.append(inner)
+        while objects and not functions:
+            obj, depth = objects.pop()
+            scanned.append((obj, depth))
+            scan(obj, depth)
+        if not functions and not objects and len(names) > named:  # names the methods found since: scanned again
+            named = len(names)
+            for obj, depth in scanned:
+                scan(obj, depth)
+    return found
+
+
+def _constants(graph):
+    """(ids of the arrays, (kind, value) of the numbers) that `graph`'s equations (and their
+    sub-graphs') take as constants: what a trace read of its captured values."""
+    arrays, numbers, stack = set(), set(), [graph]
+    seen = set()
+    while stack:
+        g = stack.pop()
+        if id(g) in seen:
+            continue
+        seen.add(id(g))
+        items = [x for eqn in g.eqns for x in (eqn.args, eqn.kwargs)] + [g.captured]
+        while items:
+            x = items.pop()
+            t = type(x)
+            if t is tuple or t is list:
+                items.extend(x)
+            elif t is dict:
+                items.extend(x.values())
+            elif isinstance(x, np.ndarray):
+                arrays.add(id(x))
+            elif t in (int, float, complex) or isinstance(x, np.number):
+                numbers.add((_number_kind(x), x))
+            elif hasattr(x, "eqns") and hasattr(x, "captured"):
+                stack.append(x)
+    return arrays, numbers
+
+
+def _number_kind(x):
+    return "f" if isinstance(x, (float, np.floating)) else "c" if isinstance(x, (complex, np.complexfloating)) else "i"
+
+
+def traced_reads(locations, values, graph):
+    """Which of `locations` (with their `values`) a trace that made `graph` read, as far as can
+    be told: an array the graph takes as a constant, a number equal to one it takes (of its
+    kind: an int counter the function bumps is not mistaken for a float factor), and every
+    other value (a bool, a string or None a branch may have read, a function, an object)."""
+    arrays, numbers = _constants(graph)
+    kept = []
+    for loc, v in zip(locations, values):
+        if isinstance(v, np.ndarray):
+            read = id(v) in arrays
+        elif type(v) in (int, float, complex) or isinstance(v, np.number):
+            read = (_number_kind(v), v) in numbers
+        else:
+            read = True
+        if read:
+            kept.append(loc)
+    return kept
+
+
+def captured_values(locations):
+    """What each of `locations` (captured_locations) holds now."""
+    return [(c.cell_contents if _filled(c) else MISSING) if k is None else c.get(k, MISSING) for c, k, _ in locations]
+
+
+def same_capture(now, then):
+    """Whether a captured place's value `now` is the one it had, `then`: the same object, or an
+    equal number, string or tuple of them (a float assigned again, 1.0 * k)."""
+    if now is then:
+        return True
+    t = type(now)
+    if t is not type(then) or not (t in _SHAPE_SCALARS or t is tuple or isinstance(now, np.generic)):
+        return False
+    try:
+        return bool(now == then) if t is not tuple else now == then and all(same_capture(a, b) for a, b in zip(now, then))
+    except Exception:  # an element whose comparison raises: not known to be equal
+        return False

@@ -951,3 +951,79 @@ def test_arguments_nothing_reads_are_not_passed():
     assert jf.cache_info()["host_to_device"] == 1
     g = jit_ps(grad(lambda big, used: np.sum(np.tanh(used)) + 0.0 * np.sum(big[0]), argnum=1))
     assert_close(g(big, used), 1.0 - onp.tanh(used) ** 2)
+
+
+# ----- what a function reads besides its arguments --------------------------------------------
+SCALE = 1.0  # a global a jitted function reads (test_a_value_read_besides_the_arguments_...)
+
+
+def _scaled_by_global(x):
+    return SCALE * np.sum(x ** 2)
+
+
+class _Metric:
+    def __init__(self):
+        self.a, self.W, self.evaluations = 1.0, onp.eye(2), 0
+
+    def energy(self, x):
+        self.evaluations += 1  # a counter the trace reads too: no constant of the program
+        return self.a * np.sum((self.W @ x) ** 2)
+
+
+@pytest.mark.parametrize("tiered", [False, None])
+def test_a_value_read_besides_the_arguments_and_assigned_anew_is_read_again(tiered, monkeypatch):
+    """A closure variable, a global, and a bound method's attributes (a float, an array), read
+    by the trace and assigned another value later: plain autograd reads them at every call, and
+    so does the jitted function (geomstats' metrics keep their parameters as attributes: the old
+    program's answer came back); a counter the function bumps is not read as a constant and
+    traces nothing again. Tiered, the held and compiled calls too."""
+    global SCALE
+    monkeypatch.setattr(tiering, "PLAIN_SECONDS", 0.0 if tiered is None else None)  # compiled soon
+    x = onp.array([1.0, 2.0])
+
+    def make():
+        factor = 1.0
+
+        def f(x):
+            return factor * np.sum(x ** 3)
+
+        def set_factor(v):
+            nonlocal factor
+            factor = v
+        return f, set_factor
+    f, set_factor = make()
+    m = _Metric()
+    cases = [(f, lambda: set_factor(3.0)), (_scaled_by_global, lambda: globals().update(SCALE=3.0)),
+             (grad(m.energy), lambda: setattr(m, "a", 3.0)), (grad(m.energy), lambda: setattr(m, "W", 2 * onp.eye(2)))]
+    for fun, change in cases:
+        jf = jit_ps(fun, tiered=tiered)
+        for _ in range(3):
+            assert_close(jf(x), fun(x))
+        traces = jf.stats.traces
+        change()
+        for _ in range(3):
+            assert_close(jf(x), fun(x))
+        assert jf.stats.traces == traces + 1
+    SCALE = 1.0
+    assert m.evaluations > 0
+
+
+def test_a_value_read_besides_the_arguments_that_changes_at_every_call_runs_plainly():
+    """Past CAPTURED_CHANGES changes of a value the trace read (here a float attribute set
+    anew before each call), each tracing the function again, it runs as plain autograd,
+    with one FallbackWarning naming the attribute; fallback='error' traces again each time."""
+    from autograd_xla import FallbackWarning
+    from autograd_xla.api import CAPTURED_CHANGES
+    m = _Metric()
+    x = onp.array([1.0, 2.0])
+    jf = jit_ps(m.energy, tiered=False)
+    with pytest.warns(FallbackWarning, match="attribute 'a' of a _Metric has changed between calls"):
+        for k in range(CAPTURED_CHANGES + 4):
+            m.a = 1.0 + k
+            assert_close(jf(x), m.energy(x))
+    assert jf.stats.traces == CAPTURED_CHANGES + 1
+    strict = jit_ps(m.energy, tiered=False, fallback="error")
+    for k in range(CAPTURED_CHANGES + 2):
+        m.a = 1.0 + k
+        assert_close(strict(x), m.energy(x))
+    assert strict.stats.traces == CAPTURED_CHANGES + 2
