@@ -614,6 +614,7 @@ _UNWATCHED = (types.ModuleType, type, types.BuiltinFunctionType, np.ufunc)
 #: machinery (autograd's trace stack counts the traces it is in)
 _LIBRARIES = frozenset({"autograd", "autograd_xla", "numpy", "scipy", "functools"})
 MISSING = object()  # an empty cell's or an absent attribute's value
+_FUNCTIONS = (types.FunctionType, types.MethodType, functools.partial)
 
 
 def captured_locations(fun):
@@ -634,11 +635,18 @@ def captured_locations(fun):
     def reach(value, depth):
         if depth > _CAPTURED_DEPTH or id(value) in seen or isinstance(value, _UNWATCHED):
             return
-        if callable(value) and not hasattr(value, "__array__"):
+        if type(value) in _FUNCTIONS:
             functions.append(value)
-        elif hasattr(value, "__dict__") and not isinstance(value, (np.ndarray, np.generic)):
+            return
+        inner = getattr(value, "__wrapped__", None) if callable(value) else None  # jit_ps, functools.wraps
+        if inner is not None:
+            functions.append(inner)
+        if hasattr(value, "__dict__") and not isinstance(value, (np.ndarray, np.generic)):
             seen.add(id(value))
             objects.append((value, depth))
+            call = getattr(type(value), "__call__", None)  # a model called as net(x)
+            if type(call) is types.FunctionType:
+                functions.append(call)
 
     def scan(obj, depth):
         attrs = vars(obj)
@@ -657,13 +665,16 @@ def captured_locations(fun):
             f = functions.pop()
             if id(f) in seen or len(found) >= CAPTURED_MAX:
                 continue
+            if type(f) not in _FUNCTIONS:  # the function given: a callable object
+                reach(f, 0)
+                continue
             seen.add(id(f))
             if type(f) is types.MethodType:
                 functions.append(f.__func__)
                 reach(f.__self__, 1)
             elif type(f) is functools.partial:
                 functions.append(f.func)
-            elif type(f) is types.FunctionType:
+            else:
                 for name, cell in zip(f.__code__.co_freevars, f.__closure__ or ()):
                     add(cell, None, f"the variable {name!r} that {f.__qualname__} closes over")
                     if _filled(cell):
@@ -680,10 +691,6 @@ def captured_locations(fun):
                     if name in g and not isinstance(g[name], _UNWATCHED):
                         add(g, name, f"the global {name!r} of {g.get('__name__')}")
                         reach(g[name], 1)
-            else:
-                inner = getattr(f, "__wrapped__", None) or getattr(f, "_fun", None)
-                if inner is not None:
-                    functions.append(inner)
         while objects and not functions:
             obj, depth = objects.pop()
             scanned.append((obj, depth))
@@ -695,10 +702,10 @@ def captured_locations(fun):
     return found
 
 
-def _constants(graph):
-    """(ids of the arrays, (kind, value) of the numbers) that `graph`'s equations (and their
-    sub-graphs') take as constants: what a trace read of its captured values."""
-    arrays, numbers, stack = set(), set(), [graph]
+def _numbers(graph):
+    """(kind, value) of the numbers `graph`'s equations (and their sub-graphs') take as
+    constants: what a trace read of the numbers it captured."""
+    numbers, stack = set(), [graph]
     seen = set()
     while stack:
         g = stack.pop()
@@ -713,13 +720,11 @@ def _constants(graph):
                 items.extend(x)
             elif t is dict:
                 items.extend(x.values())
-            elif isinstance(x, np.ndarray):
-                arrays.add(id(x))
             elif t in (int, float, complex) or isinstance(x, np.number):
                 numbers.add((_number_kind(x), x))
             elif hasattr(x, "eqns") and hasattr(x, "captured"):
                 stack.append(x)
-    return arrays, numbers
+    return numbers
 
 
 def _number_kind(x):
@@ -727,22 +732,14 @@ def _number_kind(x):
 
 
 def traced_reads(locations, values, graph):
-    """Which of `locations` (with their `values`) a trace that made `graph` read, as far as can
-    be told: an array the graph takes as a constant, a number equal to one it takes (of its
-    kind: an int counter the function bumps is not mistaken for a float factor), and every
-    other value (a bool, a string or None a branch may have read, a function, an object)."""
-    arrays, numbers = _constants(graph)
-    kept = []
-    for loc, v in zip(locations, values):
-        if isinstance(v, np.ndarray):
-            read = id(v) in arrays
-        elif type(v) in (int, float, complex) or isinstance(v, np.number):
-            read = (_number_kind(v), v) in numbers
-        else:
-            read = True
-        if read:
-            kept.append(loc)
-    return kept
+    """Which of `locations` (with their `values`) a trace that made `graph` may have read: a
+    number equal to one the graph takes as a constant, of its kind (a counter the function
+    bumps, `self.n += 1`, is not watched, nor a timer its plain calls advance), and every other
+    value (an array, which numpy may have turned into others before the graph took them, a
+    bool, a string or None a branch may have read, a function, an object)."""
+    numbers = _numbers(graph)
+    return [loc for loc, v in zip(locations, values)
+            if not (type(v) in (int, float, complex) or isinstance(v, np.number)) or (_number_kind(v), v) in numbers]
 
 
 def captured_values(locations):
