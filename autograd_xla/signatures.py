@@ -732,14 +732,15 @@ def _number_kind(x):
 
 
 def traced_reads(locations, values, graph):
-    """Which of `locations` (with their `values`) a trace that made `graph` may have read: a
-    number equal to one the graph takes as a constant, of its kind (a counter the function
+    """Which of `locations` (with their `values`) a trace that made `graph` may have read (not
+    an empty cell or an absent name, which it could not read): a number equal to one the
+    graph takes as a constant, of its kind (a counter the function
     bumps, `self.n += 1`, is not watched, nor a timer its plain calls advance), and every other
     value (an array, which numpy may have turned into others before the graph took them, a
     bool, a string or None a branch may have read, a function, an object)."""
     numbers = _numbers(graph)
-    return [loc for loc, v in zip(locations, values)
-            if not (type(v) in (int, float, complex) or isinstance(v, np.number)) or (_number_kind(v), v) in numbers]
+    return [loc for loc, v in zip(locations, values) if v is not MISSING and (
+        not (type(v) in (int, float, complex) or isinstance(v, np.number)) or (_number_kind(v), v) in numbers)]
 
 
 def captured_values(locations):
