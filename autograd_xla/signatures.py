@@ -607,6 +607,7 @@ def sig_str(s):
 #: C: _callpath's `captured`), and forgets its traces where one changed. Arrays changed in
 #: place keep their identity: that is not seen (as in jax).
 CAPTURED_MAX = 256  # locations at most (the first found); deeper or further ones are not watched
+SAME_ARRAY_SIZE = 4096  # an array assigned anew up to this size is compared by value (same_capture)
 _CAPTURED_DEPTH = 4  # objects reached through attributes, at most this many levels down
 _UNWATCHED = (types.ModuleType, type, types.BuiltinFunctionType, np.ufunc)
 #: Packages whose functions' closures are walked (autograd's grad closes over the function it
@@ -749,11 +750,15 @@ def captured_values(locations):
 
 
 def same_capture(now, then):
-    """Whether a captured place's value `now` is the one it had, `then`: the same object, or an
-    equal number, string or tuple of them (a float assigned again, 1.0 * k)."""
+    """Whether a captured place's value `now` is the one it had, `then`: the same object, an
+    equal number, string or tuple of them (a float assigned again, 1.0 * k), or an equal small
+    array."""
     if now is then:
         return True
     t = type(now)
+    if t is np.ndarray and type(then) is np.ndarray:  # a small array made again (np.asarray of a list)
+        return (now.size <= SAME_ARRAY_SIZE and now.shape == then.shape and now.dtype == then.dtype
+                and bool(np.array_equal(now, then)))
     if t is not type(then) or not (t in _SHAPE_SCALARS or t is tuple or isinstance(now, np.generic)):
         return False
     try:
