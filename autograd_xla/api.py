@@ -1302,21 +1302,26 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
             self._captured = watched + [p for p in read if all(p is not q for q in watched)]
             if self._captured:
                 self._captured_then = captured_values(self._captured)
-                self._captured_c = tuple((c, k, v) for (c, k, _), v in zip(self._captured, self._captured_then))
+                self._captured_for_c()
+
+    def _captured_for_c(self):
+        """The watched places and their values as _callpath's Front compares them."""
+        self._captured_c = tuple((c, k, v) for (c, k, _), v in zip(self._captured, self._captured_then))
 
     def _captured_changed(self):
         """Whether one of the places the function read when traced holds another value now:
         then its traces are forgotten (and traced again at this call), and past
         CAPTURED_CHANGES such changes it runs as plain autograd for good, with a
         FallbackWarning naming the place. True for a call to run plainly."""
-        then, changed = self._captured_then, None
+        then, changed, refreshed = self._captured_then, None, False
         for i, now in enumerate(captured_values(self._captured)):
             if now is not then[i]:
                 if not same_capture(now, then[i]):
                     changed = self._captured[i][2]
                     break
-                then[i] = now  # an equal number assigned again: C's identities follow
-                self._captured_c = tuple((c, k, v) for (c, k, _), v in zip(self._captured, then))
+                then[i], refreshed = now, True  # an equal number assigned again: C's identities follow
+        if refreshed:
+            self._captured_for_c()
         if changed is None:
             return False
         self._captured_changes += 1
