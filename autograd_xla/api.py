@@ -1329,12 +1329,10 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         if self._captured_changes > CAPTURED_CHANGES and self.fallback != "error":
             self._reads_plainly = True
             self._waiting = 1  # (C's calls go to this path, which runs fun)
-            if "captured" not in self._warned:
-                self._warned.add("captured")
-                self._warn_fallback(JitError(
-                    f"{changed} has changed between calls {self._captured_changes} times, and each change traced "
-                    "the function again: it now runs as plain autograd, which reads it at every call. Pass what "
-                    "changes as an argument"))
+            self._warn_fallback(JitError(
+                f"{changed} has changed between calls {self._captured_changes} times, and each change traced "
+                "the function again: it now runs as plain autograd, which reads it at every call. Pass what "
+                "changes as an argument"))
             return True
         if aot.explaining(self.explain):
             aot.report(f"{self!r}: {changed} has changed since it was traced: tracing again")
