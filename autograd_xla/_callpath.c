@@ -446,24 +446,58 @@ typedef struct {
     int ordered;       /* an accelerator's client: its executions wait for C++'s puts, none is copied apart */
     int n_stages;
     Stage *stages[MAX_STAGES];
-    PyObject *captured;  /* None, or a tuple of (cell, None, value) and (dict, key, value): what the
-                          * function read besides its arguments when traced (signatures.captured_locations) */
+    PyObject *captured;  /* None, or a tuple of (cell, None, value), (dict, key, value) and (list or
+                          * tuple, index, value): what the function read besides its arguments when
+                          * traced (signatures.captured_locations), an array's with (bytes, step,
+                          * itemsize): its sample (signatures.content_sample) */
     PyObject *weakrefs;
 } Front;
 
+/* Whether array `value`'s memory holds `sample`'s bytes at every `step`-th element of
+ * `itemsize` bytes (calls.sampled_bytes); not where it is no longer one block. */
+static int sample_holds(PyObject *value, PyObject *sample, Py_ssize_t step, Py_ssize_t itemsize) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(value, &view, PyBUF_ANY_CONTIGUOUS) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    const char *data = view.buf, *want = PyBytes_AS_STRING(sample);
+    Py_ssize_t n = PyBytes_GET_SIZE(sample), stride = step * itemsize;
+    int same = step == 1 ? view.len == n && memcmp(data, want, n) == 0 : 1;
+    for (Py_ssize_t k = 0, at = 0; step != 1 && k < n && same; k += itemsize, at += stride)
+        same = at + itemsize <= view.len && memcmp(data + at, want + k, itemsize) == 0;
+    PyBuffer_Release(&view);
+    return same;
+}
+
 /* Whether every place of `captured` holds the object it held (by identity; Python's
- * _captured_changed compares equal numbers and forgets the traces where one changed). */
+ * _captured_changed compares equal numbers and forgets the traces where one changed), and
+ * an array its sample's bytes (changed in place, it is the same object). */
 static int captured_hold(PyObject *captured) {
     Py_ssize_t n = PyTuple_GET_SIZE(captured);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *place = PyTuple_GET_ITEM(captured, i);
         PyObject *container = PyTuple_GET_ITEM(place, 0), *key = PyTuple_GET_ITEM(place, 1);
-        PyObject *now = key == Py_None ? (PyCell_Check(container) ? PyCell_GET(container) : NULL)
-                                       : PyDict_GetItemWithError(container, key);  /* borrowed */
+        PyObject *now = NULL;  /* borrowed: a cell's contents, a dict's item, a list's or tuple's element */
+        if (key == Py_None)
+            now = PyCell_Check(container) ? PyCell_GET(container) : NULL;
+        else if (PyDict_Check(container))
+            now = PyDict_GetItemWithError(container, key);
+        else {
+            Py_ssize_t k = PyLong_AsSsize_t(key);
+            if (PyList_Check(container) && k < PyList_GET_SIZE(container))
+                now = PyList_GET_ITEM(container, k);
+            else if (PyTuple_Check(container) && k < PyTuple_GET_SIZE(container))
+                now = PyTuple_GET_ITEM(container, k);
+        }
         if (now != PyTuple_GET_ITEM(place, 2)) {
             PyErr_Clear();
             return 0;
         }
+        if (PyTuple_GET_SIZE(place) > 3
+            && !sample_holds(now, PyTuple_GET_ITEM(place, 3), PyLong_AsSsize_t(PyTuple_GET_ITEM(place, 4)),
+                             PyLong_AsSsize_t(PyTuple_GET_ITEM(place, 5))))
+            return 0;
     }
     return 1;
 }

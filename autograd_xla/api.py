@@ -38,8 +38,8 @@ from .core import trace_state as _trace_state
 from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, ImpureFunctionError, JitError,
                      PlatformUnavailableError, PrecisionWarning, TooManyProgramsError, library_file, annotate)
 from .registry import LazyModule
-from .signatures import (Learned, PlainArgument, Static, aval_of, captured_locations, captured_values,
-                         describe_change, distance, donated_arguments, function_shape, hashable, leaf_signature,
+from .signatures import (Learned, PlainArgument, Static, aval_of, captured_locations, captured_values, content_sample,
+                         content_same, describe_change, distance, donated_arguments, function_shape, hashable, leaf_signature,
                          positional_names, retrace_advice, same_capture, short, sig_str, signature_of,
                          static_arguments, suspicious_arguments, traced_reads)
 
@@ -205,6 +205,7 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         self._captured_all = None  # where fun reads besides its arguments (signatures.captured_locations), once traced
         self._captured = []  # ... those its traces read (signatures.traced_reads), watched
         self._captured_then = None  # what those held at its traces (None: nothing traced since a change)
+        self._captured_samples = []  # ... and the bytes of the arrays among them (signatures.content_sample)
         self._captured_changes = 0  # how many times one changed (CAPTURED_CHANGES)
         self._reads_plainly = False  # past CAPTURED_CHANGES: calls run fun
         self._cpp_armed = False
@@ -1283,7 +1284,7 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
             self._forget_fast_paths()
             self._derivatives.clear()
             self._last_key = None
-            self._captured, self._captured_then, self._captured_c = [], None, None
+            self._captured, self._captured_then, self._captured_samples, self._captured_c = [], None, [], None
         if programs:
             self._backend().forget(programs)
 
@@ -1302,24 +1303,30 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
             self._captured = watched + [p for p in read if all(p is not q for q in watched)]
             if self._captured:
                 self._captured_then = captured_values(self._captured)
+                self._captured_samples = [content_sample(v) for v in self._captured_then]
                 self._captured_for_c()
 
     def _captured_for_c(self):
-        """The watched places and their values as _callpath's Front compares them."""
-        self._captured_c = tuple((c, k, v) for (c, k, _), v in zip(self._captured, self._captured_then))
+        """The watched places and their values as _callpath's Front compares them, with the
+        bytes of an array's sample: (container, key, value[, bytes, step, itemsize])."""
+        self._captured_c = tuple((c, k, v) + (sample or ()) for (c, k, _), v, sample
+                                 in zip(self._captured, self._captured_then, self._captured_samples))
 
     def _captured_changed(self):
         """Whether one of the places the function read when traced holds another value now:
         then its traces are forgotten (and traced again at this call), and past
         CAPTURED_CHANGES such changes it runs as plain autograd for good, with a
         FallbackWarning naming the place. True for a call to run plainly."""
-        then, changed, refreshed = self._captured_then, None, False
+        then, samples, changed, refreshed = self._captured_then, self._captured_samples, None, False
         for i, now in enumerate(captured_values(self._captured)):
             if now is not then[i]:
                 if not same_capture(now, then[i]):
                     changed = self._captured[i][2]
                     break
-                then[i], refreshed = now, True  # an equal number assigned again: C's identities follow
+                then[i], samples[i], refreshed = now, content_sample(now), True  # an equal value assigned again: C follows
+            elif samples[i] is not None and not content_same(now, samples[i]):
+                changed = self._captured[i][2] + " (an array changed in place)"
+                break
         if refreshed:
             self._captured_for_c()
         if changed is None:

@@ -79,8 +79,7 @@ class _Calls:
 
     def __call__(self, *args, **kwargs):
         if self._fast is None or self._waiting or trace_state.traces or _foreign(args) or (
-                self._captured_c is not None and not all(
-                    (c.cell_contents if k is None else c.get(k)) is v for c, k, v in self._captured_c)):
+                self._captured_c is not None and not _captured_hold(self._captured_c)):
             return self._call_python(*args, **kwargs)
         x64 = _jax_x64()
         previous = None if x64 is None else x64.swap_local(True)  # (as _callpath's x64_on)
@@ -93,6 +92,37 @@ class _Calls:
             if x64 is not None:
                 x64.swap_local(previous)
         return self._call_python(*args, **kwargs)
+
+
+def _captured_hold(captured):
+    """Whether every place of `captured` (_callpath's Front's) holds the object it held, and
+    an array among them the bytes of its sample (as _callpath's captured_hold)."""
+    for place in captured:
+        c, k, v = place[:3]
+        if held(c, k) is not v:
+            return False
+        if len(place) > 3 and sampled_bytes(v, place[4], place[5]) != place[3]:
+            return False
+    return True
+
+
+def held(container, key, missing=None):
+    """What a captured place holds (signatures.captured_locations): a cell's contents (key
+    None), a dict's item, a list's or tuple's element; `missing` where there is none."""
+    if key is None:
+        try:
+            return container.cell_contents
+        except ValueError:  # an empty cell
+            return missing
+    if isinstance(container, dict):
+        return container.get(key, missing)
+    return container[key] if key < len(container) else missing
+
+
+def sampled_bytes(array, step, itemsize):
+    """Every `step`-th element's bytes of contiguous `array`'s memory, in its order."""
+    raw = array.reshape(-1, order="A").view(np.uint8).reshape(-1, itemsize)
+    return raw.tobytes() if step == 1 else raw[::step].tobytes()
 
 
 #: How deep in tuples and lists the arrays of a call C++ takes may be (_callpath.c's MAX_DEPTH):

@@ -21,6 +21,7 @@ from autograd.extend import VSpace
 from autograd.wrap_util import unary_to_nary
 
 from . import tree
+from .calls import held, sampled_bytes
 from .core import PY_SCALARS, Aval, supported
 from .core import SUPPORTED_DTYPES as _SUPPORTED
 from .errors import ArgumentError
@@ -604,10 +605,17 @@ def sig_str(s):
 #: must not meet the old program (geomstats' metrics keep their parameters as attributes: the
 #: old answer came back, silently). captured_locations finds those places; a jitted function
 #: compares what they hold with what they held at its traces at every call (by identity, in
-#: C: _callpath's `captured`), and forgets its traces where one changed. Arrays changed in
-#: place keep their identity: that is not seen (as in jax).
+#: C: _callpath's `captured`), and forgets its traces where one changed. An array changed in
+#: place keeps its identity: its bytes are compared too (content_sample), all of them up to
+#: SAMPLE_ALL_BYTES, else SAMPLED elements spread over it (a change of every element, `W[:] =
+#: new` or `W *= 2`, is seen; of a few, perhaps not).
 CAPTURED_MAX = 256  # locations at most (the first found); deeper or further ones are not watched
+ITEMS = 64  # items watched of a dict, list or tuple the function's code reaches (the first ones)
 SAME_ARRAY_SIZE = 4096  # an array assigned anew up to this size is compared by value (same_capture)
+#: An array's bytes compared at every call in full up to this size (memcmp: ~1 µs), else at
+#: SAMPLED elements
+SAMPLE_ALL_BYTES = 16384
+SAMPLED = 64
 _CAPTURED_DEPTH = 4  # objects reached through attributes, at most this many levels down
 _UNWATCHED = (types.ModuleType, type, types.BuiltinFunctionType, np.ufunc)
 #: Packages whose functions' closures are walked (autograd's grad closes over the function it
@@ -621,10 +629,12 @@ _FUNCTIONS = (types.FunctionType, types.MethodType, functools.partial)
 def captured_locations(fun):
     """The places `fun` reads besides its arguments, as (container, key, what it is): (cell,
     None, ...) for each closure cell of the functions it is made of (through closures, bound
-    methods, partials, wrappers), (dict, name, ...) for each global their code names, and
-    (vars(obj), name, ...) for each attribute their code names of an object they close over or
-    are bound to (and of objects those attributes hold, and the methods their code names).
-    Modules, classes and builtins are not watched."""
+    methods, partials, wrappers), (dict, name, ...) for each global their code names, (vars(obj),
+    name, ...) for each attribute their code names of an object they close over or are bound to
+    (and of objects those attributes hold, and the methods their code names), and (dict, key,
+    ...), (list, index, ...) or (tuple, index, ...) for the first ITEMS items of a dict, list or
+    tuple one of those holds (not of a library's closures: their containers are their
+    machinery). Modules, classes and builtins are not watched."""
     names, objects, found, seen = set(), [], [], set()
     functions = [fun]
 
@@ -633,8 +643,16 @@ def captured_locations(fun):
             seen.add((id(container), key))
             found.append((container, key, label))
 
-    def reach(value, depth):
-        if depth > _CAPTURED_DEPTH or id(value) in seen or isinstance(value, _UNWATCHED):
+    def reach(value, depth, label="", items=True):
+        if depth > _CAPTURED_DEPTH or len(found) >= CAPTURED_MAX or id(value) in seen or isinstance(value, _UNWATCHED):
+            return
+        if type(value) in (dict, list, tuple):
+            seen.add(id(value))
+            if items:
+                for key in itertools.islice(value if type(value) is dict else range(len(value)), ITEMS):
+                    item = f"the item {short(key)} of {label}"
+                    add(value, key, item)
+                    reach(value[key], depth + 1, item)
             return
         if type(value) in _FUNCTIONS:
             functions.append(value)
@@ -653,8 +671,9 @@ def captured_locations(fun):
         attrs = vars(obj)
         for name in sorted(names):
             if name in attrs:
-                add(attrs, name, f"the attribute {name!r} of a {type(obj).__name__}")
-                reach(attrs[name], depth + 1)
+                label = f"the attribute {name!r} of a {type(obj).__name__}"
+                add(attrs, name, label)
+                reach(attrs[name], depth + 1, label)
             else:
                 method = getattr(type(obj), name, None)
                 if type(method) is types.FunctionType:
@@ -676,11 +695,13 @@ def captured_locations(fun):
             elif type(f) is functools.partial:
                 functions.append(f.func)
             else:
+                library = str(f.__globals__.get("__name__")).partition(".")[0] in _LIBRARIES
                 for name, cell in zip(f.__code__.co_freevars, f.__closure__ or ()):
-                    add(cell, None, f"the variable {name!r} that {f.__qualname__} closes over")
+                    label = f"the variable {name!r} that {f.__qualname__} closes over"
+                    add(cell, None, label)
                     if _filled(cell):
-                        reach(cell.cell_contents, 1)
-                if str(f.__globals__.get("__name__")).partition(".")[0] in _LIBRARIES:
+                        reach(cell.cell_contents, 1, label, items=not library)
+                if library:
                     continue
                 stack = [f.__code__]
                 while stack:
@@ -690,8 +711,9 @@ def captured_locations(fun):
                 g = f.__globals__
                 for name in sorted(names):
                     if name in g and not isinstance(g[name], _UNWATCHED):
-                        add(g, name, f"the global {name!r} of {g.get('__name__')}")
-                        reach(g[name], 1)
+                        label = f"the global {name!r} of {g.get('__name__')}"
+                        add(g, name, label)
+                        reach(g[name], 1, label)
         while objects and not functions:
             obj, depth = objects.pop()
             scanned.append((obj, depth))
@@ -746,7 +768,26 @@ def traced_reads(locations, values, graph):
 
 def captured_values(locations):
     """What each of `locations` (captured_locations) holds now."""
-    return [(c.cell_contents if _filled(c) else MISSING) if k is None else c.get(k, MISSING) for c, k, _ in locations]
+    return [held(c, k, MISSING) for c, k, _ in locations]
+
+
+def content_sample(value):
+    """What content_same compares of an array changed in place, as _callpath's Front takes it:
+    (bytes, step, itemsize): every `step`-th element's bytes of its memory (all of them up to
+    SAMPLE_ALL_BYTES, else SAMPLED elements spread over it); None for other values and arrays
+    whose memory is not one block, or that hold objects (whose identities it would compare)."""
+    if not isinstance(value, np.ndarray) or value.dtype.hasobject or value.size == 0 or not (
+            value.flags.c_contiguous or value.flags.f_contiguous):
+        return None
+    itemsize = value.dtype.itemsize
+    step = 1 if value.nbytes <= SAMPLE_ALL_BYTES else -(-value.size // SAMPLED)
+    return sampled_bytes(value, step, itemsize), step, itemsize
+
+
+def content_same(value, sample):
+    """Whether array `value` still holds what content_sample found there (`sample`)."""
+    data, step, itemsize = sample
+    return sampled_bytes(value, step, itemsize) == data
 
 
 def same_capture(now, then):

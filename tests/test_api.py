@@ -7,7 +7,7 @@ import pytest
 
 import autograd.numpy as np
 from autograd import grad, value_and_grad
-from autograd_xla import ArgumentError, CompileError, backend, blas, context, jit_ps, lowering, tiering, vmap, while_loop
+from autograd_xla import ArgumentError, CompileError, backend, blas, calls, context, jit_ps, lowering, tiering, vmap, while_loop
 import helpers
 from helpers import assert_close, run_threads
 
@@ -1006,6 +1006,68 @@ def test_a_value_read_besides_the_arguments_and_assigned_anew_is_read_again(tier
         assert jf.stats.traces == traces + 1
     SCALE = 1.0
     assert m.evaluations > 0
+
+
+SMALL, MIDDLE, LARGE = onp.ones(3), onp.ones(2000), onp.ones(100_000)  # compared whole, whole, sampled
+TABLES = {"w": onp.ones(3), "scale": 2.0}
+LAYERS = [(onp.ones(3), 0.5)]
+
+
+@pytest.mark.parametrize("tiered", [False, None])
+def test_an_array_read_besides_the_arguments_and_changed_in_place_is_read_again(tiered, monkeypatch):
+    """An array the trace read (a global, small or large, Fortran-ordered, a closure variable,
+    an attribute, a dict's item, a tuple's in a list) changed in place keeps its identity;
+    plain autograd reads its new values, and so does the jitted function (its bytes are
+    compared: all of them, or for a large one a sample spread over it, which a change of
+    every element meets); a dict's item or a list's element assigned anew is read again too."""
+    monkeypatch.setattr(tiering, "PLAIN_SECONDS", 0.0 if tiered is None else None)
+    x = onp.array([1.0, 2.0, 3.0])
+    fortran = onp.asfortranarray(onp.arange(6.0).reshape(2, 3))
+    closed = onp.ones(3)
+    m = _Metric()
+    m.W = onp.eye(3)
+    cases = [(lambda x: np.sum(x * SMALL), lambda: SMALL.__setitem__(1, 5.0)),
+             (lambda x: np.sum(x * MIDDLE[:3]) + np.sum(MIDDLE), lambda: MIDDLE.__setitem__(1999, 4.0)),
+             (lambda x: np.sum(x * LARGE[-3:]), lambda: LARGE.__imul__(2.0)),
+             (lambda x: np.sum(fortran @ x), lambda: fortran.__setitem__((1, 0), 7.0)),
+             (lambda x: np.sum(x * closed), lambda: closed.__iadd__(1.0)),
+             (grad(m.energy), lambda: m.W.__setitem__((0, 2), 3.0)),
+             (lambda x: np.sum(x * TABLES["w"]) * TABLES["scale"], lambda: TABLES["w"].__setitem__(0, -1.0)),
+             (lambda x: np.sum(x * TABLES["w"]) * TABLES["scale"], lambda: TABLES.__setitem__("w", onp.zeros(3))),
+             (lambda x: np.sum(x * LAYERS[0][0]) + LAYERS[0][1], lambda: LAYERS[0][0].__setitem__(2, 4.0)),
+             (lambda x: np.sum(x * LAYERS[0][0]) + LAYERS[0][1], lambda: LAYERS.__setitem__(0, (onp.ones(3), 1.5)))]
+    try:
+        for fun, change in cases:
+            jf = jit_ps(fun, tiered=tiered)
+            for _ in range(3):
+                assert_close(jf(x), fun(x))
+            traces = jf.stats.traces
+            change()
+            for _ in range(3):
+                assert_close(jf(x), fun(x))
+            assert jf.stats.traces == traces + 1
+    finally:
+        SMALL[:], MIDDLE[:], LARGE[:] = 1.0, 1.0, 1.0
+        TABLES.update(w=onp.ones(3), scale=2.0)
+        LAYERS[0] = (onp.ones(3), 0.5)
+
+
+def test_content_sample_takes_an_arrays_memory_whole_or_spread_over_it():
+    from autograd_xla.signatures import SAMPLED, content_same, content_sample
+    small, large = onp.arange(6.0), onp.arange(100_000.0)
+    assert content_sample(small) == (small.tobytes(), 1, 8)
+    data, step, itemsize = content_sample(large)
+    assert len(data) // itemsize <= SAMPLED and step > 1 and data == large[::step].tobytes()
+    assert content_sample(onp.arange(12.0).reshape(3, 4)[:, 1]) is None  # not one block of memory
+    assert content_sample(onp.array([1, "a"], dtype=object)) is None and content_sample(2.0) is None
+    f = onp.asfortranarray(onp.arange(6.0).reshape(2, 3))
+    sample = content_sample(f)
+    assert sample[0] == f.T.tobytes() and content_same(f, sample)
+    holder = {"f": f}
+    captured = ((holder, "f", f) + sample,)  # as _callpath's Front compares it, and calls.py's mirror
+    assert calls._captured_hold(captured)
+    f[0, 1] = 9.0
+    assert not content_same(f, sample) and not calls._captured_hold(captured)
 
 
 def test_a_value_read_besides_the_arguments_that_changes_at_every_call_runs_plainly():
