@@ -995,6 +995,14 @@ def test_a_value_read_besides_the_arguments_and_assigned_anew_is_read_again(tier
     m = _Metric()
     cases = [(f, lambda: set_factor(3.0)), (_scaled_by_global, lambda: globals().update(SCALE=3.0)),
              (grad(m.energy), lambda: setattr(m, "a", 3.0)), (grad(m.energy), lambda: setattr(m, "W", 2 * onp.eye(2)))]
+    _read_again(cases, x, tiered)
+    SCALE = 1.0
+    assert m.evaluations > 0
+
+
+def _read_again(cases, x, tiered):
+    """Each (function, change): the jitted function agrees with plain before and after the
+    change, which traces it again once."""
     for fun, change in cases:
         jf = jit_ps(fun, tiered=tiered)
         for _ in range(3):
@@ -1004,8 +1012,6 @@ def test_a_value_read_besides_the_arguments_and_assigned_anew_is_read_again(tier
         for _ in range(3):
             assert_close(jf(x), fun(x))
         assert jf.stats.traces == traces + 1
-    SCALE = 1.0
-    assert m.evaluations > 0
 
 
 SMALL, MIDDLE, LARGE = onp.ones(3), onp.ones(2000), onp.ones(100_000)  # compared whole, whole, sampled
@@ -1037,15 +1043,7 @@ def test_an_array_read_besides_the_arguments_and_changed_in_place_is_read_again(
              (lambda x: np.sum(x * LAYERS[0][0]) + LAYERS[0][1], lambda: LAYERS[0][0].__setitem__(2, 4.0)),
              (lambda x: np.sum(x * LAYERS[0][0]) + LAYERS[0][1], lambda: LAYERS.__setitem__(0, (onp.ones(3), 1.5)))]
     try:
-        for fun, change in cases:
-            jf = jit_ps(fun, tiered=tiered)
-            for _ in range(3):
-                assert_close(jf(x), fun(x))
-            traces = jf.stats.traces
-            change()
-            for _ in range(3):
-                assert_close(jf(x), fun(x))
-            assert jf.stats.traces == traces + 1
+        _read_again(cases, x, tiered)
     finally:
         SMALL[:], MIDDLE[:], LARGE[:] = 1.0, 1.0, 1.0
         TABLES.update(w=onp.ones(3), scale=2.0)
