@@ -502,6 +502,33 @@ static int captured_hold(PyObject *captured) {
     return 1;
 }
 
+/* numpy's floating-point error state (its ContextVar, or NULL where numpy keeps it otherwise),
+ * calls.errstate_allows (whether compiled calls may run under a state: not where it raises on
+ * an error), and the last state it allowed */
+static PyObject *errstate_var, *errstate_check, *errstate_ok;
+
+/* Whether compiled calls may run under numpy's error state now (1; 0: the call goes to Python,
+ * which runs it plainly; -1: an error). A state is asked about once, while it stays the last. */
+static int errstate_allows(void) {
+    if (errstate_var == NULL)
+        return 1;
+    PyObject *now;
+    if (PyContextVar_Get(errstate_var, NULL, &now) < 0)
+        return -1;
+    if (now == NULL || now == errstate_ok) {
+        Py_XDECREF(now);
+        return 1;
+    }
+    PyObject *r = PyObject_CallOneArg(errstate_check, now);
+    int ok = r == NULL ? -1 : PyObject_IsTrue(r);
+    Py_XDECREF(r);
+    if (ok == 1)
+        Py_XSETREF(errstate_ok, now);
+    else
+        Py_DECREF(now);
+    return ok;
+}
+
 static PyObject *trace_state;  /* core.trace_state (tracing.state): while its `traces` are not empty, calls are traced */
 
 /* Whether a trace is active in this thread (1), not (0), or an error (-1). */
@@ -998,6 +1025,11 @@ static PyObject *front_vectorcall(Front *self, PyObject *const *args, size_t nar
         return call_python(self, args, nargsf, kwnames);
     if (self->captured != NULL && self->captured != Py_None && !captured_hold(self->captured))
         return call_python(self, args, nargsf, kwnames);
+    int allowed = errstate_allows();
+    if (allowed < 0)
+        return NULL;
+    if (!allowed)
+        return call_python(self, args, nargsf, kwnames);
     if (self->fast == NULL || self->fast == Py_None || self->waiting) {
         PyObject *r;
         return kwnames == NULL && plain_tier(self, args, n, &r) ? r : call_python(self, args, nargsf, kwnames);
@@ -1188,6 +1220,20 @@ static PyObject *front_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     return (PyObject *)self;
 }
 
+static PyObject *set_errstate(PyObject *module, PyObject *args) {
+    PyObject *var, *check;
+    if (!PyArg_ParseTuple(args, "OO", &var, &check))
+        return NULL;
+    if (var != Py_None && !PyContextVar_CheckExact(var)) {
+        PyErr_SetString(PyExc_TypeError, "set_errstate: a ContextVar or None");
+        return NULL;
+    }
+    Py_XSETREF(errstate_var, var == Py_None ? NULL : Py_NewRef(var));
+    Py_XSETREF(errstate_check, Py_NewRef(check));
+    Py_CLEAR(errstate_ok);
+    Py_RETURN_NONE;
+}
+
 static PyObject *set_trace_state(PyObject *module, PyObject *state) {
     Py_INCREF(state);
     Py_XSETREF(trace_state, state);
@@ -1264,6 +1310,8 @@ static PyTypeObject FrontType = {
 
 static PyMethodDef module_functions[] = {
     {"set_trace_state", set_trace_state, METH_O, "set_trace_state(tracing.state): whose `traces` mean a trace is on"},
+    {"set_errstate", set_errstate, METH_VARARGS, "set_errstate(numpy's error-state ContextVar or None, "
+     "calls.errstate_allows): whether compiled calls may run under numpy's floating-point error state"},
     {"set_device_array", set_device_array, METH_O, "set_device_array(backend.DeviceArray): the type of kept results"},
     {"set_plain_tier", set_plain_tier, METH_VARARGS, "set_plain_tier(supported dtypes, box types, number types, "
      "tiering, (tuple, box, object marks)): what the plain tier's keys are made of (api._simple_signature)"},

@@ -281,6 +281,8 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
             return self._fun(*args, **kwargs)
         if self._reads_plainly or self._captured_then is not None and self._captured_changed():
             return self._fun(*args, **kwargs)
+        if not calls.errstate_allows():
+            return self._plain_for_errstate(args, kwargs)
         if not kwargs and (self._simple or self._simple_untraced):  # the hot paths: positional arrays
             sig = _simple_signature(args)
             plain = self._simple_untraced.get(sig) if self._simple_untraced else None
@@ -1245,6 +1247,19 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         advice = retrace_advice([names[i] for i in sorted(self._auto_static[key[0]])], n, self.stats.compiles)
         _warn(f"{self!r} has been traced for {n} signatures; the latest differed from the previous one in "
               f"{change}. {advice}")
+
+    def _plain_for_errstate(self, args, kwargs):
+        """A call under a numpy error state that raises on a floating-point error (or calls or
+        logs): plain autograd's numpy raises FloatingPointError where a compiled program would
+        return inf or NaN, so the call runs plainly (fallback='error': raises)."""
+        error = JitError("numpy's floating-point error state (np.seterr or np.errstate) raises, calls or logs on "
+                         f"an error ({np.geterr()}), which a compiled program cannot: calls under it run as plain "
+                         "autograd. Leave it at 'warn' or 'ignore' around the calls to compile them")
+        if self.fallback == "error":
+            raise error
+        self.stats.fallbacks += 1
+        self._warn_fallback(error)
+        return self._fun(*args, **kwargs)
 
     def _warn_fallback(self, error):
         """One FallbackWarning per cause: what stopped compiling, the user's line, the remedy."""

@@ -79,7 +79,7 @@ class _Calls:
 
     def __call__(self, *args, **kwargs):
         if self._fast is None or self._waiting or trace_state.traces or _foreign(args) or (
-                self._captured_c is not None and not _captured_hold(self._captured_c)):
+                self._captured_c is not None and not _captured_hold(self._captured_c)) or not errstate_allows():
             return self._call_python(*args, **kwargs)
         x64 = _jax_x64()
         previous = None if x64 is None else x64.swap_local(True)  # (as _callpath's x64_on)
@@ -92,6 +92,31 @@ class _Calls:
             if x64 is not None:
                 x64.swap_local(previous)
         return self._call_python(*args, **kwargs)
+
+
+try:  # numpy's floating-point error state (np.seterr, np.errstate), numpy 2's ContextVar
+    from numpy._core._multiarray_umath import _extobj_contextvar as ERRSTATE
+except ImportError:  # (numpy 1 keeps it elsewhere: not watched)
+    ERRSTATE = None
+_errstate_allowed = [None]  # the last state errstate_allows allowed
+#: What a compiled program cannot do on a floating-point error (numpy raises FloatingPointError,
+#: or calls seterrcall's function, or logs to it): such calls run plainly (api._call_python)
+_PLAIN_ERRORS = frozenset({"raise", "call", "log"})
+
+
+def errstate_allows(now=None):
+    """Whether compiled calls may run under numpy's floating-point error state `now` (the
+    current one): not where an error raises, calls or logs, which plain autograd's numpy does
+    and a compiled program cannot. Asked once while a state stays the last (_callpath's too)."""
+    if ERRSTATE is None:
+        return True
+    now = ERRSTATE.get() if now is None else now
+    if now is _errstate_allowed[0]:
+        return True
+    allowed = _PLAIN_ERRORS.isdisjoint(np.geterr().values())
+    if allowed:
+        _errstate_allowed[0] = now
+    return allowed
 
 
 def _captured_hold(captured):
@@ -146,5 +171,6 @@ def _foreign(args, depth=0):
 if native is not None and os.environ.get(NATIVE_ENV, "1") != "0":
     Calls = Front = native.Front  # the same, in C; and the staging
     native.set_trace_state(trace_state)
+    native.set_errstate(ERRSTATE, errstate_allows)
 else:
     Calls, Front = _Calls, ()

@@ -1087,3 +1087,34 @@ def test_a_value_read_besides_the_arguments_that_changes_at_every_call_runs_plai
         m.a = 1.0 + k
         assert_close(strict(x), m.energy(x))
     assert strict.stats.traces == CAPTURED_CHANGES + 2
+
+
+@pytest.mark.parametrize("tiered", [False, None])
+def test_calls_under_a_numpy_error_state_that_raises_run_plainly(tiered, monkeypatch):
+    """Under np.errstate(over='raise') plain autograd's numpy raises FloatingPointError where
+    a compiled program returns inf: such calls run plainly (one FallbackWarning), the compiled
+    program again once the state is left (or another that warns or ignores is entered);
+    differentiated from outside too; fallback='error' raises."""
+    from autograd_xla import FallbackWarning, JitError
+    monkeypatch.setattr(tiering, "PLAIN_SECONDS", 0.0 if tiered is None else None)
+
+    def f(x):
+        return np.sum(np.exp(x))
+    jf = jit_ps(f, tiered=tiered)
+    x, big = onp.array([1.0, 2.0]), onp.array([1.0, 1000.0])
+    for _ in range(3):
+        assert_close(jf(x), f(x))
+    with onp.errstate(over="raise"):
+        with pytest.warns(FallbackWarning, match="floating-point error state"), pytest.raises(FloatingPointError):
+            jf(big)
+        with pytest.raises(FloatingPointError):
+            grad(jf)(big)
+        assert_close(jf(x), f(x))
+    with onp.errstate(all="ignore"):
+        assert jf(big) == onp.inf and grad(jf)(big)[1] == onp.inf
+    assert_close(jf(x), f(x))
+    assert jf.stats.traces == 1
+    strict = jit_ps(f, tiered=tiered, fallback="error")
+    with onp.errstate(divide="raise"), pytest.raises(JitError, match="error state"):
+        strict(x)
+    assert_close(strict(x), f(x))
