@@ -36,7 +36,8 @@ from .aot import COMPILED, LOWERED, TRACED, CacheStats, Entry
 from .core import SUPPORTED_DTYPES as _SUPPORTED
 from .core import trace_state as _trace_state
 from .errors import (ArgumentError, CompileError, ConcretizationError, FallbackWarning, ImpureFunctionError, JitError,
-                     PlatformUnavailableError, PrecisionWarning, TooManyProgramsError, library_file, annotate)
+                     PlatformUnavailableError, PrecisionWarning, TooManyProgramsError, UnsupportedDtypeError, annotate,
+                     library_file)
 from .registry import LazyModule
 from .signatures import (Learned, PlainArgument, Static, aval_of, captured_locations, captured_values, content_sample,
                          content_same, describe_change, distance, donated_arguments, function_shape, hashable, leaf_signature,
@@ -1270,7 +1271,8 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         self._warned.add(key)
         if not isinstance(error, JitError):  # numpy or a rule raised while tracing
             text = (f"tracing it raised {type(error).__name__}: {text}\n" + "\n".join(getattr(error, "__notes__", ()))
-                    + "\nPlain autograd runs it, so this is a gap in autograd_xla; please report it.")
+                    + ("" if isinstance(error, UnsupportedDtypeError) else  # (a type XLA lacks: the message says so)
+                       "\nPlain autograd runs it, so this is a gap in autograd_xla; please report it."))
         _warn(f"{self!r} runs as plain autograd for this signature: {text}\n"
               "jit_ps(f, fallback='error') makes this an error.", FallbackWarning)
 

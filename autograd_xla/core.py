@@ -119,16 +119,14 @@ trace_state = _TraceState()
 # Python numbers traced as weakly typed scalars; a bool is static (it is a flag: keepdims=True)
 PY_SCALARS = {int: np.dtype(np.int64), float: np.dtype(np.float64), complex: np.dtype(np.complex128)}
 
-_SHORT = {"bool": "bool", "float": "f", "int": "i", "uint": "u", "complex": "c"}
-
-
 def short_dtype(dtype):
+    """f64, i32, c128 (complex128, as jax and numpy's name count its bits), bool."""
     dtype = np.dtype(dtype)
     if dtype.kind == "b":
         return "bool"
     if dtype.kind == "V" or dtype.name == "bfloat16":
         return dtype.name
-    return {"f": "f", "i": "i", "u": "u", "c": "c"}[dtype.kind] + str(dtype.itemsize * (4 if dtype.kind == "c" else 8))
+    return dtype.kind + str(dtype.itemsize * 8)
 
 
 class UfuncMethod:

@@ -168,6 +168,9 @@ class UnsupportedDtypeError(TypeError):
     traced values, which tracing then retries with the list made an array first."""
 
     def __init__(self, message, dtype):
+        if numpy.dtype(dtype) == object:
+            message += (" (an array of Python objects: np.array([...], dtype=object), or of a ragged list; XLA has "
+                        "no such type: make it an array of numbers, np.array([...]) or np.stack)")
         super().__init__(message)
         self.dtype = dtype
 

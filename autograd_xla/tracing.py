@@ -481,11 +481,14 @@ def _replace_tracers(obj, trace):
     return map_structure(obj, Tracer, lambda x: trace.lift(x)._var)
 
 
-def unsupported(prim):
+def unsupported(prim, raised=None):
+    """The error of a primitive with no translation rule; `raised`: what its own code raised
+    on traced values."""
     inner = [prim_name(p) for p in primitive_stack.names]
     via = f" (reached inside autograd primitive '{inner[-1]}')" if inner and inner[-1] != prim_name(prim) else ""
+    ran = f" (its own code, run on traced values, raised {type(raised).__name__}: {raised})" if raised else ""
     return UnsupportedPrimitiveError(
-        f"no translation rule for '{prim_name(prim)}'{via}, called from\n{user_frame(2)}\n"
+        f"no translation rule for '{prim_name(prim)}'{via}{ran}, called from\n{user_frame(2)}\n"
         "Register one with autograd_xla.register_translation_rule, or call this function outside jit_ps.",
         prim, user_frame(2))
 
@@ -502,9 +505,13 @@ def trace_through(prim, shown_as, impl, args, kwargs):
     primitive_stack.names.append(shown_as)
     try:
         return impl(*args, **kwargs)
-    except (ConcretizationError, ValueError) as e:
+    except (ConcretizationError, ValueError, TypeError, AttributeError) as e:
+        if getattr(prim, "__module__", "").startswith("autograd."):
+            raise
+        if isinstance(e, (TypeError, AttributeError)):  # a library's own check of its array (scipy's
+            raise unsupported(prim, e) from e           # eigsh: "type not understood"); plainly it runs
         cause = concretization_cause(e)
-        if cause is None or cause.static_candidates or getattr(prim, "__module__", "").startswith("autograd."):
+        if cause is None or cause.static_candidates:
             raise
         raise unsupported(prim) from e
     finally:

@@ -330,6 +330,13 @@ def opaque(x):  # no translation rule, and its implementation needs data
     return onp.asarray(x) * 3.0
 
 
+@primitive
+def checked(x):  # no translation rule, and its implementation checks its array's type (scipy's eigsh)
+    if not isinstance(x, onp.ndarray):
+        raise TypeError("type not understood")
+    return x * 3.0
+
+
 CAUSES = {  # label: (function, error under fallback="error", what the warning says)
     "Python while on a traced value": (python_while, TypeError,
                                        r"(?s)`if x:`.*line \d+, in python_while.*while np.sum\(x\) > 0"),
@@ -337,6 +344,10 @@ CAUSES = {  # label: (function, error under fallback="error", what the warning s
     "concrete value": (concrete_value, TypeError, r"(?s)float\(x\).*float\(np.max\(x\)\)"),
     "primitive without a rule": (lambda x: opaque(x) + 1, NotImplementedError,
                                  "(?s)no translation rule for 'opaque'.*register_translation_rule"),
+    "primitive without a rule whose code checks its array's type": (
+        lambda x: checked(x) + 1, NotImplementedError,
+        "(?s)no translation rule for 'checked' \\(its own code, run on traced values, raised TypeError: type not "
+        "understood\\).*register_translation_rule"),
     "complex numbers needing data": (lambda x: np.real_if_close(x + 0j), Exception, ""),
 }
 
