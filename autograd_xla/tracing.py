@@ -508,8 +508,8 @@ def trace_through(prim, shown_as, impl, args, kwargs):
     except (ConcretizationError, ValueError, TypeError, AttributeError) as e:
         if getattr(prim, "__module__", "").startswith("autograd."):
             raise
-        if isinstance(e, (TypeError, AttributeError)):  # a library's own check of its array (scipy's
-            raise unsupported(prim, e) from e           # eigsh: "type not understood"); plainly it runs
+        if isinstance(e, (TypeError, AttributeError)) and not isinstance(e, ConcretizationError):
+            raise unsupported(prim, e) from e  # a library's check of its array (scipy's eigsh: "type not understood")
         cause = concretization_cause(e)
         if cause is None or cause.static_candidates:
             raise

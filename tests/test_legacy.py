@@ -11,7 +11,7 @@ import scipy.optimize
 import autograd.numpy as np
 import autograd.scipy.stats as stats
 from autograd import grad, make_jvp, value_and_grad
-from autograd.extend import primitive
+from autograd.extend import defvjp, primitive
 from autograd_xla import FallbackWarning, jit_ps, signatures
 from helpers import NARROW, TPU_RTOL, assert_close, check_falls_back, check_grads
 
@@ -441,3 +441,23 @@ def test_gradient_along_several_axes():
         with warnings.catch_warnings():
             warnings.simplefilter("error", FallbackWarning)
             check_grads(jit_ps(np.gradient), 0, modes=["rev"], order=1)(x, axis=axis)
+
+
+@primitive
+def scaled_by(x, n):  # no translation rule; its code needs n's value
+    return x * float(n)
+
+
+defvjp(scaled_by, lambda ans, x, n: lambda g: g * float(n))
+
+
+def test_a_primitive_without_a_rule_needing_an_integers_value_compiles_with_it_static():
+    """The primitive's own code runs on traced values; float(n) of an integer argument asks
+    for it static, and the retry compiles (one program per value, as a static argument)."""
+    f = lambda x, n: np.sum(scaled_by(x, n) ** 2)
+    jf = jit_ps(f, tiered=False, fallback="error")
+    x = onp.array([1.0, 2.0])
+    for n in (3, 3, 4):
+        assert_close(jf(x, n), f(x, n))
+        assert_close(grad(jit_ps(f, tiered=False, fallback="error"))(x, n), grad(f)(x, n))
+    assert jf.cache_info()["compiles"] == 2
