@@ -18,7 +18,7 @@
 #include <xmmintrin.h>
 #endif
 
-enum { S32 = 4, S64 = 5, F32 = 11, F64 = 12 };         /* XLA_FFI_DataType */
+enum { S32 = 4, S64 = 5, F32 = 11, F64 = 12, C64 = 15, C128 = 18 };  /* XLA_FFI_DataType */
 enum { EXTENSION_METADATA = 1, STAGE_EXECUTE = 3, INVALID_ARGUMENT = 3 };
 enum { TRANSPOSED_A = 1, TRANSPOSED_B = 2, OFFSET_A = 4, OFFSET_B = 8 };  /* blas.py's flags */
 enum { ROW_MAJOR = 101, NO_TRANS = 111, TRANS = 112, UPPER = 121 };  /* CBLAS_ORDER, _TRANSPOSE, _UPLO */
@@ -45,9 +45,10 @@ typedef struct { size_t struct_size; Extension *extension_start; const Api *api;
 #define GEMV_T(I, F) void (*)(int, int, I, I, F, const void *, I, const void *, I, F, void *, I)
 #define SYMV_T(I, F) void (*)(int, int, I, F, const void *, I, const void *, I, F, void *, I)
 #define GEMM_T(I, F) void (*)(int, int, int, I, I, I, F, const void *, I, const void *, I, F, void *, I)
+/* cblas_zgemm / cblas_cgemm: alpha and beta passed by address (F: const void *) */
 #define CALL(T, F, fn, ...) (ilp64 ? ((T(int64_t, F))(fn))(__VA_ARGS__) : ((T(int32_t, F))(fn))(__VA_ARGS__))
 
-static void *dgemv, *sgemv, *dgemm, *sgemm, *dsymv, *ssymv;
+static void *dgemv, *sgemv, *dgemm, *sgemm, *dsymv, *ssymv, *zgemm, *cgemm;
 static int ilp64;
 
 /* the targets' names, for the error messages: blas.ROWS, blas.COLUMNS, blas.GEMM, blas.SYMMETRIC */
@@ -71,7 +72,7 @@ static int not_a_call(CallFrame *frame) {
     return frame->stage != STAGE_EXECUTE;
 }
 
-static size_t itemsize(int dtype) { return dtype == F64 ? 8 : 4; }
+static size_t itemsize(int dtype) { return dtype == C128 ? 16 : dtype == F64 || dtype == C64 ? 8 : 4; }
 
 /* ----- a BLAS library on one thread ---------------------------------------------------------
  * One thread while any call so wants: the first such call running sets the library to one
@@ -204,10 +205,12 @@ static void *gemm(CallFrame *frame) {
     int64_t n_args = frame->args.size;
     Buffer *out = frame->rets.values[0], *layout = frame->args.values[0];
     char message[200];
-    if ((out->dtype != F32 && out->dtype != F64) || n_args < 3 || layout->dtype != S32 || layout->rank != 1
-        || layout->dims[0] != 4) {
-        snprintf(message, sizeof message, "%s: (int32 layout[4], A[, offset], B[, offset]) -> float32 or float64 "
-                 "expected, got %lld operands -> type %d", GEMM, (long long)n_args, out->dtype);
+    int complex = out->dtype == C64 || out->dtype == C128;
+    if ((out->dtype != F32 && out->dtype != F64 && !complex) || n_args < 3 || layout->dtype != S32
+        || layout->rank != 1 || layout->dims[0] != 4) {
+        snprintf(message, sizeof message, "%s: (int32 layout[4], A[, offset], B[, offset]) -> float32, float64, "
+                 "complex64 or complex128 expected, got %lld operands -> type %d", GEMM, (long long)n_args,
+                 out->dtype);
         return error(frame, message);
     }
     int32_t *l = layout->data;
@@ -242,26 +245,34 @@ static void *gemm(CallFrame *frame) {
     int64_t lda = flags & TRANSPOSED_A ? m : k, ldb = flags & TRANSPOSED_B ? k : n;
     int serial;
     double start = product_start(1, &serial);
+    static const double one[2] = {1.0, 0.0}, zero[2] = {0.0, 0.0};
+    static const float one_f[2] = {1.0f, 0.0f}, zero_f[2] = {0.0f, 0.0f};
     if (out->dtype == F64)
         CALL(GEMM_T, double, dgemm, ROW_MAJOR, ta, tb, m, n, k, 1.0, matrices[0], lda, matrices[1], ldb, 0.0, out->data, n);
-    else
+    else if (out->dtype == F32)
         CALL(GEMM_T, float, sgemm, ROW_MAJOR, ta, tb, m, n, k, 1.0f, matrices[0], lda, matrices[1], ldb, 0.0f, out->data,
              n);
-    product_end(start, serial, 1, (double)m * k * n);
+    else if (out->dtype == C128)
+        CALL(GEMM_T, const void *, zgemm, ROW_MAJOR, ta, tb, m, n, k, one, matrices[0], lda, matrices[1], ldb, zero,
+             out->data, n);
+    else
+        CALL(GEMM_T, const void *, cgemm, ROW_MAJOR, ta, tb, m, n, k, one_f, matrices[0], lda, matrices[1], ldb, zero_f,
+             out->data, n);
+    product_end(start, serial, 1, (double)m * k * n * (complex ? 4 : 1));  /* (a complex multiply-add: four) */
     return NULL;
 }
 
-/* handlers((rows, columns, gemm, symmetric), (dgemv, sgemv, dgemm, sgemm, dsymv, ssymv), ilp64):
+/* handlers((rows, columns, gemm, symmetric), (dgemv, sgemv, dgemm, sgemm, dsymv, ssymv, zgemm, cgemm), ilp64):
  * the targets' names and the cblas functions' addresses; returns the four handlers' capsules, in
  * the names' order, for xla_client.register_custom_call_target. */
 static PyObject *handlers(PyObject *self, PyObject *args) {
     const char *rows, *columns, *product, *symmetric;
-    unsigned long long d_gemv, s_gemv, d_gemm, s_gemm, d_symv, s_symv;
+    unsigned long long d_gemv, s_gemv, d_gemm, s_gemm, d_symv, s_symv, z_gemm, c_gemm;
     int wide;
-    if (!PyArg_ParseTuple(args, "(ssss)(KKKKKK)p", &rows, &columns, &product, &symmetric, &d_gemv, &s_gemv, &d_gemm,
-                          &s_gemm, &d_symv, &s_symv, &wide))
+    if (!PyArg_ParseTuple(args, "(ssss)(KKKKKKKK)p", &rows, &columns, &product, &symmetric, &d_gemv, &s_gemv, &d_gemm,
+                          &s_gemm, &d_symv, &s_symv, &z_gemm, &c_gemm, &wide))
         return NULL;
-    if (!d_gemv || !s_gemv || !d_gemm || !s_gemm || !d_symv || !s_symv) {
+    if (!d_gemv || !s_gemv || !d_gemm || !s_gemm || !d_symv || !s_symv || !z_gemm || !c_gemm) {
         PyErr_SetString(PyExc_ValueError, "a cblas function's address is 0");
         return NULL;
     }
@@ -272,6 +283,7 @@ static PyObject *handlers(PyObject *self, PyObject *args) {
     dgemv = (void *)(uintptr_t)d_gemv, sgemv = (void *)(uintptr_t)s_gemv;
     dgemm = (void *)(uintptr_t)d_gemm, sgemm = (void *)(uintptr_t)s_gemm;
     dsymv = (void *)(uintptr_t)d_symv, ssymv = (void *)(uintptr_t)s_symv;
+    zgemm = (void *)(uintptr_t)z_gemm, cgemm = (void *)(uintptr_t)c_gemm;
     ilp64 = wide;
     return Py_BuildValue("(NNNN)", PyCapsule_New((void *)gemv_rows, "xla._CUSTOM_CALL_TARGET", NULL),
                          PyCapsule_New((void *)gemv_columns, "xla._CUSTOM_CALL_TARGET", NULL),
@@ -512,7 +524,7 @@ static PyMethodDef methods[] = {
     {"loop", loop, METH_VARARGS, "loop(name, function, data, nin, nout) -> a capsule of a handler calling that "
                                  "ufunc inner loop"},
     {"handlers", handlers, METH_VARARGS, "handlers((rows, columns, gemm, symmetric), (dgemv, sgemv, dgemm, sgemm, "
-                                         "dsymv, ssymv), ilp64) -> their four capsules"},
+                                         "dsymv, ssymv, zgemm, cgemm), ilp64) -> their four capsules"},
     {NULL, NULL, 0, NULL},
 };
 

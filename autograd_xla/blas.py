@@ -1,5 +1,6 @@
 """Matrix-vector and matrix products on the CPU by the BLAS numpy runs them with, as XLA FFI
-custom calls (ROWS, COLUMNS; SYMMETRIC and GEMM, whose notes give their measurements).
+custom calls (ROWS, COLUMNS; SYMMETRIC and GEMM, whose notes give their measurements; GEMM
+also complex, COMPLEX).
 
 XLA:CPU multiplies a matrix by a vector on one thread; numpy's OpenBLAS uses every core.
 Measured on this 2-core machine (µs, float64, a 1000x1000 matrix the function closes over,
@@ -89,9 +90,16 @@ GEMM_MIN_PRODUCT = 1 << 20
 #: 2.91-3.08 and 2.97-3.13). False: BLAS takes every product it can.
 GEMM_ALONE = True
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+#: Complex matrix products go to BLAS (cblas_zgemm, cgemm) whatever they read, from this many
+#: multiply-adds: XLA:CPU's complex dot runs on one thread and slower than OpenBLAS even there.
+#: Measured (ms, complex128, n x n @ n x n, numpy / XLA's dot; 2 cores): n = 64 0.030 / 0.092,
+#: 128 0.142 / 0.601, 194 0.520 / 1.54, 400 3.51 / 11.5, 800 25.3 / 76.7; on one OpenBLAS thread
+#: 194 0.84 / 1.75, 800 51.3 / 78.9; complex64 alike.
+COMPLEX = (np.dtype(np.complex64), np.dtype(np.complex128))
+COMPLEX_MIN_PRODUCT = 1 << 15
 
 _P = ctypes.c_void_p
-_S32, _F32, _F64 = 4, 11, 12  # XLA_FFI_DataType
+_S32, _F32, _F64, _C64, _C128 = 4, 11, 12, 15, 18  # XLA_FFI_DataType
 _EXECUTE = 3  # XLA_FFI_ExecutionStage
 _METADATA = 1  # XLA_FFI_Extension_Type
 _INVALID_ARGUMENT = 3  # XLA_FFI_Error_Code
@@ -146,7 +154,8 @@ class _Api(ctypes.Structure):  # its head: XLA_FFI_Error_Create is the first fun
 
 
 #: XLA_FFI_DataType -> numpy dtype, of the buffers a handler multiplies
-_DTYPES = {_F32: np.dtype(np.float32), _F64: np.dtype(np.float64)}
+_DTYPES = {_F32: np.dtype(np.float32), _F64: np.dtype(np.float64), _C64: np.dtype(np.complex64),
+           _C128: np.dtype(np.complex128)}
 
 
 class _Memory:
@@ -205,7 +214,7 @@ def _handler(target):
         args, n_args = frame.args.values, frame.args.size
         x, y = _Buffer.from_address(args[n_args - 1]), _Buffer.from_address(frame.rets.values[0])
         dtype = _DTYPES.get(y.dtype)
-        if dtype is None or x.dtype != y.dtype or n_args not in (2, 3):
+        if dtype is None or dtype.kind == "c" or x.dtype != y.dtype or n_args not in (2, 3):
             return _error(frame, f"{target}: float32 or float64 (matrix[, offset], vector) "
                                  f"expected, got {n_args} operands of types {x.dtype} -> {y.dtype}")
         data = _Buffer.from_address(args[0]).data
@@ -236,8 +245,8 @@ def _gemm(address):
     dtype = _DTYPES.get(out.dtype)
     layout = _Buffer.from_address(args[0])
     if dtype is None or n_args < 3 or layout.dtype != _S32 or layout.rank != 1 or layout.dims[0] != 4:
-        return _error(frame, f"{GEMM}: (int32 layout[4], A[, offset], B[, offset]) -> float32 or float64 "
-                             f"expected, got {n_args} operands -> type {out.dtype}")
+        return _error(frame, f"{GEMM}: (int32 layout[4], A[, offset], B[, offset]) -> float32, float64, "
+                             f"complex64 or complex128 expected, got {n_args} operands -> type {out.dtype}")
     m, k, n, flags = (ctypes.c_int32 * 4).from_address(layout.data)
     wanted = 3 + bool(flags & OFFSET_A) + bool(flags & OFFSET_B)
     if n_args != wanted or out.rank != 2 or (out.dims[0], out.dims[1]) != (m, n):
@@ -274,7 +283,7 @@ implementation = None
 
 
 #: The cblas functions the C handlers call, in the order _blas.handlers takes them
-_CBLAS_FUNCTIONS = ("dgemv", "sgemv", "dgemm", "sgemm", "dsymv", "ssymv")
+_CBLAS_FUNCTIONS = ("dgemv", "sgemv", "dgemm", "sgemm", "dsymv", "ssymv", "zgemm", "cgemm")
 
 
 #: numpy's OpenBLAS runs these products on two threads, which wait for each other: where other
@@ -465,6 +474,8 @@ def symmetric(array):
 
 def multiplies(m, k, n, dtype):
     """Whether an m x k by k x n matrix product of `dtype` goes to BLAS (GEMM): float32 or
-    float64, m, n > 1 (a vector's product is gemv's), at least GEMM_MIN_PRODUCT multiply-adds."""
-    return (GEMM_MIN_PRODUCT is not None and m > 1 and n > 1 and m * k * n >= GEMM_MIN_PRODUCT
-            and np.dtype(dtype) in DTYPES)
+    float64, m, n > 1 (a vector's product is gemv's), at least GEMM_MIN_PRODUCT multiply-adds;
+    complex64 or complex128 from COMPLEX_MIN_PRODUCT."""
+    dtype = np.dtype(dtype)
+    least = COMPLEX_MIN_PRODUCT if dtype in COMPLEX else GEMM_MIN_PRODUCT if dtype in DTYPES else None
+    return least is not None and m > 1 and n > 1 and m * k * n >= least

@@ -384,9 +384,9 @@ class LoweringContext(hlo.Builder):
 
     def _gemm(self, x, lc, y, rc, dtype):
         """dot_general(x, y) of two matrices as BLAS's product (blas.GEMM), when blas.multiplies
-        and the module takes them (`gemm`; counted either way, for blas.GEMM_ALONE): each read
-        where it is stored, transposed or not, an argument read through a view as its memory
-        and offset there (as _gemv's)."""
+        and the module takes them (`gemm`; counted either way, for blas.GEMM_ALONE), a complex
+        one always (XLA's is slower: blas.COMPLEX): each read where it is stored, transposed or
+        not, an argument read through a view as its memory and offset there (as _gemv's)."""
         real = hlo.canonical_dtype(x.dtype)
         if (x.ndim != 2 or y.ndim != 2 or len(lc) != 1 or x.dtype != y.dtype
                 or (dtype is not None and np.dtype(dtype) != real) or x.name in self.module.views
@@ -396,11 +396,12 @@ class LoweringContext(hlo.Builder):
         m, k, n = x.shape[1 - ka], x.shape[ka], y.shape[1 - kb]
         if not blas.multiplies(m, k, n, real):
             return None
-        watched = self.module.uses or {}  # the large arguments, in the first emission (the one asked)
-        self.module.gemm_products += 1
-        self.module.gemm_apart += x.name not in watched and y.name not in watched
-        if not self.module.gemm:
-            return None
+        if real.kind != "c":
+            watched = self.module.uses or {}  # the large arguments, in the first emission (the one asked)
+            self.module.gemm_products += 1
+            self.module.gemm_apart += x.name not in watched and y.name not in watched
+            if not self.module.gemm:
+                return None
         flags, operands = (blas.TRANSPOSED_A if ka == 0 else 0) | (blas.TRANSPOSED_B if kb == 1 else 0), []
         for v, offset in ((x, blas.OFFSET_A), (y, blas.OFFSET_B)):
             place = self.module.in_place.get(v.name)

@@ -157,10 +157,22 @@ def small_products(monkeypatch):
     monkeypatch.setattr(blas, "GEMM_ALONE", False)
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: d.__name__)
+COMPLEX = [onp.complex128, onp.complex64]
+
+
+def complex_placed(shape, dtype, offset):
+    """placed's array with an imaginary part too, where `dtype` is complex."""
+    out = placed(shape, dtype, offset)
+    if onp.dtype(dtype).kind == "c":
+        out += 1j * rs.rand(*shape)
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES + COMPLEX, ids=lambda d: d.__name__)
 @pytest.mark.parametrize("label,form,products", MATRIX_FORMS, ids=[f[0] for f in MATRIX_FORMS])
 def test_every_form_of_the_matrix_product_is_numpys(label, form, products, dtype, small_products):
-    A, B = placed((M, N), dtype, 16), placed((N, M), dtype, 48)
+    """(Complex ones by cblas_zgemm / cgemm, from blas.COMPLEX_MIN_PRODUCT whatever they read.)"""
+    A, B = complex_placed((M, N), dtype, 16), complex_placed((N, M), dtype, 48)
     f = jit_ps(form)
     assert gemms(f, A, B) == products, label
     assert_close(f(A, B), form(A, B), path=label)
@@ -219,6 +231,26 @@ def mlp_loss(params, x, y):
     W, b = params[-1]
     logits = x @ W + b
     return -np.mean(np.sum((logits - np.log(np.sum(np.exp(logits), axis=1, keepdims=True))) * y, axis=1))
+
+
+@pytest.mark.parametrize("dtype", COMPLEX, ids=lambda d: d.__name__)
+def test_complex_matrix_products_go_to_blas_whatever_they_read(dtype):
+    """XLA:CPU's complex dot is slower than OpenBLAS's (blas.COMPLEX): a product of matrices
+    computed in the program, and the derivatives through it, are BLAS's too, with autograd's
+    results; below COMPLEX_MIN_PRODUCT multiply-adds XLA keeps them."""
+    n = 40  # 64,000 multiply-adds
+    A, B = complex_placed((n, n), dtype, 0), complex_placed((n, n), dtype, 0)
+
+    def loss(A, B):
+        C = np.tanh(A) @ (B * 2.0)
+        return np.sum(np.abs(C @ np.conj(C).T) ** 2)
+    assert gemms(jit_ps(loss), A, B) == 2
+    assert gemms(jit_ps(loss), A[:8, :8], B[:8, :8]) == 0
+    rtol = 1e-12 if dtype == onp.complex128 else 2e-5
+    assert_close(jit_ps(loss)(A, B), loss(A, B), rtol=rtol)
+    g = jit_ps(grad(loss, argnum=(0, 1)))
+    assert gemms(g, A, B) >= 4
+    assert_close(g(A, B), grad(loss, argnum=(0, 1))(A, B), rtol=rtol)
 
 
 def test_derivatives_through_matrix_products_are_autograds(small_products):
