@@ -204,7 +204,7 @@ class CacheStats:
     measured faster (tiering.PlainStep); `fallbacks` counts signatures that run as plain
     autograd because they cannot compile, and calls that ran plainly instead of their
     compiled program (a guard refused them; a function that draws, differentiated from
-    outside)."""
+    outside; numpy's error state raising on floating-point errors)."""
 
     FIELDS = ("hits", "traces", "compiles", "trace_seconds", "lower_seconds", "compile_seconds", "fallbacks",
               "evictions", "host_to_device", "device_to_host", "persistent_hits", "persistent_load_seconds",
