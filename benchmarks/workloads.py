@@ -145,6 +145,18 @@ def _build_selu_grad():
     return grad(selu_sum, argnum=(0, 1))
 
 
+def phased_products(theta, M, B, np=np):
+    """|U B U^H|^2 summed, U = M with its columns' phases turned by theta (real): a complex
+    matrix chain as transfer-matrix and quantum-circuit code writes it, differentiated with
+    respect to real parameters (the same gradient under autograd's and jax's conventions)."""
+    U = M * np.exp(1j * theta)[None, :]
+    return np.sum(np.abs(U @ B @ np.conj(U).T) ** 2)
+
+
+def _build_complex_products():
+    return value_and_grad(phased_products)
+
+
 def _build_tiny():
     return lambda x: x + 1.0
 
@@ -274,6 +286,10 @@ def _jax_add_one(jax, jnp):
     return add_one
 
 
+def _jax_complex_products(jax, jnp):
+    return jax.value_and_grad(lambda theta, M, B: phased_products(theta, M, B, np=jnp))
+
+
 def _jax_tiny(jax, jnp):
     return lambda x: x + 1.0
 
@@ -331,6 +347,14 @@ def _big_inputs(shape, fixed_dtype=None):
     def make(dtype, rng):
         return (rng.random(shape).astype(fixed_dtype or dtype),)
     return make
+
+
+def _complex_inputs(dtype, rng, n=192):
+    """theta (real, of --dtype) and M, B complex of its precision (complex64 for float32)."""
+    cdtype = onp.result_type(dtype, onp.complex64)
+    M, B = [(rng.standard_normal((n, n)) + 1j * rng.standard_normal((n, n))).astype(cdtype) / onp.sqrt(n)
+            for _ in range(2)]
+    return rng.standard_normal(n).astype(dtype), M, B
 
 
 def _tiny_inputs(dtype, rng):
@@ -395,6 +419,10 @@ WORKLOADS = [
     Workload("add_one_1e6",
              "x + 1.0 on 1e6 elements of --dtype",
              _build_add_one, _jax_add_one, _big_inputs((1000000,))),
+    Workload("complex_products",
+             "value_and_grad w.r.t. theta (192) of sum |U B U^H|^2, U = M * exp(1j theta): complex 192x192 "
+             "matrix products (complex64 with --dtype float32, complex128 with float64); run when named with --only",
+             _build_complex_products, _jax_complex_products, _complex_inputs, default=False),
     Workload("tiny",
              "per-call overhead: lambda x: x + 1.0 on a 3-element array",
              _build_tiny, _jax_tiny, _tiny_inputs, overhead_bound=2.0, speedup_target=None),
