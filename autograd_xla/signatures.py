@@ -629,7 +629,8 @@ _FUNCTIONS = (types.FunctionType, types.MethodType, functools.partial)
 def captured_locations(fun):
     """The places `fun` reads besides its arguments, as (container, key, what it is): (cell,
     None, ...) for each closure cell of the functions it is made of (through closures, bound
-    methods, partials, wrappers), (dict, name, ...) for each global their code names, (vars(obj),
+    methods, partials, wrappers; a partial's bound arguments as a tuple's and a dict's items),
+    (dict, name, ...) for each global their code names, (vars(obj),
     name, ...) for each attribute their code names of an object they close over or are bound to
     (and of objects those attributes hold, and the methods their code names), and (dict, key,
     ...), (list, index, ...) or (tuple, index, ...) for the first ITEMS items of a dict, list or
@@ -692,8 +693,11 @@ def captured_locations(fun):
             if type(f) is types.MethodType:
                 functions.append(f.__func__)
                 reach(f.__self__, 1)
-            elif type(f) is functools.partial:
+            elif type(f) is functools.partial:  # its bound arguments are constants of the trace too
                 functions.append(f.func)
+                name = getattr(f.func, "__qualname__", "a function")
+                reach(f.args, 1, f"the arguments a partial of {name} binds")
+                reach(f.keywords, 1, f"the keywords a partial of {name} binds")
             else:
                 library = str(f.__globals__.get("__name__")).partition(".")[0] in _LIBRARIES
                 for name, cell in zip(f.__code__.co_freevars, f.__closure__ or ()):
