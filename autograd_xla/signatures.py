@@ -629,7 +629,8 @@ _FUNCTIONS = (types.FunctionType, types.MethodType, functools.partial)
 def captured_locations(fun):
     """The places `fun` reads besides its arguments, as (container, key, what it is): (cell,
     None, ...) for each closure cell of the functions it is made of (through closures, bound
-    methods, partials, wrappers; a partial's bound arguments as a tuple's and a dict's items),
+    methods, partials, wrappers; a partial's bound arguments and a function's default values
+    as a tuple's and a dict's items),
     (dict, name, ...) for each global their code names, (vars(obj),
     name, ...) for each attribute their code names of an object they close over or are bound to
     (and of objects those attributes hold, and the methods their code names), and (dict, key,
@@ -700,6 +701,9 @@ def captured_locations(fun):
                 reach(f.keywords, 1, f"the keywords a partial of {name} binds")
             else:
                 library = str(f.__globals__.get("__name__")).partition(".")[0] in _LIBRARIES
+                if not library:  # its default values: constants of the trace where a call leaves them
+                    reach(f.__defaults__, 1, f"the default values of {f.__qualname__}")
+                    reach(f.__kwdefaults__, 1, f"the default values of {f.__qualname__}")
                 for name, cell in zip(f.__code__.co_freevars, f.__closure__ or ()):
                     label = f"the variable {name!r} that {f.__qualname__} closes over"
                     add(cell, None, label)

@@ -1023,15 +1023,15 @@ LAYERS = [(onp.ones(3), 0.5)]
 @pytest.mark.parametrize("tiered", [False, None])
 def test_an_array_read_besides_the_arguments_and_changed_in_place_is_read_again(tiered, monkeypatch):
     """An array the trace read (a global, small or large, Fortran-ordered, a closure variable,
-    an attribute, a dict's item, a tuple's in a list, a partial's bound argument and keyword)
-    changed in place keeps its identity; plain autograd reads its new values, and so does
-    the jitted function (its bytes are compared: all of them, or for a large one a sample
-    spread over it, which a change of every element meets); a dict's item or a list's
-    element assigned anew is read again too."""
+    an attribute, a dict's item, a tuple's in a list, a partial's bound argument and keyword,
+    a default value) changed in place keeps its identity; plain autograd reads its new
+    values, and so does the jitted function (its bytes are compared: all of them, or for a
+    large one a sample spread over it, which a change of every element meets); a dict's item
+    or a list's element assigned anew is read again too."""
     monkeypatch.setattr(tiering, "PLAIN_SECONDS", 0.0 if tiered is None else None)
     x = onp.array([1.0, 2.0, 3.0])
     fortran = onp.asfortranarray(onp.arange(6.0).reshape(2, 3))
-    closed, bound_a, bound_b = onp.ones(3), onp.ones(3), onp.ones(3)
+    closed, bound_a, bound_b, default_a, default_b = (onp.ones(3) for _ in range(5))
     m = _Metric()
     m.W = onp.eye(3)
     cases = [(lambda x: np.sum(x * SMALL), lambda: SMALL.__setitem__(1, 5.0)),
@@ -1045,7 +1045,9 @@ def test_an_array_read_besides_the_arguments_and_changed_in_place_is_read_again(
              (lambda x: np.sum(x * LAYERS[0][0]) + LAYERS[0][1], lambda: LAYERS[0][0].__setitem__(2, 4.0)),
              (lambda x: np.sum(x * LAYERS[0][0]) + LAYERS[0][1], lambda: LAYERS.__setitem__(0, (onp.ones(3), 1.5))),
              (functools.partial(lambda x, a, b: np.sum(x * a * b), bound_a, b=bound_b), lambda: bound_a.__imul__(3.0)),
-             (functools.partial(lambda x, a, b: np.sum(x * a * b), bound_a, b=bound_b), lambda: bound_b.__iadd__(1.0))]
+             (functools.partial(lambda x, a, b: np.sum(x * a * b), bound_a, b=bound_b), lambda: bound_b.__iadd__(1.0)),
+             (lambda x, a=default_a, *, b=default_b: np.sum(x * a * b), lambda: default_a.__imul__(2.0)),
+             (lambda x, a=default_a, *, b=default_b: np.sum(x * a * b), lambda: default_b.__imul__(2.0))]
     try:
         _read_again(cases, x, tiered)
     finally:
