@@ -484,10 +484,10 @@ static int captured_hold(PyObject *captured) {
         else if (PyDict_Check(container))
             now = PyDict_GetItemWithError(container, key);
         else {
-            Py_ssize_t k = PyLong_AsSsize_t(key);
-            if (PyList_Check(container) && k < PyList_GET_SIZE(container))
+            Py_ssize_t k = PyLong_AsSsize_t(key);  /* (-1 and an error for a key that is no index: none) */
+            if (k >= 0 && PyList_Check(container) && k < PyList_GET_SIZE(container))
                 now = PyList_GET_ITEM(container, k);
-            else if (PyTuple_Check(container) && k < PyTuple_GET_SIZE(container))
+            else if (k >= 0 && PyTuple_Check(container) && k < PyTuple_GET_SIZE(container))
                 now = PyTuple_GET_ITEM(container, k);
         }
         if (now != PyTuple_GET_ITEM(place, 2)) {
