@@ -446,8 +446,8 @@ typedef struct {
     int ordered;       /* an accelerator's client: its executions wait for C++'s puts, none is copied apart */
     int n_stages;
     Stage *stages[MAX_STAGES];
-    PyObject *captured;  /* None, or a tuple of (cell, None, value), (dict, key, value) and (list or
-                          * tuple, index, value): what the function read besides its arguments when
+    PyObject *captured;  /* None, or a tuple of (cell, None, value), (dict or class, key, value) and
+                          * (list or tuple, index, value): what the function read besides its arguments when
                           * traced (signatures.captured_locations), an array's with (bytes, step,
                           * itemsize): its sample (signatures.content_sample) */
     PyObject *weakrefs;
@@ -481,6 +481,8 @@ static int captured_hold(PyObject *captured) {
         PyObject *now = NULL;  /* borrowed: a cell's contents, a dict's item, a list's or tuple's element */
         if (key == Py_None)
             now = PyCell_Check(container) ? PyCell_GET(container) : NULL;
+        else if (PyType_Check(container))  /* a class attribute, in the class's own dict */
+            now = PyDict_GetItemWithError(((PyTypeObject *)container)->tp_dict, key);
         else if (PyDict_Check(container))
             now = PyDict_GetItemWithError(container, key);
         else {

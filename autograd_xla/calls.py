@@ -133,7 +133,8 @@ def _captured_hold(captured):
 
 def held(container, key, missing=None):
     """What a captured place holds (signatures.captured_locations): a cell's contents (key
-    None), a dict's item, a list's or tuple's element; `missing` where there is none."""
+    None), a dict's item, a class's attribute, a list's or tuple's element; `missing` where
+    there is none."""
     if key is None:
         try:
             return container.cell_contents
@@ -141,6 +142,8 @@ def held(container, key, missing=None):
             return missing
     if isinstance(container, dict):
         return container.get(key, missing)
+    if isinstance(container, type):  # a class attribute
+        return vars(container).get(key, missing)
     return container[key] if key < len(container) else missing
 
 

@@ -631,7 +631,8 @@ def captured_locations(fun):
     None, ...) for each closure cell of the functions it is made of (through closures, bound
     methods, partials, wrappers; a partial's bound arguments and a function's default values
     as a tuple's and a dict's items),
-    (dict, name, ...) for each global their code names, (vars(obj),
+    (dict, name, ...) for each global their code names, (class, name, ...) for each class
+    attribute their code names of such an object, (vars(obj),
     name, ...) for each attribute their code names of an object they close over or are bound to
     (and of objects those attributes hold, and the methods their code names), and (dict, key,
     ...), (list, index, ...) or (tuple, index, ...) for the first ITEMS items of a dict, list or
@@ -680,6 +681,13 @@ def captured_locations(fun):
                 method = getattr(type(obj), name, None)
                 if type(method) is types.FunctionType:
                     functions.append(method)
+                    continue
+                owner = next((c for c in type(obj).__mro__ if name in vars(c)), None)  # a class attribute
+                if owner is not None and owner.__module__ != "builtins" and not isinstance(
+                        vars(owner)[name], (property, staticmethod, classmethod, types.MemberDescriptorType)):
+                    label = f"the class attribute {name!r} of {owner.__name__}"
+                    add(owner, name, label)
+                    reach(vars(owner)[name], depth + 1, label)
 
     scanned, named = [], 0
     while functions or objects:

@@ -963,21 +963,24 @@ def _scaled_by_global(x):
 
 
 class _Metric:
+    offset = 0.0  # a class attribute the method reads
+
     def __init__(self):
         self.a, self.W, self.evaluations = 1.0, onp.eye(2), 0
 
     def energy(self, x):
         self.evaluations += 1  # a counter the trace reads too: no constant of the program
-        return self.a * np.sum((self.W @ x) ** 2)
+        return self.a * np.sum((self.W @ x) ** 2) + self.offset
 
 
 @pytest.mark.parametrize("tiered", [False, None])
 def test_a_value_read_besides_the_arguments_and_assigned_anew_is_read_again(tiered, monkeypatch):
-    """A closure variable, a global, and a bound method's attributes (a float, an array), read
-    by the trace and assigned another value later: plain autograd reads them at every call, and
-    so does the jitted function (geomstats' metrics keep their parameters as attributes: the old
-    program's answer came back); a counter the function bumps is not read as a constant and
-    traces nothing again. Tiered, the held and compiled calls too."""
+    """A closure variable, a global, a bound method's attributes (a float, an array) and its
+    class's attribute, read by the trace and assigned another value later: plain autograd
+    reads them at every call, and so does the jitted function (geomstats' metrics keep their
+    parameters as attributes: the old program's answer came back); a counter the function
+    bumps is not read as a constant and traces nothing again. Tiered, the held and compiled
+    calls too."""
     global SCALE
     monkeypatch.setattr(tiering, "PLAIN_SECONDS", 0.0 if tiered is None else None)  # compiled soon
     x = onp.array([1.0, 2.0])
@@ -995,8 +998,12 @@ def test_a_value_read_besides_the_arguments_and_assigned_anew_is_read_again(tier
     f, set_factor = make()
     m = _Metric()
     cases = [(f, lambda: set_factor(3.0)), (_scaled_by_global, lambda: globals().update(SCALE=3.0)),
-             (grad(m.energy), lambda: setattr(m, "a", 3.0)), (grad(m.energy), lambda: setattr(m, "W", 2 * onp.eye(2)))]
-    _read_again(cases, x, tiered)
+             (grad(m.energy), lambda: setattr(m, "a", 3.0)), (grad(m.energy), lambda: setattr(m, "W", 2 * onp.eye(2))),
+             (m.energy, lambda: setattr(_Metric, "offset", 2.5))]
+    try:
+        _read_again(cases, x, tiered)
+    finally:
+        _Metric.offset = 0.0
     SCALE = 1.0
     assert m.evaluations > 0
 
