@@ -1222,6 +1222,14 @@ static PyObject *front_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     return (PyObject *)self;
 }
 
+static PyObject *py_captured_hold(PyObject *module, PyObject *captured) {
+    if (!PyTuple_Check(captured)) {
+        PyErr_SetString(PyExc_TypeError, "captured_hold: a tuple of captured places");
+        return NULL;
+    }
+    return PyBool_FromLong(captured_hold(captured));
+}
+
 static PyObject *set_errstate(PyObject *module, PyObject *args) {
     PyObject *var, *check;
     if (!PyArg_ParseTuple(args, "OO", &var, &check))
@@ -1312,6 +1320,8 @@ static PyTypeObject FrontType = {
 
 static PyMethodDef module_functions[] = {
     {"set_trace_state", set_trace_state, METH_O, "set_trace_state(tracing.state): whose `traces` mean a trace is on"},
+    {"captured_hold", py_captured_hold, METH_O, "captured_hold(places) -> whether each holds what it held "
+     "(the Front's check, for api._call_python: calls.captured_hold)"},
     {"set_errstate", set_errstate, METH_VARARGS, "set_errstate(numpy's error-state ContextVar or None, "
      "calls.errstate_allows): whether compiled calls may run under numpy's floating-point error state"},
     {"set_device_array", set_device_array, METH_O, "set_device_array(backend.DeviceArray): the type of kept results"},

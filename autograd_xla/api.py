@@ -280,7 +280,8 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
     def _call_python(self, *args, **kwargs):
         if _trace_state.traces:  # inside another trace: inline, the outer function compiles us
             return self._fun(*args, **kwargs)
-        if self._reads_plainly or self._captured_then is not None and self._captured_changed():
+        captured = self._captured_c  # (set with _captured_then; compared in C where it is built)
+        if self._reads_plainly or captured is not None and not calls.captured_hold(captured) and self._captured_changed():
             return self._fun(*args, **kwargs)
         if not calls.errstate_allows():
             return self._plain_for_errstate(args, kwargs)

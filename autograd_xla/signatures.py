@@ -784,7 +784,7 @@ def traced_reads(locations, values, graph):
 
 def captured_values(locations):
     """What each of `locations` (captured_locations) holds now."""
-    return [held(c, k, MISSING) for c, k, _ in locations]
+    return [c.get(k, MISSING) if type(c) is dict else held(c, k, MISSING) for c, k, _ in locations]
 
 
 def content_sample(value):
