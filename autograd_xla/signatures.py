@@ -627,17 +627,18 @@ _FUNCTIONS = (types.FunctionType, types.MethodType, functools.partial)
 
 
 def captured_locations(fun):
-    """The places `fun` reads besides its arguments, as (container, key, what it is): (cell,
-    None, ...) for each closure cell of the functions it is made of (through closures, bound
-    methods, partials, wrappers; a partial's bound arguments and a function's default values
-    as a tuple's and a dict's items),
-    (dict, name, ...) for each global their code names, (class, name, ...) for each class
-    attribute their code names of such an object, (vars(obj),
-    name, ...) for each attribute their code names of an object they close over or are bound to
-    (and of objects those attributes hold, and the methods their code names), and (dict, key,
-    ...), (list, index, ...) or (tuple, index, ...) for the first ITEMS items of a dict, list or
-    tuple one of those holds (not of a library's closures: their containers are their
-    machinery). Modules, classes and builtins are not watched."""
+    """The places `fun` reads besides its arguments, as (container, key, what it is):
+    - (cell, None, ...): each closure cell of the functions it is made of (through closures,
+      bound methods, partials, wrappers);
+    - (dict, name, ...): each global their code names;
+    - (vars(obj), name, ...): each attribute their code names of an object they close over or
+      are bound to (and of objects those attributes hold, and the methods their code names),
+      and (class, name, ...) where the attribute is the object's class's;
+    - (dict, key, ...), (list, index, ...), (tuple, index, ...): the first ITEMS items of a
+      dict, list or tuple one of those holds, of a partial's bound arguments and keywords, and
+      of a function's default values (not of a library's closures: their containers are its
+      machinery).
+    Modules, classes and builtins held there are not watched."""
     names, objects, found, seen = set(), [], [], set()
     functions = [fun]
 
