@@ -90,7 +90,8 @@ def mixture_job(mode, steps):
         f(S, v)
         v = v - 1e-4 * dv
         ends.append(time.perf_counter() - t0)
-    vjps = [d.cache_info() for key, d in getattr(f, "_derivatives", {}).items() if key[0] == "vjp"]
+    # the derivatives' programs: the gradient with the value (autodiff.jit_call_ahead) or the VJP alone
+    vjps = [d.cache_info() for key, d in getattr(f, "_derivatives", {}).items() if key[0] in ("vjp", "value_vjp")]
     info = f.cache_info() if mode != "plain" else {}
     return {"first": ends[0], "total": ends[-1], **{k: info.get(k) for k in ("compiles", "plain_tier_calls",
                                                                               "numpy_tier_calls")},

@@ -41,8 +41,46 @@ def test_grad_of_jit_runs_compiled():
     assert backward.cache_info()["traces"] == 1 and backward.cache_info()["hits"] == 1
 
 
+def _kinds(jf):
+    return {key[0] for key in jf._derivatives}
+
+
+def test_a_scalars_gradient_comes_with_its_value_from_one_program():
+    """grad(jit_ps(f)) and value_and_grad of a real scalar: its value and gradient from one
+    compiled program (autodiff.jit_call_ahead: the "value_vjp" derivative at cotangent one),
+    f's own program not run; jit_call's value and VJP ran the forward pass twice."""
+    jl = jit_ps(loss, tiered=False)
+    for k in range(3):
+        assert_close(grad(jl)(w + k, X, y), grad(loss)(w + k, X, y), rtol=1e-12)
+        assert_close(value_and_grad(jl)(w + k, X, y), value_and_grad(loss)(w + k, X, y), rtol=1e-12)
+        assert_close(grad(jl, 1)(w + k, X, y), grad(loss, 1)(w + k, X, y), rtol=1e-12)
+    assert _kinds(jl) == {"value_vjp"} and jl.stats.hits == 0
+    for d in jl._derivatives.values():  # (of the first argument and of the second)
+        assert d.stats.traces == 1 and d.stats.hits >= 2 and d.stats.plain_tier_calls == d.stats.fallbacks == 0
+
+
+@pytest.mark.parametrize("use", ["scaled", "unused"])
+def test_a_gradient_computed_ahead_and_left_unused_turns_it_off(use):
+    """Where the gradient computed with the value is not the one asked for (a cotangent other
+    than one, 3 * f) or not asked for (f's value not reaching the result), the answer is plain
+    autograd's, and after autodiff.Ahead.MISSES such calls the signature's calls are
+    jit_call's (its program and its VJP's)."""
+    from autograd_xla import autodiff
+    jl = jit_ps(loss, tiered=False)
+    outer = {"scaled": lambda w, f: 3.0 * f(w, X, y) + np.sum(w),
+             "unused": lambda w, f: (f(w, X, y), np.sum(w ** 3))[1]}[use]
+    for k in range(autodiff.Ahead.MISSES + 2):
+        assert_close(grad(outer)(w + k, jl), grad(outer)(w + k, loss), rtol=1e-12)
+    (entry,) = jl._cache.values()
+    assert [a.misses for a in entry.ahead.values()] == [autodiff.Ahead.MISSES]
+    assert jl.stats.hits == 2  # the calls after the misses: its own program
+    ran = {key[0] for key, d in jl._derivatives.items() if d.stats.traces}
+    assert ran == ({"value_vjp", "vjp"} if use == "scaled" else {"value_vjp"})
+
+
 def test_backward_pass_does_not_run_python_primitives(monkeypatch):
-    """Once compiled, grad(jit_ps(f)) calls no autograd VJP maker in Python."""
+    """Once compiled, grad(jit_ps(f)) calls no autograd VJP maker in Python but its one
+    primitive's (its gradient computed with its value: jit_call_ahead)."""
     jl = jit_ps(loss)
     grad(jl)(w, X, y)
     calls = []
@@ -51,7 +89,7 @@ def test_backward_pass_does_not_run_python_primitives(monkeypatch):
         monkeypatch.setitem(primitive_vjps, prim, (lambda m, p: lambda *a, **k: calls.append(p) or m(*a, **k))(maker, prim))
     grad(jl)(w * 2, X, y)
     names = {getattr(p, "__name__", "") for p in calls}
-    assert names <= {"jit_call"}, names
+    assert names == {"jit_call_ahead"}, names
 
 
 def test_forward_mode_of_jit():

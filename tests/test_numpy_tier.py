@@ -119,7 +119,8 @@ def test_a_held_function_differentiated_from_outside_runs_its_value_and_vjp_by_n
 def test_a_held_function_compiled_since_stays_held_under_boxes_until_its_vjp_is_compiled(monkeypatch):
     """grad(jit_ps(f)) once f's held signature is compiled: its calls under boxes stay held
     (value and VJP by numpy) until f's VJP is compiled too, which is asked for then, whatever
-    the VJP's own plain budget. Never f's compiled program beside its VJP's plain tier, which
+    the VJP's own plain budget: for a scalar's gradient, its value and VJP's program
+    (autodiff.jit_call_ahead). Never f's compiled program beside its VJP's plain tier, which
     runs f's Python again at each call: pymanopt's Gaussian mixture's gradients took 1.5x plain
     autograd's time that way, and a loop of 1,500 of them never compiled the VJP."""
     arrays = [rs.randn(3, 4), rs.randn(4, 3)]
@@ -137,7 +138,8 @@ def test_a_held_function_compiled_since_stays_held_under_boxes_until_its_vjp_is_
         assert_close(d0, w0, rtol=1e-12)
         assert_close(d1, w1, rtol=1e-12)
         assert compile_thread.wait(60)
-    vjp, = [d for key, d in jf._derivatives.items() if key[0] == "vjp"]
+    assert {key[0] for key in jf._derivatives} == {"value_vjp"}
+    (vjp,) = jf._derivatives.values()
     assert jf.stats.compiles == 1 and vjp.stats.compiles == 1 and vjp.stats.hits > 0
     assert vjp.stats.plain_tier_calls == 0  # (f's compiled program never ran beside it)
 

@@ -156,3 +156,14 @@ def test_results_of_a_dtype_numpy_cannot_view_are_writable_and_unshared():
     assert r1.dtype == ml_dtypes.bfloat16 and r1.flags.writeable and not onp.shares_memory(r1, r2)
     r1[0] = 50
     assert float(r2[0]) == 1.0
+
+
+def test_the_tpu_check_runs_every_test_file():
+    """benchmarks/tpu_check.sh's two chunks (benchmarks/tpu_chunks.txt) and the CPU's own files
+    (conftest.CPU_FILES, run apart there) hold every test file, each once."""
+    import conftest
+    chunks = [line.split() for line in open(os.path.join(ROOT, "benchmarks", "tpu_chunks.txt")).read().splitlines()]
+    listed = [f for chunk in chunks for f in chunk] + [f"tests/{name}" for name in conftest.CPU_FILES]
+    files = sorted(f"tests/{name}" for name in os.listdir(os.path.join(ROOT, "tests"))
+                   if name.startswith("test_") and name.endswith(".py"))
+    assert sorted(listed) == files
