@@ -59,6 +59,18 @@ def test_a_scalars_gradient_comes_with_its_value_from_one_program():
         assert d.stats.traces == 1 and d.stats.hits >= 2 and d.stats.plain_tier_calls == d.stats.fallbacks == 0
 
 
+def test_a_kept_scalars_value_under_boxes_stays_a_device_array():
+    """keep_on_device: value_and_grad(jit_ps(f)) gives the value as the function's calls do, a
+    DeviceArray (jit_call's forward program; the gradient's program returns numpy arrays)."""
+    from autograd_xla import DeviceArray
+    jl = jit_ps(loss, keep_on_device=True)
+    for k in range(2):
+        value, g = value_and_grad(jl)(w + k, X, y)
+        assert type(value) is DeviceArray and type(g) is onp.ndarray
+        assert_close(onp.asarray(value), loss(w + k, X, y), rtol=1e-12)
+        assert_close(g, grad(loss)(w + k, X, y), rtol=1e-12)
+
+
 @pytest.mark.parametrize("use", ["scaled", "unused"])
 def test_a_gradient_computed_ahead_and_left_unused_turns_it_off(use):
     """Where the gradient computed with the value is not the one asked for (a cotangent other
