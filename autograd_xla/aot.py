@@ -240,7 +240,7 @@ class Entry:
     __slots__ = ("executable", "out_tree", "graph", "lowered", "fallback_cause", "reason", "guards", "draws",
                  "static_leaves", "impure", "stage", "donated", "dynamic", "background", "fastpath", "ladder", "options",
                  "variant", "previous", "following", "flat", "direct", "seconds", "on_device", "replay", "vjps",
-                 "reached", "autograd_out", "ahead")
+                 "reached", "autograd_out", "reverse")
 
     def __init__(self, out_tree, graph, draws=(), static_leaves=(), impure=False, dynamic=()):
         self.out_tree, self.graph = out_tree, graph
@@ -269,7 +269,7 @@ class Entry:
         self.vjps = None                            # its calls on boxes by numpy, made while held (autodiff.HeldVJP per boxed leaves)
         self.reached = {}                           # boxed leaf indices -> output leaves computed from them (autodiff._reached)
         self.autograd_out = False                   # its output is a container an autograd primitive returned (autodiff.call)
-        self.ahead = {}                             # boxed leaf indices -> autodiff.Ahead (its gradient computed with its value)
+        self.reverse = {}                           # boxed leaf indices -> autodiff.Reverse (its calls on reverse-mode boxes)
 
     @property
     def python_fallback(self):

@@ -332,14 +332,14 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
                     held = self._held_vjp(entry, spec, leaves)
                     if held is not None:  # held: its value and VJP by numpy
                         if type(entry) is not tiering.Untraced and entry.background is not None:  # compiling: its VJP next
-                            held.vjp_compiled(leaves, autodiff.gradient_ahead(entry, leaves))
+                            held.vjp_compiled(leaves, autodiff.reverse_mode(entry, leaves))
                         call = functools.partial(autodiff.held_call, held, *leaves)
                         return entry.run(call) if type(entry) is tiering.Untraced else call()
                     return self._run_plain_tier(spec, leaves, entry, (args, kwargs), by_numpy=False)
                 if entry.vjps:  # compiled after it was held: held still until its VJP is compiled too
                     held = self._held_vjp(entry, spec, leaves)
                     if held is not None:
-                        if not held.vjp_compiled(leaves, autodiff.gradient_ahead(entry, leaves)):
+                        if not held.vjp_compiled(leaves, autodiff.reverse_mode(entry, leaves)):
                             return autodiff.held_call(held, *leaves)
                         entry.vjps.pop(held.nums, None)  # jit_call's from now on
                 if not entry.donated:

@@ -78,41 +78,59 @@ def call(fn, spec, leaves, entry):
     autograd.builtins' tuple, list and dict: Trace.containers) is a container box plainly
     too, and comes from jit_call so, as do a derivative function's (`_derivative`: autograd's
     own VJPs and JVPs return container boxes); any other comes from jit_call_leaves and
-    plain_containers. A real scalar's gradient comes with its value (gradient_ahead; not
-    for DeviceArray results, which the derivative functions do not give)."""
+    plain_containers. On reverse mode's boxes a real array's value and VJP come from
+    programs that do not run its forward pass twice (reverse_mode; not for DeviceArray
+    results, which the derivative functions do not give)."""
     if entry.out_tree is tree.LEAF or entry.autograd_out:
-        ahead = None if fn.keep_on_device else gradient_ahead(entry, leaves)
-        if ahead is not None:
-            return jit_call_ahead(fn, spec, ahead, *leaves)
+        reverse = None if fn.keep_on_device else reverse_mode(entry, leaves)
+        if reverse is not None:
+            if reverse.ahead():
+                return jit_call_ahead(fn, spec, reverse, *leaves)
+            if reverse.split_made(fn, spec, leaves):
+                return jit_call_split(fn, spec, reverse, *leaves)
         return jit_call(fn, spec, *leaves)
     return plain_containers(jit_call_leaves(fn, spec, *leaves), entry, leaves)
 
 
-class Ahead:
-    """A compiled signature's calls on reverse-mode boxes at leaves[nums] computing their
-    gradient with their value (jit_call_ahead), at cotangent `one`: until that gradient went
-    unused MISSES times (the backward pass's cotangent another, or no backward pass)."""
+class Reverse:
+    """A compiled signature's calls on reverse-mode boxes at leaves[nums], its output one real
+    array (reverse_mode). A real scalar's compute its gradient with its value
+    (jit_call_ahead), at cotangent `one`, until that gradient went unused MISSES times (the
+    backward pass's cotangent another, or no backward pass); the others run the value and
+    VJP's graph cut where the cotangent enters (`split`, jit_call_split)."""
 
-    __slots__ = ("nums", "one", "misses")
+    __slots__ = ("nums", "aval", "one", "misses", "split")
     MISSES = 2
 
-    def __init__(self, nums, one):
-        self.nums, self.one, self.misses = nums, one, 0
+    def __init__(self, nums, aval):
+        self.nums, self.aval, self.misses, self.split = nums, aval, 0, None
+        self.one = np.ones((), aval.dtype) if aval.shape == () else None
+
+    def ahead(self):
+        """Whether this call's gradient is computed with its value."""
+        return self.one is not None and self.misses < self.MISSES
 
     def takes(self, g):
         """Whether the gradient computed ahead is the VJP at cotangent g."""
-        return type(g) not in box_types and np.shape(g) == () and np.result_type(g) == self.one.dtype and g == self.one
+        return (self.one is not None and type(g) not in box_types and np.shape(g) == ()
+                and np.result_type(g) == self.one.dtype and g == self.one)
+
+    def split_made(self, fn, spec, leaves):
+        """Whether the split (Split.make) takes this call: made at the first, False for good
+        where it cannot be."""
+        if self.split is None:
+            self.split = Split.make(fn, spec, [getval(x) for x in leaves], self.nums, self.aval) or False
+        return bool(self.split)
 
 
-def gradient_ahead(entry, leaves):
-    """The Ahead of a call of compiled signature `entry` on these leaves where its gradient is
-    computed with its value: its output a real scalar, its boxes autograd's reverse mode's, of
-    one level; `one` is the cotangent grad and value_and_grad pass (its vspace's ones). Else None."""
+def reverse_mode(entry, leaves):
+    """The Reverse of a call of compiled signature `entry` on these leaves: its output one real
+    array, its boxes autograd's reverse mode's, of one level. Else None."""
     outvars = entry.graph.outvars
     if entry.out_tree is not tree.LEAF or len(outvars) != 1 or type(outvars[0]) is not Var:
         return None
     aval = outvars[0].aval
-    if aval.shape != () or aval.dtype.kind != "f":
+    if aval.dtype.kind != "f":
         return None
     nums, trace = [], None
     for i, x in enumerate(leaves):
@@ -122,10 +140,71 @@ def gradient_ahead(entry, leaves):
             trace = x._trace
             nums.append(i)
     nums = tuple(nums)
-    ahead = entry.ahead.get(nums)
-    if ahead is None:
-        ahead = entry.ahead[nums] = Ahead(nums, np.ones((), aval.dtype))
-    return ahead if ahead.misses < Ahead.MISSES else None
+    reverse = entry.reverse.get(nums)
+    if reverse is None:
+        reverse = entry.reverse[nums] = Reverse(nums, aval)
+    return reverse
+
+
+class Split:
+    """fn's value and VJP at leaves[nums] (make_value_vjp_function's graph) cut where the
+    cotangent enters (partial_eval): `forward` takes the leaves it reads (`forward_leaves`)
+    and gives the value and the residuals, the values the other half reads from the first;
+    `backward` takes the leaves it reads (`backward_leaves`), the residuals and the cotangent
+    and gives the gradients. Each is a jitted function of the graph's equations replayed
+    (control_flow.replay), compiled at its first call: so the backward pass does not run the
+    forward pass again, as jit_call's VJP does (a jacobian runs it once per output)."""
+
+    __slots__ = ("forward", "backward", "forward_leaves", "backward_leaves")
+
+    @classmethod
+    def make(cls, fn, spec, values, nums, aval):
+        """The Split at these leaf values, or None where the value and VJP's trace is not one
+        the split holds for at other values (static leaves, guards, random draws), or whose
+        residuals would come back narrowed (x64=False)."""
+        if fn.x64 is False:
+            return None
+        from .control_flow import replay
+        from .partial_eval import PartialEval
+        try:
+            d = _derivative(fn, "value_vjp", spec, nums)
+            entry = d._traced_entry(*values, np.zeros(aval.shape, aval.dtype))
+        except Exception:  # (not the call's to raise: jit_call's, as before)
+            return None
+        graph, n = entry.graph, len(values)  # leaf n: the cotangent
+        if entry.impure or entry.static_leaves or entry.guards or graph.captured or n not in entry.dynamic:
+            return None
+        value, grads = graph.outvars[0], graph.outvars[1:]
+        timed = PartialEval(graph, [int(i == n) for i in entry.dynamic])
+        backward_eqns, backward_in = timed.slice(grads, {1})
+        leaf_of = dict(zip(graph.invars, entry.dynamic))
+        residuals = [v for v in backward_in if v not in leaf_of]
+        forward_eqns, forward_in = timed.slice([value, *residuals], {0})
+        if any(v not in leaf_of for v in forward_in):
+            return None
+        backward_in = [v for v in backward_in if v in leaf_of and leaf_of[v] != n]
+        g = graph.invars[entry.dynamic.index(n)]
+
+        def forward(*xs):
+            env = dict(zip(forward_in, xs))
+            replay.replay_eqns(forward_eqns, env)
+            return tuple(replay.read(env, v) for v in (value, *residuals))
+
+        def backward(*xs):
+            env = dict(zip((*backward_in, *residuals, g), xs))
+            replay.replay_eqns(backward_eqns, env)
+            return differentiable.tuple([replay.read(env, v) for v in grads])
+
+        name = getattr(fn._fun, "__name__", "fn")
+        forward.__name__, backward.__name__ = f"forward_{name}", f"backward_{name}"
+        split = cls()
+        split.forward, split.backward = (type(fn)(f, fallback="error", backend=fn.backend, cache_size=fn.cache_size,
+                                                  x64=fn.x64, max_program=fn.max_program, explain=fn.explain,
+                                                  tiered=False, deterministic=fn.deterministic)
+                                         for f in (forward, backward))
+        split.forward_leaves = [leaf_of[v] for v in forward_in]
+        split.backward_leaves = [leaf_of[v] for v in backward_in]
+        return split
 
 
 def plain_containers(out, entry, leaves):
@@ -255,12 +334,12 @@ defjvp_argnums(jit_call_leaves, lambda argnums, gs, ans, args, kwargs: different
     tree.flatten(_jvp(argnums, gs, ans, args, kwargs))[0]))
 
 
-_ahead = threading.local()  # jit_call_ahead's forward pass -> the VJP autograd makes right after it
+_ahead = threading.local()  # jit_call_ahead's and jit_call_split's forward pass -> the VJP autograd makes right after it
 
 
 @primitive
 def jit_call_ahead(fn, spec, ahead, *leaves):
-    """jit_call of a real scalar on reverse-mode boxes (gradient_ahead): its value and its
+    """jit_call of a real scalar on reverse-mode boxes (`ahead`, a Reverse): its value and its
     gradient at cotangent `ahead.one` from one program, the "value_vjp" derivative function;
     the VJP hands out that gradient where autograd's cotangent is that one (grad's,
     value_and_grad's), and runs jit_call's VJP otherwise. jit_call's value and VJP run the
@@ -306,6 +385,42 @@ defvjp_argnums(jit_call_ahead, _vjp_ahead)
 defjvp_argnums(jit_call_ahead, lambda argnums, gs, ans, args, kwargs: _jvp(
     tuple(a - 1 for a in argnums), gs, ans, args[:_LEAVES] + args[_LEAVES + 1:], kwargs))
 
+
+
+@primitive
+def jit_call_split(fn, spec, reverse, *leaves):
+    """jit_call on reverse-mode boxes by `reverse.split`: the forward half's program gives the
+    value and the residuals its VJP, the backward half's program, reads."""
+    split = reverse.split
+    try:
+        out = split.forward(*[leaves[i] for i in split.forward_leaves])
+    except Exception:  # its program did not compile: jit_call's from now on
+        reverse.split = False
+        _ahead.state = None
+        return fn._call_flat(spec, list(leaves))
+    _ahead.state = out[1:]
+    return out[0]
+
+
+def _vjp_split(argnums, ans, args, kwargs):
+    residuals, _ahead.state = getattr(_ahead, "state", None), None
+    reverse, leaves = args[_LEAVES], args[_LEAVES + 1:]
+    if residuals is None or tuple(a - _LEAVES - 1 for a in argnums) != reverse.nums:
+        return _vjp(tuple(a - 1 for a in argnums), ans, args[:_LEAVES] + leaves, kwargs)
+    split = reverse.split
+
+    def backward(g):
+        try:
+            return split.backward(*[leaves[i] for i in split.backward_leaves], *residuals, g)
+        except Exception:  # its program did not compile: jit_call's from now on
+            reverse.split = False
+            return _derivative(args[0], "vjp", args[1], reverse.nums)(*leaves, g)
+    return backward
+
+
+defvjp_argnums(jit_call_split, _vjp_split)
+defjvp_argnums(jit_call_split, lambda argnums, gs, ans, args, kwargs: _jvp(
+    tuple(a - 1 for a in argnums), gs, ans, args[:_LEAVES] + args[_LEAVES + 1:], kwargs))
 
 # ----- a held signature's calls under boxes, by numpy --------------------------------------
 class HeldVJP:
@@ -360,16 +475,19 @@ class HeldVJP:
             return grads
         return backward
 
-    def vjp_compiled(self, leaves, ahead):
+    def vjp_compiled(self, leaves, reverse):
         """Whether fn's compiled VJP takes these calls (boxes) from now on, fn's own program
-        being compiled: jit_call's, or where the call's gradient is computed with its value
-        (`ahead`, gradient_ahead) at the cotangent the split was traced at, jit_call_ahead's
-        "value_vjp". Its program is asked for at the first such call (compiled in the
-        background where tiering compiles there, as fn's was); meanwhile, and for good where
-        it has none, the calls stay held."""
+        being compiled: jit_call_ahead's value and VJP program where it takes them (`reverse`,
+        reverse_mode: a real scalar, at the cotangent the split was traced at), else
+        jit_call_split's (compiled at its first call) or, where neither, jit_call's VJP. The
+        first and last are asked for at the first such call (compiled in the background where
+        tiering compiles there, as fn's was); meanwhile, and for good where there is none,
+        the calls stay held."""
+        if reverse is not None and reverse.one is None:
+            return True
         if self.compiled is None:
             try:
-                kind = "value_vjp" if ahead is not None and ahead.takes(self.g) else "vjp"
+                kind = "value_vjp" if reverse is not None and reverse.takes(self.g) else "vjp"
                 d = _derivative(self.fn, kind, self.spec, self.nums)
                 self.compiled = d._compiling_entry(*[getval(x) for x in leaves], self.g)
             except Exception:  # (not the call's to raise: held, as its calls were)

@@ -75,19 +75,63 @@ def test_a_kept_scalars_value_under_boxes_stays_a_device_array():
 def test_a_gradient_computed_ahead_and_left_unused_turns_it_off(use):
     """Where the gradient computed with the value is not the one asked for (a cotangent other
     than one, 3 * f) or not asked for (f's value not reaching the result), the answer is plain
-    autograd's, and after autodiff.Ahead.MISSES such calls the signature's calls are
-    jit_call's (its program and its VJP's)."""
+    autograd's, and after autodiff.Reverse.MISSES such calls the signature's calls run the
+    value and VJP's graph cut where the cotangent enters (autodiff.jit_call_split)."""
     from autograd_xla import autodiff
     jl = jit_ps(loss, tiered=False)
     outer = {"scaled": lambda w, f: 3.0 * f(w, X, y) + np.sum(w),
              "unused": lambda w, f: (f(w, X, y), np.sum(w ** 3))[1]}[use]
-    for k in range(autodiff.Ahead.MISSES + 2):
+    for k in range(autodiff.Reverse.MISSES + 2):
         assert_close(grad(outer)(w + k, jl), grad(outer)(w + k, loss), rtol=1e-12)
     (entry,) = jl._cache.values()
-    assert [a.misses for a in entry.ahead.values()] == [autodiff.Ahead.MISSES]
-    assert jl.stats.hits == 2  # the calls after the misses: its own program
+    (reverse,) = entry.reverse.values()
+    assert reverse.misses == autodiff.Reverse.MISSES and jl.stats.hits == 0
+    assert reverse.split.forward.stats.traces == 1 and reverse.split.forward.stats.hits >= 1
     ran = {key[0] for key, d in jl._derivatives.items() if d.stats.traces}
     assert ran == ({"value_vjp", "vjp"} if use == "scaled" else {"value_vjp"})
+
+
+def predict(W, X):
+    return np.tanh(X @ W) * 2.0
+
+
+W = rs.randn(4, 3)
+
+
+def test_a_vector_functions_vjp_does_not_run_its_forward_pass_again():
+    """grad of a loss computed outside a jitted function of an array's value (a model jitted,
+    its loss not), jacobian, elementwise_grad and a VJP differentiated again: plain autograd's
+    answers, from the value and VJP's graph cut where the cotangent enters
+    (autodiff.jit_call_split: the forward half's program gives the value and what the
+    backward half's reads), never the VJP that runs the forward pass again (jit_call's)."""
+    jp = jit_ps(predict, tiered=False)
+    outside = lambda W, f: np.sum(f(W, X) ** 2) + np.sum(W ** 2)
+    for k in range(3):
+        assert_close(grad(outside)(W + k, jp), grad(outside)(W + k, predict), rtol=1e-12)
+    assert_close(jacobian(jp)(W, X[:2]), jacobian(predict)(W, X[:2]), rtol=1e-12)
+    of_x = lambda X, f: np.sum(np.sin(f(W, X)))
+    assert_close(grad(of_x)(X, jp), grad(of_x)(X, predict), rtol=1e-12)
+    u = rs.randn(30, 3)
+    twice = lambda v, f: np.sum(make_vjp(lambda W: f(W, X))(W)[0](v) ** 2)
+    assert_close(grad(twice)(u, jp), grad(twice)(u, predict), rtol=1e-12)
+    entry = jp._cache[next(iter(jp._cache))]
+    splits = [r.split for e in jp._cache.values() for r in e.reverse.values()]
+    assert splits and all(splits) and not any(key[0] == "vjp" for key in jp._derivatives)
+    (reverse,) = entry.reverse.values()
+    assert reverse.split.forward.stats.traces == 1 and reverse.split.backward.stats.traces == 1
+    assert jp.stats.hits == 0  # its own program never ran: the forward half's did
+
+
+def test_a_vjp_whose_trace_made_a_leaf_static_is_jit_calls():
+    """A value and VJP traced with a leaf made static (an integer read as a number) holds at
+    that value alone: not split, jit_call's VJP (which traces at each such value)."""
+    def scaled(W, n):
+        return np.tanh(W) * float(n)
+    js = jit_ps(scaled, tiered=False)
+    outside = lambda W, f, n: np.sum(f(W, n) ** 2)
+    for n in (2, 3):
+        assert_close(grad(outside)(W, js, n), grad(outside)(W, scaled, n), rtol=1e-12)
+    assert all(r.split is False for e in js._cache.values() for r in e.reverse.values())
 
 
 def test_backward_pass_does_not_run_python_primitives(monkeypatch):
