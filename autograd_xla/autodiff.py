@@ -160,9 +160,10 @@ class Split:
     @classmethod
     def make(cls, fn, spec, values, nums, aval):
         """The Split at these leaf values, or None where the value and VJP's trace is not one
-        the split holds for at other values (static leaves, guards, random draws), or whose
-        residuals would come back narrowed (x64=False)."""
-        if fn.x64 is False:
+        the split holds for at other values (static leaves, guards, random draws), whose
+        residuals would come back narrowed (x64=False), or off the CPU, where they would go
+        to the host and back to the device, which recomputing them on the device spares."""
+        if fn.x64 is False or fn._platform != "cpu":
             return None
         from .control_flow import replay
         from .partial_eval import PartialEval

@@ -7,7 +7,7 @@ import autograd.numpy as np
 from autograd import elementwise_grad, grad, hessian, jacobian, make_jvp, make_vjp, value_and_grad
 from autograd.core import primitive_vjps
 from autograd_xla import jit_ps
-from helpers import assert_close
+from helpers import PLATFORM, assert_close
 
 rs = onp.random.RandomState(1)
 
@@ -85,7 +85,11 @@ def test_a_gradient_computed_ahead_and_left_unused_turns_it_off(use):
         assert_close(grad(outer)(w + k, jl), grad(outer)(w + k, loss), rtol=1e-12)
     (entry,) = jl._cache.values()
     (reverse,) = entry.reverse.values()
-    assert reverse.misses == autodiff.Reverse.MISSES and jl.stats.hits == 0
+    assert reverse.misses == autodiff.Reverse.MISSES
+    if PLATFORM != "cpu":  # no split there (the residuals would go to the host and back)
+        assert reverse.split is False and jl.stats.hits == 2
+        return
+    assert jl.stats.hits == 0
     assert reverse.split.forward.stats.traces == 1 and reverse.split.forward.stats.hits >= 1
     ran = {key[0] for key, d in jl._derivatives.items() if d.stats.traces}
     assert ran == ({"value_vjp", "vjp"} if use == "scaled" else {"value_vjp"})
@@ -116,6 +120,9 @@ def test_a_vector_functions_vjp_does_not_run_its_forward_pass_again():
     assert_close(grad(twice)(u, jp), grad(twice)(u, predict), rtol=1e-12)
     entry = jp._cache[next(iter(jp._cache))]
     splits = [r.split for e in jp._cache.values() for r in e.reverse.values()]
+    if PLATFORM != "cpu":  # the residuals would go to the host and back: jit_call's VJP
+        assert splits and not any(splits)
+        return
     assert splits and all(splits) and not any(key[0] == "vjp" for key in jp._derivatives)
     (reverse,) = entry.reverse.values()
     assert reverse.split.forward.stats.traces == 1 and reverse.split.backward.stats.traces == 1
