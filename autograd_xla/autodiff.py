@@ -163,7 +163,7 @@ class Split:
         the split holds for at other values (static leaves, guards, random draws), whose
         residuals would come back narrowed (x64=False), or off the CPU, where they would go
         to the host and back to the device, which recomputing them on the device spares."""
-        if fn.x64 is False or fn._platform != "cpu":
+        if fn.x64 is False or fn._backend().platform != "cpu":
             return None
         from .control_flow import replay
         from .partial_eval import PartialEval
@@ -387,7 +387,6 @@ defjvp_argnums(jit_call_ahead, lambda argnums, gs, ans, args, kwargs: _jvp(
     tuple(a - 1 for a in argnums), gs, ans, args[:_LEAVES] + args[_LEAVES + 1:], kwargs))
 
 
-
 @primitive
 def jit_call_split(fn, spec, reverse, *leaves):
     """jit_call on reverse-mode boxes by `reverse.split`: the forward half's program gives the
@@ -422,6 +421,7 @@ def _vjp_split(argnums, ans, args, kwargs):
 defvjp_argnums(jit_call_split, _vjp_split)
 defjvp_argnums(jit_call_split, lambda argnums, gs, ans, args, kwargs: _jvp(
     tuple(a - 1 for a in argnums), gs, ans, args[:_LEAVES] + args[_LEAVES + 1:], kwargs))
+
 
 # ----- a held signature's calls under boxes, by numpy --------------------------------------
 class HeldVJP:
@@ -480,11 +480,11 @@ class HeldVJP:
         """Whether fn's compiled VJP takes these calls (boxes) from now on, fn's own program
         being compiled: jit_call_ahead's value and VJP program where it takes them (`reverse`,
         reverse_mode: a real scalar, at the cotangent the split was traced at), else
-        jit_call_split's (compiled at its first call) or, where neither, jit_call's VJP. The
-        first and last are asked for at the first such call (compiled in the background where
-        tiering compiles there, as fn's was); meanwhile, and for good where there is none,
-        the calls stay held."""
-        if reverse is not None and reverse.one is None:
+        jit_call_split's where it is made (its halves compiled at their first call) or, where
+        neither, jit_call's VJP. The first and last are asked for at the first such call
+        (compiled in the background where tiering compiles there, as fn's was); meanwhile, and
+        for good where there is none, the calls stay held."""
+        if reverse is not None and reverse.one is None and reverse.split_made(self.fn, self.spec, leaves):
             return True
         if self.compiled is None:
             try:
