@@ -99,11 +99,11 @@ class Reverse:
     backward pass's cotangent another, or no backward pass); the others run the value and
     VJP's graph cut where the cotangent enters (`split`, jit_call_split)."""
 
-    __slots__ = ("nums", "aval", "one", "misses", "split")
+    __slots__ = ("nums", "aval", "one", "misses", "split", "work")
     MISSES = 2
 
-    def __init__(self, nums, aval):
-        self.nums, self.aval, self.misses, self.split = nums, aval, 0, None
+    def __init__(self, nums, aval, work):
+        self.nums, self.aval, self.misses, self.split, self.work = nums, aval, 0, None, work
         self.one = np.ones((), aval.dtype) if aval.shape == () else None
 
     def ahead(self):
@@ -119,7 +119,7 @@ class Reverse:
         """Whether the split (Split.make) takes this call: made at the first, False for good
         where it cannot be."""
         if self.split is None:
-            self.split = Split.make(fn, spec, [getval(x) for x in leaves], self.nums, self.aval) or False
+            self.split = Split.make(fn, spec, [getval(x) for x in leaves], self.nums, self.aval, self.work) or False
         return bool(self.split)
 
 
@@ -142,7 +142,7 @@ def reverse_mode(entry, leaves):
     nums = tuple(nums)
     reverse = entry.reverse.get(nums)
     if reverse is None:
-        reverse = entry.reverse[nums] = Reverse(nums, aval)
+        reverse = entry.reverse[nums] = Reverse(nums, aval, getattr(entry.lowered, "work", 0))
     return reverse
 
 
@@ -156,13 +156,20 @@ class Split:
     forward pass again, as jit_call's VJP does (a jacobian runs it once per output)."""
 
     __slots__ = ("forward", "backward", "forward_leaves", "backward_leaves")
+    #: Each residual is a result and an argument more, ~2-4 µs a call on the Python path, and
+    #: recomputing the forward pass costs its elements (`work`, the forward program's
+    #: context.op_work) at ~1 ns each: split only where that work is WORK_PER_RESIDUAL a
+    #: residual at least. PennyLane's qml.jacobian(jit_ps(circuit)) of a 2-qubit probs, 34
+    #: residuals of 1-4 complex numbers: 999 µs a jacobian split, 560 with jit_call's VJP.
+    WORK_PER_RESIDUAL = 4096
 
     @classmethod
-    def make(cls, fn, spec, values, nums, aval):
+    def make(cls, fn, spec, values, nums, aval, work):
         """The Split at these leaf values, or None where the value and VJP's trace is not one
         the split holds for at other values (static leaves, guards, random draws), whose
-        residuals would come back narrowed (x64=False), or off the CPU, where they would go
-        to the host and back to the device, which recomputing them on the device spares."""
+        residuals would come back narrowed (x64=False), off the CPU, where they would go
+        to the host and back to the device, which recomputing them on the device spares, or
+        where the forward pass's `work` is too little to pay for passing them."""
         if fn.x64 is False or fn._backend().platform != "cpu":
             return None
         from .control_flow import replay
@@ -181,7 +188,7 @@ class Split:
         leaf_of = dict(zip(graph.invars, entry.dynamic))
         residuals = [v for v in backward_in if v not in leaf_of]
         forward_eqns, forward_in = timed.slice([value, *residuals], {0})
-        if any(v not in leaf_of for v in forward_in):
+        if any(v not in leaf_of for v in forward_in) or work < cls.WORK_PER_RESIDUAL * len(residuals):
             return None
         backward_in = [v for v in backward_in if v in leaf_of and leaf_of[v] != n]
         g = graph.invars[entry.dynamic.index(n)]

@@ -75,8 +75,8 @@ def test_a_kept_scalars_value_under_boxes_stays_a_device_array():
 def test_a_gradient_computed_ahead_and_left_unused_turns_it_off(use):
     """Where the gradient computed with the value is not the one asked for (a cotangent other
     than one, 3 * f) or not asked for (f's value not reaching the result), the answer is plain
-    autograd's, and after autodiff.Reverse.MISSES such calls the signature's calls run the
-    value and VJP's graph cut where the cotangent enters (autodiff.jit_call_split)."""
+    autograd's, and after autodiff.Reverse.MISSES such calls the signature's calls go as a
+    vector function's do (jit_call's here: too little work to split)."""
     from autograd_xla import autodiff
     jl = jit_ps(loss, tiered=False)
     outer = {"scaled": lambda w, f: 3.0 * f(w, X, y) + np.sum(w),
@@ -86,11 +86,7 @@ def test_a_gradient_computed_ahead_and_left_unused_turns_it_off(use):
     (entry,) = jl._cache.values()
     (reverse,) = entry.reverse.values()
     assert reverse.misses == autodiff.Reverse.MISSES
-    if PLATFORM != "cpu":  # no split there (the residuals would go to the host and back)
-        assert reverse.split is False and jl.stats.hits == 2
-        return
-    assert jl.stats.hits == 0
-    assert reverse.split.forward.stats.traces == 1 and reverse.split.forward.stats.hits >= 1
+    assert reverse.split is False and jl.stats.hits == 2  # (its little work: Split.WORK_PER_RESIDUAL)
     ran = {key[0] for key, d in jl._derivatives.items() if d.stats.traces}
     assert ran == ({"value_vjp", "vjp"} if use == "scaled" else {"value_vjp"})
 
@@ -108,14 +104,16 @@ def test_a_vector_functions_vjp_does_not_run_its_forward_pass_again():
     answers, from the value and VJP's graph cut where the cotangent enters
     (autodiff.jit_call_split: the forward half's program gives the value and what the
     backward half's reads), never the VJP that runs the forward pass again (jit_call's)."""
+    X, W = rs.randn(300, 40), rs.randn(40, 30)  # (work enough to pay for passing the residuals: Split.WORK_PER_RESIDUAL)
     jp = jit_ps(predict, tiered=False)
     outside = lambda W, f: np.sum(f(W, X) ** 2) + np.sum(W ** 2)
     for k in range(3):
         assert_close(grad(outside)(W + k, jp), grad(outside)(W + k, predict), rtol=1e-12)
-    assert_close(jacobian(jp)(W, X[:2]), jacobian(predict)(W, X[:2]), rtol=1e-12)
+    corner = lambda W, f: f(W, X)[:2, 0]  # (each row of the jacobian a VJP call on the split's residuals)
+    assert_close(jacobian(corner)(W, jp), jacobian(corner)(W, predict), rtol=1e-12)
     of_x = lambda X, f: np.sum(np.sin(f(W, X)))
     assert_close(grad(of_x)(X, jp), grad(of_x)(X, predict), rtol=1e-12)
-    u = rs.randn(30, 3)
+    u = rs.randn(300, 30)
     twice = lambda v, f: np.sum(make_vjp(lambda W: f(W, X))(W)[0](v) ** 2)
     assert_close(grad(twice)(u, jp), grad(twice)(u, predict), rtol=1e-12)
     entry = jp._cache[next(iter(jp._cache))]
@@ -124,9 +122,20 @@ def test_a_vector_functions_vjp_does_not_run_its_forward_pass_again():
         assert splits and not any(splits)
         return
     assert splits and all(splits) and not any(key[0] == "vjp" for key in jp._derivatives)
-    (reverse,) = entry.reverse.values()
+    reverse = entry.reverse[(0,)]
     assert reverse.split.forward.stats.traces == 1 and reverse.split.backward.stats.traces == 1
     assert jp.stats.hits == 0  # its own program never ran: the forward half's did
+
+
+def test_a_vjp_of_little_work_is_jit_calls():
+    """Where the forward pass computes too little to pay for passing its residuals
+    (Split.WORK_PER_RESIDUAL: a small layer), jit_call's VJP, which computes it again."""
+    jp = jit_ps(predict, tiered=False)
+    outside = lambda W, f: np.sum(f(W, X[:2]) ** 2)
+    for k in range(2):
+        assert_close(grad(outside)(W + k, jp), grad(outside)(W + k, predict), rtol=1e-12)
+    assert all(r.split is False for e in jp._cache.values() for r in e.reverse.values())
+    assert jp.stats.hits == 2 and any(key[0] == "vjp" for key in jp._derivatives)
 
 
 def test_a_vjp_whose_trace_made_a_leaf_static_is_jit_calls():
