@@ -354,6 +354,7 @@ def jit_call_ahead(fn, spec, ahead, *leaves):
     function's forward pass twice, in two programs: pymanopt's Gaussian mixture's gradient
     by grad(jit_ps(cost)) took 0.68 ms a call against jit_ps(grad(cost))'s 0.27."""
     ans, grads = _derivative(fn, "value_vjp", spec, ahead.nums)(*leaves, ahead.one)
+    fn.stats.hits += 1  # (a call of its compiled signature, as jit_call's is; its derivatives' counts say which program ran)
     _ahead.state = grads
     return ans
 
@@ -405,6 +406,7 @@ def jit_call_split(fn, spec, reverse, *leaves):
         reverse.split = False
         _ahead.state = None
         return fn._call_flat(spec, list(leaves))
+    fn.stats.hits += 1
     _ahead.state = out[1:]
     return out[0]
 
