@@ -194,22 +194,15 @@ class Split:
         g = graph.invars[entry.dynamic.index(n)]
 
         def forward(*xs):
-            env = dict(zip(forward_in, xs))
-            replay.replay_eqns(forward_eqns, env)
-            return tuple(replay.read(env, v) for v in (value, *residuals))
+            return tuple(replay.eval_eqns(forward_eqns, forward_in, xs, (value, *residuals)))
 
         def backward(*xs):
-            env = dict(zip((*backward_in, *residuals, g), xs))
-            replay.replay_eqns(backward_eqns, env)
-            return differentiable.tuple([replay.read(env, v) for v in grads])
+            return differentiable.tuple(replay.eval_eqns(backward_eqns, (*backward_in, *residuals, g), xs, grads))
 
         name = getattr(fn._fun, "__name__", "fn")
         forward.__name__, backward.__name__ = f"forward_{name}", f"backward_{name}"
         split = cls()
-        split.forward, split.backward = (type(fn)(f, fallback="error", backend=fn.backend, cache_size=fn.cache_size,
-                                                  x64=fn.x64, max_program=fn.max_program, explain=fn.explain,
-                                                  tiered=False, deterministic=fn.deterministic)
-                                         for f in (forward, backward))
+        split.forward, split.backward = (_jitted_like(fn, f, fallback="error", tiered=False) for f in (forward, backward))
         split.forward_leaves = [leaf_of[v] for v in forward_in]
         split.backward_leaves = [leaf_of[v] for v in backward_in]
         return split
@@ -315,12 +308,17 @@ def _derivative(fn, kind, spec, nums):
     d = fn._derivatives.get(key)
     if d is None:
         maker = {"vjp": make_vjp_function, "jvp": make_jvp_function, "value_vjp": make_value_vjp_function}[kind]
-        d = fn._derivatives[key] = type(fn)(maker(fn, spec, nums), fallback=fn.fallback, backend=fn.backend,
-                                            cache_size=fn.cache_size, x64=fn.x64, max_program=fn.max_program,
-                                            explain=fn.explain, tiered=fn.tiered, deterministic=fn.deterministic)
+        d = fn._derivatives[key] = _jitted_like(fn, maker(fn, spec, nums))
         d._warned = fn._warned  # one warning per problem, not one per derivative
         d.derivative = True
     return d
+
+
+def _jitted_like(fn, f, **options):
+    """`f` jitted with jitted `fn`'s options, `options` replacing some."""
+    kept = dict(fallback=fn.fallback, backend=fn.backend, cache_size=fn.cache_size, x64=fn.x64,
+                max_program=fn.max_program, explain=fn.explain, tiered=fn.tiered, deterministic=fn.deterministic)
+    return type(fn)(f, **{**kept, **options})
 
 
 def _vjp(argnums, ans, args, kwargs):

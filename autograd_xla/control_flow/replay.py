@@ -28,10 +28,16 @@ from .common import astype, dtype_of
 
 def eval_graph(graph, args, captured):
     """`graph`'s outputs on `args` (its invars) and `captured` (values for graph.captured)."""
-    env = dict(zip(graph.invars, args))
-    env.update((inner, value) for (inner, _), value in zip(graph.captured, captured))
-    replay_eqns(graph.eqns, env)
-    return [read(env, v) for v in graph.outvars]
+    return eval_eqns(graph.eqns, [*graph.invars, *(inner for inner, _ in graph.captured)], [*args, *captured],
+                     graph.outvars)
+
+
+def eval_eqns(eqns, inputs, args, outputs):
+    """`outputs` (Vars or constants) of equations `eqns` run on `args`, the values of the Vars
+    `inputs` (a slice of a graph: partial_eval.PartialEval.slice)."""
+    env = dict(zip(inputs, args))
+    replay_eqns(eqns, env)
+    return [read(env, v) for v in outputs]
 
 
 def read(env, v):
