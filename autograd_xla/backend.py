@@ -964,6 +964,8 @@ class DeviceArray(OnDevice):
         self.buffer.block_until_ready()
         return self
 
+    jaxlib_array = property(lambda self: self.buffer)  # (placement.block_until_ready)
+
     def __setitem__(self, idx, value):
         raise TypeError("a DeviceArray is immutable (its buffer lives on the device; jax arrays are the same): "
                         "instead of d[idx] = value, take a writable host copy with a = np.asarray(d) (or "

@@ -4,6 +4,7 @@ import numpy as np
 
 from . import backend, tree
 from .backend import DeviceArray, OnDevice
+from .clients import xc
 from .core import Aval
 
 
@@ -44,8 +45,12 @@ def _put_leaf(x, where):
 def block_until_ready(x):
     """Wait until every array in `x` (any structure of tuples, lists and dicts) is computed, and
     return `x`, as jax.block_until_ready. A jitted function's numpy results are ready when it
-    returns; DeviceArray and ShardedArray results (keep_on_device=True) are waited for."""
-    for leaf in tree.flatten(x)[0]:
-        if isinstance(leaf, OnDevice):
-            leaf.block_until_ready()
+    returns; DeviceArray and ShardedArray results (keep_on_device=True) are waited for, all in
+    one call into jaxlib (`batched_block_until_ready`, as jax.block_until_ready waits)."""
+    flat = type(x) in (list, tuple) and all(isinstance(leaf, OnDevice) for leaf in x)  # (tree.flatten: 5 µs)
+    arrays = [leaf.jaxlib_array for leaf in (x if flat else tree.flatten(x)[0]) if isinstance(leaf, OnDevice)]
+    if len(arrays) > 1:
+        xc.batched_block_until_ready(arrays)
+    elif arrays:
+        arrays[0].block_until_ready()
     return x

@@ -201,6 +201,8 @@ class ShardedArray(OnDevice):
         self.array.block_until_ready()
         return self
 
+    jaxlib_array = property(lambda self: self.array)  # (placement.block_until_ready)
+
     def __array__(self, dtype=None, copy=None):
         out = gather(self.array, self.aval)
         return out if dtype is None else out.astype(dtype)

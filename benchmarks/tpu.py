@@ -104,12 +104,11 @@ class Side:
         return self.ax.DeviceArray(self.backend.put(x, aval=aval), aval, self.backend)
 
     def wait(self, tree):
+        """Each library's own wait: jax.block_until_ready, autograd_xla.block_until_ready (both
+        wait for all the leaves in one call into jaxlib)."""
         if self.name == "jax":
             return self.jax.block_until_ready(tree)
-        for leaf in _leaves(tree):
-            if hasattr(leaf, "block_until_ready"):
-                leaf.block_until_ready()
-        return tree
+        return self.ax.block_until_ready(tree) if self.name == "jit_ps" else tree
 
     def fetch(self, tree):
         return [onp.asarray(leaf) for leaf in _leaves(tree)]

@@ -57,7 +57,7 @@ def test_block_until_ready_waits_for_every_result_type_and_returns_its_argument(
     x = rs.randn(4)
     kept = jit_ps(lambda a: (a * 2.0, {"s": np.sum(a)}), keep_on_device=True)(x)
     host = jit_ps(lambda a: (a * 2.0, {"s": np.sum(a)}))(x)
-    for result in (kept, host, kept[0], host[0], host[1]["s"], [kept, 3.0, None]):
+    for result in (kept, host, kept[0], host[0], host[1]["s"], [kept, 3.0, None], [kept[0], kept[1]["s"]]):
         assert block_until_ready(result) is result
     assert kept[0].block_until_ready() is kept[0]
     assert_close(onp.asarray(kept[0]), host[0], rtol=0)

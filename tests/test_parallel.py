@@ -140,6 +140,8 @@ def test_keep_on_device_chains_without_transfer():
     for _ in range(40):  # beyond MAX_IN_FLIGHT outstanding calls: bounded, no deadlock
         x = step(x)
     assert type(x) is ax.ShardedArray
+    both = [x, ax.device_put(X)]  # waited for in one call into jaxlib
+    assert ax.block_until_ready(both) is both and ax.block_until_ready(x) is x
     assert_close(onp.asarray(x), onp.roll(X, 40, axis=0))
 
 
