@@ -184,9 +184,21 @@ class UnsupportedPrimitiveError(JitError, NotImplementedError):
 
 
 class ImpureFunctionError(UnsupportedPrimitiveError):
-    """The function draws random numbers in a way a compiled program would freeze (a
-    RandomState/Generator method, a draw used as a concrete value...). jit_ps runs such a
-    function as plain autograd (fallback="python") or raises this (fallback="error")."""
+    """The function has an effect a compiled program would freeze: it draws random numbers in
+    a way that cannot be replayed (a RandomState/Generator method, a draw used as a concrete
+    value...), or shows a traced value as text (printed, formatted: `shown_as_text`). jit_ps
+    runs such a function as plain autograd (fallback="python") or raises this (fallback="error")."""
+
+
+def shown_as_text(how, source):
+    """The ImpureFunctionError of a traced value made text (`how`: 'print shows', 'a format
+    makes text of') at `source`: compiled, the text would be its placeholder's, made once
+    while tracing, where plain autograd makes the value's at every call."""
+    where = f" at\n{source}\n" if source else " "
+    return ImpureFunctionError(
+        f"{how} a traced value{where}Compiled, that text would be a placeholder (Traced<...>) made once, while "
+        "tracing, where plain autograd shows the value at every call, so this function runs as plain autograd. "
+        "To compile it, print or format what the function returns, outside it.", primitive=how, source=source)
 
 
 class SubclassError(JitError):

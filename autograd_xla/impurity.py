@@ -1,4 +1,5 @@
-"""Random numbers inside jitted functions: fresh draws on every call, never frozen ones.
+"""Effects inside jitted functions, never frozen: random numbers drawn afresh on every call,
+and printed values.
 
 Plain autograd runs the function on every call, so `np.random.randn(3)` inside it draws
 new numbers each time. A compiled function runs only the XLA program; a draw made while
@@ -27,20 +28,28 @@ tracing would become a constant, the same "noise" forever. Two mechanisms preven
   is restored and the signature is not compiled: it raises `ImpureFunctionError`, which
   `jit_ps` turns into running plain autograd (one warning) or, with fallback="error",
   raises. Plain autograd then draws exactly the numbers it always would.
+
+Printing is the other such effect: compiled, a print would run once, while tracing, and show
+a placeholder. builtins.print, while a trace runs, is `traced_print`, which raises
+ImpureFunctionError where it would show a traced value (so does formatting one, f"{x:.3f}":
+tracing.Tracer.__format__): the function then runs plainly, printing what plain autograd
+prints at every call. A print of other values prints once, while tracing.
 """
+import builtins
 import copy
 import functools
 import random as _pyrandom
+import re
 import sys
 import threading
 import types
 
 import numpy as np
-from autograd.tracer import box_types
+from autograd.tracer import box_types, getval
 
 from . import registry, tracing
 from .core import Aval
-from .errors import ImpureFunctionError, library_file, user_frame
+from .errors import ImpureFunctionError, library_file, shown_as_text, user_frame
 from .hlo import supported
 
 _GLOBAL = np.random.mtrand._rand
@@ -563,3 +572,35 @@ def global_state():
 
 def set_global_state(state):
     _GLOBAL.set_state(state)
+
+
+# ----- printing traced values ----------------------------------------------------------------
+_PRINT = builtins.print
+#: A traced value's text (Tracer.__repr__, which str(x) gives too), as a printed string holds it.
+_TRACED_TEXT = re.compile(r"Traced<[a-z]+\d*\[[\d,]*\]>")
+
+
+def _shows_traced(obj):
+    """Whether print shows a traced value in `obj`: a Tracer (in autograd's boxes, lists,
+    tuples, dicts), or a string holding one's text ("loss " + str(x))."""
+    t = type(obj)
+    if t is str:
+        return "Traced<" in obj and _TRACED_TEXT.search(obj) is not None
+    if t in box_types:
+        return type(getval(obj)) is tracing.Tracer
+    if t is tracing.Tracer:
+        return True
+    items = obj if t in (list, tuple) else obj.values() if t is dict else ()
+    return any(_shows_traced(x) for x in items)
+
+
+def traced_print(*args, **kwargs):
+    """print while a trace runs: one that shows a traced value raises (its function runs
+    plainly, printing the values at every call: errors.shown_as_text); another prints now,
+    once, as the trace runs the function once."""
+    if any(_shows_traced(a) for a in args):
+        raise shown_as_text("print shows", user_frame(2))
+    return _PRINT(*args, **kwargs)
+
+
+registry.register_module_patch(builtins, "print", traced_print)

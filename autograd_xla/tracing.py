@@ -51,7 +51,7 @@ from .core import (Aval, DynamicSlice, Eqn, Graph, UfuncMethod, Var, dynamic_get
                    map_structure, map_vars, prim_name, setitem, trace_state)
 from .errors import (ConcreteValueRequired, ConcretizationError, ForwardVJP, SubclassError, TracerLeakError,
                      UnsupportedDtypeError, UnsupportedPrimitiveError,
-                     annotate, library_file, primitive_stack, user_frame)
+                     annotate, library_file, primitive_stack, shown_as_text, user_frame)
 
 
 state = trace_state  # the traces active in this thread, innermost last
@@ -1210,6 +1210,11 @@ class Tracer:
         return f"Traced<{self.aval}>"
 
     __str__ = __repr__
+
+    def __format__(self, spec):
+        """f"{x:.3f}", "{}".format(x): text of the value, which a trace does not have (the call
+        runs plainly: errors.shown_as_text). repr(x) and str(x) stay the placeholder's."""
+        raise shown_as_text(f"a format ({spec!r}) makes text of", user_frame())
 
     def __hash__(self):
         return id(self)

@@ -1,11 +1,13 @@
 """Reliability: impure functions. Random draws inside a jitted function are never frozen at
 trace time: numpy.random's module functions, and the numpy generators a function holds, are
 replayed on every call (same numbers, same order, same state afterwards as plain autograd);
-other generators are detected and the function runs as plain autograd. Python side effects
-run at trace time (documented)."""
+other generators are detected and the function runs as plain autograd. A print or format
+of a traced value runs the function plainly; other Python side effects run at trace time
+(documented)."""
 import functools
 import os
 import random
+import re
 import subprocess
 import sys
 import threading
@@ -457,21 +459,86 @@ def test_other_threads_draw_real_numbers_while_a_trace_records():
     assert type(rs) is npr.RandomState   # put back after the trace
 
 
-def test_print_and_side_effects_run_at_trace_time(capsys):
+def test_side_effects_and_prints_of_other_values_run_at_trace_time(capsys):
     log = []
 
     def f(x):
-        print("tracing f with", x)
+        print("tracing f with shape", x.shape)
         log.append(x.shape)
         return x * 2
-    jf = jit_ps(f)
+    jf = jit_ps(f, tiered=False)
     for _ in range(3):
         jf(X)
-    out = capsys.readouterr().out
-    assert out.count("tracing f with") == 1 and "Traced<f64[6]>" in out   # once per signature
+    assert capsys.readouterr().out.count("tracing f with shape (6,)") == 1   # once per signature
     jf(onp.ones(2))
-    assert capsys.readouterr().out.count("tracing f with") == 1
-    assert log == [(6,), (2,)]
+    assert capsys.readouterr().out.count("tracing f with shape (2,)") == 1
+    assert log == [(6,), (2,)] and jf.cache_info()["compiles"] == 2
+
+
+def addressless(text):
+    """`text` without objects' addresses (a box's repr in a list)."""
+    return re.sub(r"0x[0-9a-f]+", "0x", text)
+
+
+def _loss_printed(x):
+    y = np.sum(np.tanh(x) ** 2)
+    print("loss", y)
+    return y
+
+
+def _loss_formatted(x):
+    y = np.sum(np.tanh(x) ** 2)
+    print("loss {} max {}".format(y, np.max(x)))
+    return y
+
+
+def _loss_to_digits(x):  # (a format with digits: plain autograd's boxes have none, so not under grad)
+    y = np.sum(np.tanh(x) ** 2)
+    print(f"loss {y:.6f}")
+    return y
+
+
+def _loss_as_str(x):
+    y = np.sum(np.tanh(x) ** 2)
+    print("loss " + str(y))
+    return y
+
+
+def _loss_in_a_list(x):
+    y = np.sum(np.tanh(x) ** 2)
+    print(["loss", {"y": y}])
+    return y
+
+
+@pytest.mark.parametrize("f, nesting", [(f, nesting) for f in (_loss_printed, _loss_formatted, _loss_as_str, _loss_in_a_list)
+                                         for nesting in ("jit", "jit_of_grad", "grad_of_jit")]
+                         + [(_loss_to_digits, "jit")])
+def test_a_printed_traced_value_runs_plainly_printing_what_plain_autograd_prints(f, nesting, capsys):
+    """Compiled, the print would run once while tracing, showing a placeholder: the function
+    runs as plain autograd instead (one FallbackWarning naming the line), printing at every
+    call exactly what plain autograd prints, boxes under grad included."""
+    make = {"jit": lambda g: (jit_ps(g, tiered=False), g),
+            "jit_of_grad": lambda g: (jit_ps(grad(g), tiered=False), grad(g)),
+            "grad_of_jit": lambda g: (grad(jit_ps(g, tiered=False)), grad(g))}[nesting]
+    jitted, plain = make(f)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for i in range(3):
+            got = jitted(X + i)
+            out = capsys.readouterr().out
+            want = plain(X + i)
+            assert addressless(out) == addressless(capsys.readouterr().out) and "loss" in out
+            assert_close(got, want, rtol=0)
+    texts = [str(w.message) for w in caught if "runs as plain autograd" in str(w.message)]
+    assert len(texts) == 1 and "a traced value at" in texts[0] and f.__code__.co_filename in texts[0]
+    assert "Traced<" not in out
+
+
+def test_a_printed_traced_value_with_fallback_error_raises_naming_the_line():
+    with pytest.raises(ImpureFunctionError, match=r"(?s)print shows a traced value at.*_loss_printed"):
+        jit_ps(_loss_printed, fallback="error", tiered=False)(X)
+    with pytest.raises(ImpureFunctionError, match=r"a format \('.6f'\) makes text of a traced value"):
+        jit_ps(_loss_to_digits, fallback="error", tiered=False)(X)
 
 
 def test_no_warnings_for_pure_functions():
