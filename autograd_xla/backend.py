@@ -740,7 +740,8 @@ def aligned_empty(shape, dtype):
 
 
 class OnDevice:
-    """What DeviceArray and ShardedArray share: an abstract value, read from the host."""
+    """What DeviceArray and ShardedArray share: an abstract value, read from the host, and the
+    jaxlib array holding it (`jaxlib_array`), waited for."""
 
     __slots__ = ()
     __array_priority__ = 20.0
@@ -757,6 +758,11 @@ class OnDevice:
 
     def __getitem__(self, idx):
         return np.asarray(self)[idx]
+
+    def block_until_ready(self):
+        """Wait until the array is computed (jaxlib_array: the jaxlib array holding it)."""
+        self.jaxlib_array.block_until_ready()
+        return self
 
 
 class TransferStats:
@@ -960,11 +966,7 @@ class DeviceArray(OnDevice):
         out = np.asarray(self.to_numpy())
         return out if dtype is None else out.astype(dtype, copy=False)
 
-    def block_until_ready(self):
-        self.buffer.block_until_ready()
-        return self
-
-    jaxlib_array = property(lambda self: self.buffer)  # (placement.block_until_ready)
+    jaxlib_array = property(lambda self: self.buffer)
 
     def __setitem__(self, idx, value):
         raise TypeError("a DeviceArray is immutable (its buffer lives on the device; jax arrays are the same): "

@@ -577,7 +577,7 @@ def set_global_state(state):
 # ----- printing traced values ----------------------------------------------------------------
 _PRINT = builtins.print
 #: A traced value's text (Tracer.__repr__, which str(x) gives too), as a printed string holds it.
-_TRACED_TEXT = re.compile(r"Traced<[a-z]+\d*\[[\d,]*\]>")
+_TRACED_TEXT = re.compile(r"Traced<[a-z]+\d*\[[\d,]*\]~?>")  # (~: weakly typed, core.Aval.__str__)
 
 
 def _shows_traced(obj):
@@ -587,7 +587,7 @@ def _shows_traced(obj):
     if t is str:
         return "Traced<" in obj and _TRACED_TEXT.search(obj) is not None
     if t in box_types:
-        return type(getval(obj)) is tracing.Tracer
+        return _shows_traced(getval(obj))
     if t is tracing.Tracer:
         return True
     items = obj if t in (list, tuple) else obj.values() if t is dict else ()

@@ -197,11 +197,7 @@ class ShardedArray(OnDevice):
         host = np.asarray(self)
         return executable.put_sharded(host, aval) if mapped else executable.put_replicated(host)
 
-    def block_until_ready(self):
-        self.array.block_until_ready()
-        return self
-
-    jaxlib_array = property(lambda self: self.array)  # (placement.block_until_ready)
+    jaxlib_array = property(lambda self: self.array)
 
     def __array__(self, dtype=None, copy=None):
         out = gather(self.array, self.aval)
