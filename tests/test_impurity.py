@@ -510,9 +510,11 @@ def _loss_in_a_list(x):
     return y
 
 
-@pytest.mark.parametrize("f, nesting", [(f, nesting) for f in (_loss_printed, _loss_formatted, _loss_as_str, _loss_in_a_list)
-                                         for nesting in ("jit", "jit_of_grad", "grad_of_jit")]
-                         + [(_loss_to_digits, "jit")])
+PRINTING = [(f, nesting) for f in (_loss_printed, _loss_formatted, _loss_as_str, _loss_in_a_list)
+            for nesting in ("jit", "jit_of_grad", "grad_of_jit")] + [(_loss_to_digits, "jit")]
+
+
+@pytest.mark.parametrize("f, nesting", PRINTING)
 def test_a_printed_traced_value_runs_plainly_printing_what_plain_autograd_prints(f, nesting, capsys):
     """Compiled, the print would run once while tracing, showing a placeholder: the function
     runs as plain autograd instead (one FallbackWarning naming the line), printing at every
