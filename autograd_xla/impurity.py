@@ -31,13 +31,15 @@ tracing would become a constant, the same "noise" forever. Two mechanisms preven
 
 Printing is the other such effect: compiled, a print would run once, while tracing, and show
 a placeholder. builtins.print, while a trace runs, is `traced_print`, which raises
-ImpureFunctionError where it would show a traced value (so does formatting one, f"{x:.3f}":
-tracing.Tracer.__format__): the function then runs plainly, printing what plain autograd
-prints at every call. A print of other values prints once, while tracing.
+ImpureFunctionError where it would show a traced value (so do a log record that would,
+`traced_log`, and formatting one, f"{x:.3f}": tracing.Tracer.__format__): the function then
+runs plainly, printing what plain autograd prints at every call. A print of other values
+prints once, while tracing.
 """
 import builtins
 import copy
 import functools
+import logging
 import random as _pyrandom
 import re
 import sys
@@ -604,3 +606,18 @@ def traced_print(*args, **kwargs):
 
 
 registry.register_module_patch(builtins, "print", traced_print)
+_LOG = logging.Logger._log
+
+
+def traced_log(self, level, msg, args, *rest, **kwargs):
+    """Logger._log while a trace runs (a record its logger's level lets through): as
+    traced_print, for a message or arguments that would show a traced value."""
+    if _shows_traced(msg) or _shows_traced(args):
+        depth = 1
+        while sys._getframe(depth).f_code.co_filename == logging.__file__:  # (logger.info, logging.info)
+            depth += 1
+        raise shown_as_text("a log record shows", user_frame(depth + 1))
+    return _LOG(self, level, msg, args, *rest, **kwargs)
+
+
+registry.register_module_patch(logging.Logger, "_log", traced_log)

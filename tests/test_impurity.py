@@ -5,6 +5,8 @@ other generators are detected and the function runs as plain autograd. A print o
 of a traced value runs the function plainly; other Python side effects run at trace time
 (documented)."""
 import functools
+import io
+import logging
 import os
 import random
 import re
@@ -23,7 +25,7 @@ from numpy.random import randn as randn_imported_by_name
 import autograd.numpy as np
 import autograd.numpy.random as anpr
 from autograd import grad
-from autograd_xla import ImpureFunctionError, fori_loop, jit_ps
+from autograd_xla import FallbackWarning, ImpureFunctionError, fori_loop, jit_ps
 from helpers import assert_close
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*(runs as plain autograd|draws random numbers)")
@@ -541,6 +543,41 @@ def test_a_printed_traced_value_with_fallback_error_raises_naming_the_line():
         jit_ps(_loss_printed, fallback="error", tiered=False)(X)
     with pytest.raises(ImpureFunctionError, match=r"a format \('.6f'\) makes text of a traced value"):
         jit_ps(_loss_to_digits, fallback="error", tiered=False)(X)
+
+
+def test_a_logged_traced_value_runs_plainly_and_a_record_not_let_through_compiles():
+    """A record its logger lets through would show the placeholder once: the function runs
+    plainly, logging what plain autograd logs; a record below the logger's level makes no
+    text, plainly or compiled, and the function compiles."""
+    stream = io.StringIO()
+    logger = logging.getLogger("autograd_xla_test_impurity")
+    handler = logging.StreamHandler(stream)
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        def f(x):
+            y = np.sum(np.tanh(x) ** 2)
+            logger.info("loss %s", y)
+            logger.debug("hidden %s", y)
+            return y
+        jf = jit_ps(f, tiered=False)
+        with pytest.warns(FallbackWarning, match=r"(?s)a log record shows a traced value at.*logger\.info"):
+            got = [jf(X + i) for i in range(2)]
+        logged = stream.getvalue()
+        stream.seek(0)
+        stream.truncate()
+        for i in range(2):
+            assert_close(got[i], f(X + i), rtol=0)
+        assert stream.getvalue() == logged and logged.count("loss") == 2
+        logger.setLevel(logging.WARNING)
+        stream.seek(0)
+        stream.truncate()
+        quiet = jit_ps(f, tiered=False)
+        quiet(X)
+        info = quiet.cache_info()
+        assert info["traces"] == 1 and info["fallbacks"] == 0 and stream.getvalue() == ""
+    finally:
+        logger.removeHandler(handler)
 
 
 def test_no_warnings_for_pure_functions():
