@@ -576,7 +576,7 @@ def set_global_state(state):
     _GLOBAL.set_state(state)
 
 
-# ----- printing traced values ----------------------------------------------------------------
+# ----- printing and logging traced values ----------------------------------------------------
 _PRINT = builtins.print
 #: A traced value's text (Tracer.__repr__, which str(x) gives too), as a printed string holds it.
 _TRACED_TEXT = re.compile(r"Traced<[a-z]+\d*\[[\d,]*\]~?>")  # (~: weakly typed, core.Aval.__str__)
@@ -606,6 +606,7 @@ def traced_print(*args, **kwargs):
 
 
 registry.register_module_patch(builtins, "print", traced_print)
+
 _LOG = logging.Logger._log
 
 
