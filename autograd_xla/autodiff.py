@@ -380,17 +380,38 @@ class _Backward:
             self.ahead.misses += 1
 
 
+def _taken_state(argnums, args):
+    """What jit_call_ahead's or jit_call_split's forward pass left for the VJP autograd makes
+    right after it (`_ahead`), taken; None where there is none or the call's Reverse is for
+    other boxed leaves than these (then jit_call's VJP: _as_jit_call)."""
+    state, _ahead.state = getattr(_ahead, "state", None), None
+    return state if tuple(a - _LEAVES - 1 for a in argnums) == args[_LEAVES].nums else None
+
+
+def _as_jit_call(argnums, args):
+    """A jit_call_ahead's or jit_call_split's argnums and args as jit_call's (its Reverse out)."""
+    return tuple(a - 1 for a in argnums), args[:_LEAVES] + args[_LEAVES + 1:]
+
+
+def _vjp_as_jit_call(argnums, ans, args, kwargs):
+    argnums, args = _as_jit_call(argnums, args)
+    return _vjp(argnums, ans, args, kwargs)
+
+
+def _jvp_as_jit_call(argnums, gs, ans, args, kwargs):
+    argnums, args = _as_jit_call(argnums, args)
+    return _jvp(argnums, gs, ans, args, kwargs)
+
+
 def _vjp_ahead(argnums, ans, args, kwargs):
-    grads, _ahead.state = getattr(_ahead, "state", None), None
-    fn, spec, ahead, leaves = args[0], args[1], args[_LEAVES], args[_LEAVES + 1:]
-    if grads is None or tuple(a - _LEAVES - 1 for a in argnums) != ahead.nums:
-        return _vjp(tuple(a - 1 for a in argnums), ans, args[:_LEAVES] + leaves, kwargs)
-    return _Backward(fn, spec, ahead, leaves, grads)
+    grads = _taken_state(argnums, args)
+    if grads is None:
+        return _vjp_as_jit_call(argnums, ans, args, kwargs)
+    return _Backward(args[0], args[1], args[_LEAVES], args[_LEAVES + 1:], grads)
 
 
 defvjp_argnums(jit_call_ahead, _vjp_ahead)
-defjvp_argnums(jit_call_ahead, lambda argnums, gs, ans, args, kwargs: _jvp(
-    tuple(a - 1 for a in argnums), gs, ans, args[:_LEAVES] + args[_LEAVES + 1:], kwargs))
+defjvp_argnums(jit_call_ahead, _jvp_as_jit_call)
 
 
 @primitive
@@ -410,10 +431,10 @@ def jit_call_split(fn, spec, reverse, *leaves):
 
 
 def _vjp_split(argnums, ans, args, kwargs):
-    residuals, _ahead.state = getattr(_ahead, "state", None), None
+    residuals = _taken_state(argnums, args)
+    if residuals is None:
+        return _vjp_as_jit_call(argnums, ans, args, kwargs)
     reverse, leaves = args[_LEAVES], args[_LEAVES + 1:]
-    if residuals is None or tuple(a - _LEAVES - 1 for a in argnums) != reverse.nums:
-        return _vjp(tuple(a - 1 for a in argnums), ans, args[:_LEAVES] + leaves, kwargs)
     split = reverse.split
 
     def backward(g):
@@ -426,8 +447,7 @@ def _vjp_split(argnums, ans, args, kwargs):
 
 
 defvjp_argnums(jit_call_split, _vjp_split)
-defjvp_argnums(jit_call_split, lambda argnums, gs, ans, args, kwargs: _jvp(
-    tuple(a - 1 for a in argnums), gs, ans, args[:_LEAVES] + args[_LEAVES + 1:], kwargs))
+defjvp_argnums(jit_call_split, _jvp_as_jit_call)
 
 
 # ----- a held signature's calls under boxes, by numpy --------------------------------------
