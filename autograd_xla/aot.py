@@ -254,7 +254,7 @@ class Entry:
         self.dynamic = list(dynamic)                # leaf index of each graph input
         self.donated = frozenset()                  # leaf indices whose buffers the executable may reuse
         self.impure = impure or bool(self.draws)    # differentiated calls run as plain autograd
-        self.background = None                      # a tiering.Job compiling it (tiered=True)
+        self.background = None                      # a background.Job compiling it (tiered=True)
         self.fastpath = None                        # C++'s (dispatch.fastpath) once asked for; False: none
         self.on_device = (None, {})                 # (fastpath, its like for calls of DeviceArrays: fastpaths._moving)
         self.ladder = None                          # the faster programs it may move to (tiering.Ladder)

@@ -31,7 +31,7 @@ import weakref
 import numpy as np
 from autograd.tracer import box_types, getval
 
-from . import aot, calls, clients, fastpaths, tiering, tree
+from . import aot, background, calls, clients, fastpaths, tiering, tree
 from .aot import COMPILED, LOWERED, TRACED, CacheStats, Entry
 from .core import SUPPORTED_DTYPES as _SUPPORTED
 from .core import trace_state as _trace_state
@@ -329,6 +329,8 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
                 if entry.impure:
                     return self._differentiate_plainly(spec, leaves)
                 if entry.stage < COMPILED:  # tiered: not compiled yet
+                    if type(entry) is tiering.Untraced:
+                        entry.traces = tiering.BOXED_TRACES  # its own and its VJP's
                     held = self._held_vjp(entry, spec, leaves)
                     if held is not None:  # held: its value and VJP by numpy
                         if type(entry) is not tiering.Untraced and entry.background is not None:  # compiling: its VJP next
@@ -907,7 +909,7 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
     def _compile_later(self, key, entry):
         """Hand XLA's compile of a lowered entry to the compile thread (tiered execution); an
         error is kept for the next call of the signature to report (or raise)."""
-        entry.background = tiering.Job.start(functools.partial(self._compile_in_background, key, entry))
+        entry.background = background.Job.start(functools.partial(self._compile_in_background, key, entry))
 
     def _compile_in_background(self, key, entry, job):
         """On the compile thread: compile `entry` unless it left the cache before its turn."""
@@ -1048,7 +1050,7 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         if fresh_first:
             executable = backend_mod.Executable.from_lowered(backend, None, lowered, self.stats, share, fresh=exe,
                                                              widen=self._widens(backend))
-            executable.start_compile = functools.partial(tiering.Job.start, functools.partial(
+            executable.start_compile = functools.partial(background.Job.start, functools.partial(
                 self._compile_recycling, executable, lowered.text, options))
         else:
             executable = backend_mod.Executable.from_lowered(backend, exe, lowered, self.stats, share,
@@ -1282,7 +1284,7 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
     def cache_info(self):
         info = self.stats.as_dict()
         info["size"], info["max_size"] = len(self._cache), self.cache_size
-        info["climbing"] = sum(entry.ladder is not None or type(entry.direct) is tiering.Job  # tiering.Ladder,
+        info["climbing"] = sum(entry.ladder is not None or type(entry.direct) is background.Job  # tiering.Ladder,
                                for entry in list(self._cache.values())  # or C++'s program compiling (_direct),
                                ) + self._untraced.pending()  # or tiered and not compiled yet
         return info
@@ -1370,7 +1372,7 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         not kept once made (the caller holds the lock)."""
         for e in self._cache.values():
             for job in (e.background, e.direct):  # (a compiling _direct program's too: fastpaths)
-                if type(job) is tiering.Job:
+                if type(job) is background.Job:
                     job.forgotten = True
         for d in self._derivatives.values():
             d._forget_pending()

@@ -17,7 +17,7 @@ import weakref
 
 import numpy as np
 
-from . import tiering, tree
+from . import background, tiering, tree
 from .aot import COMPILED
 from .core import SUPPORTED_DTYPES as _SUPPORTED
 from .errors import CompileError
@@ -175,7 +175,7 @@ class FastPaths:
         lowered without them (`entry.direct`; within dispatch.DIRECT_BYTES), made once a
         call's large arguments are where C++ reads them in place (`leaves`; None till then):
         compiled in that call, or where its text is longer than dispatch.DIRECT_TEXT_BYTES on
-        the compile thread (None till it is done, a tiering.Job in `entry.direct` meanwhile).
+        the compile thread (None till it is done, a background.Job in `entry.direct` meanwhile).
         The entry's own runs the calls of misaligned arguments, in Python."""
         executable = entry.executable
         if not dispatch.needs_python(executable) or self.x64 is False or not dispatch.direct(
@@ -193,8 +193,8 @@ class FastPaths:
             if len(lowered.text) <= dispatch.DIRECT_TEXT_BYTES:
                 self._compile_direct(entry, lowered)
             else:
-                entry.direct = tiering.Job.start(functools.partial(self._compile_direct, entry, lowered))
-        if type(entry.direct) is tiering.Job:  # done and still here: it failed, the Python path stays
+                entry.direct = background.Job.start(functools.partial(self._compile_direct, entry, lowered))
+        if type(entry.direct) is background.Job:  # done and still here: it failed, the Python path stays
             if entry.direct.running():
                 return None
             tiering.log.warning("the program for C++'s calls failed to compile; calls stay on the Python path: %s",

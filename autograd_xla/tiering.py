@@ -31,17 +31,17 @@ fastest, and programs that may run faster are made on the compile thread once it
 have cost a few times that compile, each tried against the one in use and kept only if faster.
 Meanwhile jaxlib's C++ call path may take its calls (`Ladder.hand`).
 
-This module holds the process default, the plain budget, the ladder and the compile thread;
-api.py decides what to hand them.
+This module holds the process default, the plain budget and the ladder (background.py the
+compile thread); api.py decides what to hand them.
 """
-import atexit
 import collections
-import contextlib
 import functools
 import math
 import os
 import threading
 import time
+
+from .background import compile_thread
 
 #: The environment variable giving the process default of jit_ps's `tiered` (1, true, yes, on).
 TIERED_ENV = "AUTOGRAD_XLA_TIERED"
@@ -163,6 +163,12 @@ TRACE_IN_CALLS = 3.0
 #: value_and_grad: 0.1 s traced, three times as its arguments turned static, against 0.9 ms
 #: calls; pymanopt's sphere gradient 23 ms against 0.2 ms).
 TRACE_FLOOR_SECONDS = 0.03
+#: ... in traces of its function, for a signature called on autograd's boxes (grad(jit_ps(f))):
+#: its own, then at its first held call its VJP's, forward and backward (autodiff.HeldVJP).
+#: Both took 1.3-1.8 times one trace's expected seconds in quimb's fits, 2.5-2.9 in PennyLane's
+#: optimisations (docs/benchmarks.rst); counted as one, PennyLane's broadcast classifier's
+#: 0.3 s job ran at 0.72-0.78x plain autograd's speed, pymanopt's Gaussian mixture at 0.85x.
+BOXED_TRACES = 2
 _traced = [0, 0.0]  # tiered signatures traced, the sum of their traces' seconds beyond TRACE_IN_CALLS calls
 LEARNED_KEPT = 1024  # signatures' savings and costs kept, the least recently noted forgotten first
 _savings = collections.OrderedDict()  # (function shape, signature) -> a compiled call's seconds over a plain one's
@@ -196,13 +202,13 @@ def plain_budget(learned=None, call=None):
     return factor * cost
 
 
-def trace_budget(call):
+def trace_budget(call, traces=1):
     """Seconds of plain calls (`call`: their mean) a new signature runs before its first-stage
-    trace: TRACE_FACTOR times its trace's expected seconds, TRACE_IN_CALLS calls and what this
-    process's traces took besides theirs (TRACE_FLOOR_SECONDS before its first, counted as
-    one of them)."""
+    trace: TRACE_FACTOR times its `traces`' expected seconds, each TRACE_IN_CALLS calls and
+    what this process's traces took besides theirs (TRACE_FLOOR_SECONDS before its first,
+    counted as one of them)."""
     n, total = _traced
-    return TRACE_FACTOR * ((TRACE_FLOOR_SECONDS + total) / (n + 1) + TRACE_IN_CALLS * call)
+    return TRACE_FACTOR * traces * ((TRACE_FLOOR_SECONDS + total) / (n + 1) + TRACE_IN_CALLS * call)
 
 
 def note_trace(seconds, plain):
@@ -295,7 +301,7 @@ class Untraced:
     where its trace said its compile would not pay back yet (`worth_compiling`). It stands in
     for a cache entry that is not compiled yet (`stage`)."""
 
-    __slots__ = ("spent", "calls", "least", "held", "due", "replay", "budget", "eqns", "by_numpy", "vjps")
+    __slots__ = ("spent", "calls", "least", "held", "due", "replay", "budget", "eqns", "by_numpy", "vjps", "traces")
     stage, python_fallback, impure = 0, False, False
 
     def __init__(self):
@@ -306,6 +312,7 @@ class Untraced:
         self.least = math.inf  # its quickest call's seconds
         self.replay = None  # while held, its trace run by numpy (numpy_tier.Replay), where it has one
         self.vjps = None  # while held, its calls on autograd's boxes by numpy (autodiff.HeldVJP per boxed leaves)
+        self.traces = 1  # what its first stage's traces cost, in traces of its function (BOXED_TRACES)
 
     def for_good(self):
         """Whether it runs plainly for good (a plain trial kept plain autograd: plain_budget)."""
@@ -362,12 +369,13 @@ class NewSignatures:
             budget = min(budget, RENT_FACTOR * program_cost(untraced.eqns))
         else:
             budget = max(untraced.held, budget)
-        early = not untraced.held and mean is not None and budget < math.inf and spent >= trace_budget(mean)
+        traced_at = trace_budget(mean, untraced.traces) if mean is not None else math.inf
+        early = not untraced.held and budget < math.inf and spent >= traced_at
         if spent < budget and not early:
             # asked again halfway there (the budget moves with the calls' mean): a tiny call's
             # plain tier cost 7 µs more than plain autograd with the budget computed at each;
             # never where it is infinite after a call (plain for good: plain_budget)
-            due = budget if untraced.held or mean is None or budget == math.inf else min(budget, trace_budget(mean))
+            due = budget if untraced.held or mean is None or budget == math.inf else min(budget, traced_at)
             untraced.due = ((spent + due) / 2 if 1e-3 < due - spent < math.inf
                             else math.inf if due == math.inf and untraced.calls else 0.0)
             return untraced
@@ -888,113 +896,3 @@ class Trial:
         if done:  # exactly one call sees this
             ladder.settle(entry, self.made, keep_new=faster(*self.times, self.margin))
         return outs
-
-
-class Job:
-    """One signature's compile handed to the thread: `done` is set when it has finished
-    (the entry compiled, or `error` holding what the compile raised); `forgotten` says the
-    function's cache was cleared meanwhile, so the program it makes is not to be kept."""
-
-    __slots__ = ("done", "error", "forgotten")
-
-    def __init__(self):
-        self.done = threading.Event()
-        self.error = None
-        self.forgotten = False
-
-    @classmethod
-    def start(cls, work):
-        """A Job running `work(job)` on the compile thread, what it raises kept in `error`."""
-        job = cls()
-
-        def run():
-            try:
-                work(job)
-            except Exception as e:
-                job.error = e
-            finally:
-                job.done.set()
-        compile_thread.submit(run)
-        return job
-
-    def running(self):
-        return not self.done.is_set()
-
-
-class CompileThread:
-    """One daemon thread running compile jobs in the order they came, started by the first.
-    One, not one per signature or a pool: XLA's CPU compile of one module keeps a core busy,
-    and a job's callers meanwhile run plain autograd on the others."""
-
-    def __init__(self):
-        self._cond = threading.Condition()
-        self._jobs = collections.deque()
-        self._busy = False
-        self._paused = 0
-        self._stopping = False
-        self._thread = None
-
-    def submit(self, work):
-        """Run `work()` (which must not raise) on the thread, after those submitted before it."""
-        with self._cond:
-            self._jobs.append(work)
-            if self._thread is None or not self._thread.is_alive():  # the first, or after a fork
-                self._thread = threading.Thread(target=self._serve, name="autograd_xla compile", daemon=True)
-                self._thread.start()
-            self._cond.notify_all()
-
-    def _serve(self):
-        while True:
-            with self._cond:
-                self._cond.wait_for(lambda: self._stopping or (self._jobs and not self._paused))
-                if self._stopping:
-                    return
-                work, self._busy = self._jobs.popleft(), True
-            try:
-                work()
-            finally:
-                del work  # holds the function (and its executables) until the next job otherwise
-                with self._cond:
-                    self._busy = False
-                    self._cond.notify_all()
-
-    def idle(self):
-        """Whether no job is waiting or running."""
-        with self._cond:
-            return not self._jobs and not self._busy
-
-    def wait(self, timeout=None):
-        """Wait until every job submitted so far has run (not while paused); whether they have."""
-        with self._cond:
-            return self._cond.wait_for(lambda: not self._jobs and not self._busy, timeout)
-
-    @contextlib.contextmanager
-    def paused(self):
-        """Jobs submitted or waiting meanwhile do not start until the block ends (the one
-        running goes on): tests use it to hold a compile in flight for as long as they need."""
-        with self._cond:
-            self._paused += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._paused -= 1
-                self._cond.notify_all()
-
-    def stop(self):
-        """At exit: drop the jobs not started and wait for the one running. A daemon thread
-        left inside XLA's compile while the interpreter tears down aborts the exit (seen every
-        time: "terminate called after throwing an instance of ''"); the wait costs at most the
-        rest of that one compile."""
-        with self._cond:
-            self._jobs.clear()
-            self._stopping = True
-            self._cond.notify_all()
-            thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join()
-
-
-#: The process's compile thread.
-compile_thread = CompileThread()
-atexit.register(compile_thread.stop)

@@ -26,7 +26,9 @@
 #
 # Host memory is watched all along (the sum of this user's processes' resident memory, every
 # quarter second, into memory.log): past MEM_GB the test run is stopped, so a test can never take the
-# machine down (one once drove the host past 28 GiB and its memory limit killed the whole run).
+# machine down (one once drove the host past 28 GiB and its memory limit killed the whole run); past
+# 8 GiB each new GiB logs the processes that hold the most and the last test named (a process
+# holding the chip had 13.8 GiB resident).
 set -uo pipefail
 T0=$SECONDS
 PY=${PY:-python3}; END=${END:-520}; MEM_GB=${MEM_GB:-24}; WHEELS=${WHEELS:-.whl-tpu}
@@ -74,10 +76,19 @@ PY
 }
 
 watch_memory() {  # $1: the PID to stop past MEM_GB; writes memory.log, the peak last
-    local pid=$1 peak=0 kb
+    local pid=$1 peak=0 kb shown=0
     while kill -0 "$pid" 2>/dev/null; do
         kb=$(ps -u "$(id -u)" -o rss= | awk '{s += $1} END {print s + 0}')
         [ "$kb" -gt "$peak" ] && peak=$kb
+        # past 8 GiB, each new GiB: the processes that hold it (a sum of RSS counts shared pages
+        # once per process that maps them)
+        if [ "$kb" -gt $(( (shown + 1) * 1024 * 1024 )) ] && [ "$kb" -gt $(( 8 * 1024 * 1024 )) ]; then
+            shown=$(( kb / 1024 / 1024 ))
+            { echo "[${SECONDS}s] $(( kb / 1024 )) MiB in all:"
+              ps -u "$(id -u)" -o pid=,ppid=,rss=,etime=,args= --sort=-rss | head -5 | cut -c1-200
+              echo "  tests last named: $(grep -aoE '^tests/[^ ]+' "$out"/tests_*.log 2>/dev/null | tail -1)"
+            } >> "$out/memory.log"
+        fi
         if [ "$kb" -gt $(( MEM_GB * 1024 * 1024 )) ]; then
             echo "host memory $(( kb / 1024 )) MiB > ${MEM_GB} GiB: stopping the tests" | tee -a "$out/memory.log"
             kill -INT "$pid"; sleep 5; kill -KILL "$pid" 2>/dev/null

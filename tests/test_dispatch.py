@@ -17,7 +17,7 @@ import pytest
 
 import autograd.numpy as np
 from autograd import grad
-from autograd_xla import DeviceArray, FallbackWarning, backend, dispatch, fastpaths, jit_ps, lowering, tiering
+from autograd_xla import DeviceArray, FallbackWarning, backend, background, dispatch, fastpaths, jit_ps, lowering, tiering
 from autograd_xla import calls as calls_mod
 from helpers import assert_close, placed, run_threads
 
@@ -963,7 +963,7 @@ def test_a_long_program_for_cpp_compiles_on_the_compile_thread(monkeypatch):
         for _ in range(3):
             assert_close(jf([x], s), onp.cos(x) * 0.5 + 1.0)
         (entry,) = jf._cache.values()
-        assert type(entry.direct) is tiering.Job and entry.direct.running() and len(calls) == 3
+        assert type(entry.direct) is background.Job and entry.direct.running() and len(calls) == 3
         assert jf.cache_info()["climbing"] == 1  # not settled: timing.settle waits for it
     assert tiering.compile_thread.wait(60) and not entry.direct.views and jf.cache_info()["climbing"] == 0
     for k in range(5):
@@ -975,7 +975,7 @@ def test_a_long_program_for_cpp_compiles_on_the_compile_thread(monkeypatch):
         for _ in range(3):
             assert_close(again([x], s), onp.sin(x) * 0.5 - 1.0)
         (pending,) = again._cache.values()
-        assert type(pending.direct) is tiering.Job
+        assert type(pending.direct) is background.Job
         again.clear_cache()
         assert pending.direct.forgotten
     assert tiering.compile_thread.wait(60) and again.cache_info()["size"] == 0

@@ -83,8 +83,8 @@ FLOORS = [
     ("compositions: trace rules and patches of autograd", ["compositions"]),
     ("derivatives of compiled calls, random draws, batched calls, collectives, pmap",
      ["autodiff", "impurity", "batched", "collectives", "parallel"]),
-    ("jit_ps: the cache, its signatures, its fast paths, ahead-of-time objects; vmap and the Jacobians",
-     ["api", "signatures", "fastpaths", "aot", "transforms", "tiering"]),
+    ("jit_ps: the cache, its signatures, its fast paths, ahead-of-time objects, tiered execution and its compile thread; vmap and the Jacobians",
+     ["api", "signatures", "fastpaths", "aot", "transforms", "tiering", "background"]),
     ("the package and its reports", ["", "coverage"]),
 ]
 

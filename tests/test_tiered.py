@@ -238,6 +238,30 @@ def test_a_traced_signature_whose_compile_would_not_pay_back_runs_plainly_until_
     assert_close(jf(W, B, X, *extra), g(W, B, X, *extra), rtol=1e-12)
 
 
+def test_the_first_stage_of_a_signature_called_on_boxes_expects_its_vjp_s_trace_too(fresh_learning, monkeypatch):
+    """A signature called on autograd's boxes is traced twice once held (its own trace, and its
+    VJP's at its first held call: autodiff.HeldVJP), so its first stage waits for both
+    traces' expected cost (tiering.trace_budget, BOXED_TRACES); called directly, for one."""
+    assert tiering.trace_budget(1e-3, 3) == pytest.approx(3 * tiering.trace_budget(1e-3)) and tiering.trace_budget(1e-3) > 0
+    asked = []
+    trace_budget = tiering.trace_budget
+
+    def spy(call, traces=1):
+        asked.append(traces)
+        return trace_budget(call, traces)
+    monkeypatch.setattr(tiering, "trace_budget", spy)
+    f = lambda W: np.sum(np.tanh(X @ W) ** 2)  # noqa: E731
+    jf = jit_ps(f, tiered=True)
+    for k in range(5):
+        assert_close(jf(W + k), f(W + k), rtol=1e-12)
+    assert asked and set(asked) == {1}
+    asked.clear()
+    W2 = rs.randn(4, 2)  # a signature of its own
+    for k in range(5):
+        assert_close(grad(jf)(W2 + k), grad(f)(W2 + k), rtol=1e-12)
+    assert asked and set(asked) == {tiering.BOXED_TRACES} and tiering.BOXED_TRACES > 1
+
+
 def test_program_size_counts_a_rolled_loop_s_body():
     def f(x):
         for i in range(40):
