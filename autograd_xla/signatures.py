@@ -314,7 +314,7 @@ class Learned(dict):
     instead of once, 22 ms. Only a hint: a leaf wrongly static is still computed right (by
     value), at worst traced per value; what a function learns later overrides it. Read as
     `learned[spec]`: a plain dict lookup once the spec is known (a call's key reads it every
-    call); the shared table is asked once per spec."""
+    call); the shared table, then `prior` (spec -> indices, where set), is asked once per spec."""
 
     shared = collections.OrderedDict()  # (function shape, kind, spec) -> frozenset
     _lock = threading.Lock()
@@ -322,14 +322,17 @@ class Learned(dict):
     def __init__(self, shape, kind):
         super().__init__()
         self._shape, self._kind = shape, kind
+        self.prior = None  # a derivative's: what its function learned (autodiff._derivative)
 
     def __missing__(self, spec):
-        found = frozenset()
+        found = None
         if self._shape is not None:
             try:
-                found = self.shared.get((self._shape, self._kind, spec), found)
+                found = self.shared.get((self._shape, self._kind, spec))
             except TypeError:  # an unhashable shape or spec: nothing shared
                 self._shape = None
+        if found is None:
+            found = frozenset() if self.prior is None else frozenset(self.prior(spec))
         dict.__setitem__(self, spec, found)
         return found
 

@@ -6,7 +6,9 @@ import pytest
 import autograd.numpy as np
 from autograd import elementwise_grad, grad, hessian, jacobian, make_jvp, make_vjp, value_and_grad
 from autograd.core import primitive_vjps
+from autograd.tracer import box_types, getval
 from autograd_xla import jit_ps
+from autograd_xla.tracing import Tracer
 from helpers import PLATFORM, assert_close
 
 rs = onp.random.RandomState(1)
@@ -286,3 +288,24 @@ def test_gradients_of_container_elements_are_not_added_into_zeros(container):
     zeros = {v for eqn in graph.eqns if eqn.prim is onp.full for v in eqn.outvars}
     assert not any(set(eqn.invars()) & zeros for eqn in graph.eqns if eqn.prim is onp.add)
     assert_close(jf(p), grad(f)(p))
+
+
+@pytest.mark.parametrize("nesting", ["grad", "jvp"])
+def test_a_derivative_starts_from_the_leaves_its_function_found_static(nesting):
+    """A derivative of a jitted function (grad(jit_ps(f)), forward mode) takes as static from
+    its first trace the leaves f's traces needed the values of (`n`, a slice bound), instead
+    of finding them by tracing again: its trace runs f's Python once."""
+    runs = []
+
+    def f(x, n):
+        if type(x) in box_types and type(getval(x)) is Tracer:  # the derivative's trace
+            runs.append(n)
+        return np.sum(np.tanh(x)[:n] ** 2)
+    jf = jit_ps(f, tiered=False)
+    x = rs.randn(5)
+    assert_close(jf(x, 3), f(x, 3))
+    if nesting == "grad":
+        assert_close(grad(jf)(x, 3), grad(f)(x, 3))
+    else:
+        assert_close(make_jvp(jf)(x, 3)(onp.ones(5))[1], make_jvp(f)(x, 3)(onp.ones(5))[1])
+    assert runs == [3]
