@@ -330,7 +330,7 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
                     return self._differentiate_plainly(spec, leaves)
                 if entry.stage < COMPILED:  # tiered: not compiled yet
                     if type(entry) is tiering.Untraced:
-                        entry.traces = tiering.BOXED_TRACES  # its own and its VJP's
+                        entry.traces = tiering.boxed_traces()  # its own and its VJP's
                     held = self._held_vjp(entry, spec, leaves)
                     if held is not None:  # held: its value and VJP by numpy
                         if type(entry) is not tiering.Untraced and entry.background is not None:  # compiling: its VJP next
@@ -431,6 +431,9 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         held = entry.vjps.get(nums)
         if held is None:
             held = entry.vjps[nums] = autodiff.HeldVJP(self, spec, nums)
+        elif held.traced is not None:  # its VJP traced at the call before: what both traces cost
+            tiering.note_boxed(entry, held.traced)
+            held.traced = None
         return held if held.split is not False else None
 
     def _replay_of(self, entry):

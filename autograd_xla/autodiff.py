@@ -13,6 +13,7 @@ signature is compiled, until its VJP is compiled too (HeldVJP.vjp_compiled), whi
 asked for then.
 """
 import threading
+import time
 
 import numpy as np
 from autograd import builtins as differentiable
@@ -473,6 +474,7 @@ class HeldVJP:
         self.g = None  # ... and that cotangent
         self.compiled = None  # fn's VJP's entry for these calls once fn's program is compiled; False: none
         self.static = {}  # leaf index -> the value the trace made static (the split holds for it alone)
+        self.traced = None  # its trace's seconds, until the held signature notes them (tiering.note_boxed)
 
     def forward(self, leaves):
         """The output at these leaves; what the backward pass needs goes to _handoff."""
@@ -555,11 +557,14 @@ class HeldVJP:
         g = np.asarray(g) if type(g) in (float, int, complex) else g
         if type(g) is not np.ndarray and not isinstance(g, np.generic):
             return
+        t0 = time.perf_counter()
         try:
             d = _derivative(self.fn, "value_vjp", self.spec, self.nums)
             entry = d._traced_entry(*leaves, g)
         except Exception:
             return
+        finally:
+            self.traced = time.perf_counter() - t0
         if entry.python_fallback or entry.impure or len(leaves) in entry.static_leaves:
             return
         self.split = numpy_tier.split(entry.graph, entry.dynamic, 1) or False

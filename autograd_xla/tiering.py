@@ -168,7 +168,10 @@ TRACE_FLOOR_SECONDS = 0.03
 #: Both took 1.3-1.8 times one trace's expected seconds in quimb's fits, 2.5-2.9 in PennyLane's
 #: optimisations (docs/benchmarks.rst); counted as one, PennyLane's broadcast classifier's
 #: 0.3 s job ran at 0.72-0.78x plain autograd's speed, pymanopt's Gaussian mixture at 0.85x.
+#: Each such signature's two traces then move it (boxed_traces): quimb's MPS fit three times
+#: in one process, 665, 560 and 428 ms against plain's 684-733 (the ratio learned 1.7, 1.25).
 BOXED_TRACES = 2
+_boxed = [0, 0.0]  # boxed signatures' traces noted (note_boxed), the sum of the logs of their ratios
 _traced = [0, 0.0]  # tiered signatures traced, the sum of their traces' seconds beyond TRACE_IN_CALLS calls
 LEARNED_KEPT = 1024  # signatures' savings and costs kept, the least recently noted forgotten first
 _savings = collections.OrderedDict()  # (function shape, signature) -> a compiled call's seconds over a plain one's
@@ -207,8 +210,29 @@ def trace_budget(call, traces=1):
     trace: TRACE_FACTOR times its `traces`' expected seconds, each TRACE_IN_CALLS calls and
     what this process's traces took besides theirs (TRACE_FLOOR_SECONDS before its first,
     counted as one of them)."""
+    return TRACE_FACTOR * traces * _one_trace(call)
+
+
+def _one_trace(call):
     n, total = _traced
-    return TRACE_FACTOR * traces * ((TRACE_FLOOR_SECONDS + total) / (n + 1) + TRACE_IN_CALLS * call)
+    return (TRACE_FLOOR_SECONDS + total) / (n + 1) + TRACE_IN_CALLS * call
+
+
+def boxed_traces():
+    """BOXED_TRACES moved towards what this process's boxed signatures' two traces cost
+    (note_boxed): the geometric mean of their ratios and the prior, counted as one of them."""
+    n, logs = _boxed
+    return math.exp((math.log(BOXED_TRACES) + logs) / (n + 1))
+
+
+def note_boxed(untraced, seconds):
+    """Note, for boxed_traces, that the VJP of held signature `untraced` (called on autograd's
+    boxes) traced in `seconds`, after its own trace (`untraced.traced`)."""
+    if untraced.traced and untraced.calls:
+        one = _one_trace(untraced.spent / untraced.calls)
+        with _learned_lock:
+            _boxed[0] += 1
+            _boxed[1] += math.log((untraced.traced + seconds) / one)
 
 
 def note_trace(seconds, plain):
@@ -301,7 +325,8 @@ class Untraced:
     where its trace said its compile would not pay back yet (`worth_compiling`). It stands in
     for a cache entry that is not compiled yet (`stage`)."""
 
-    __slots__ = ("spent", "calls", "least", "held", "due", "replay", "budget", "eqns", "by_numpy", "vjps", "traces")
+    __slots__ = ("spent", "calls", "least", "held", "due", "replay", "budget", "eqns", "by_numpy", "vjps", "traces",
+                 "traced")
     stage, python_fallback, impure = 0, False, False
 
     def __init__(self):
@@ -312,7 +337,8 @@ class Untraced:
         self.least = math.inf  # its quickest call's seconds
         self.replay = None  # while held, its trace run by numpy (numpy_tier.Replay), where it has one
         self.vjps = None  # while held, its calls on autograd's boxes by numpy (autodiff.HeldVJP per boxed leaves)
-        self.traces = 1  # what its first stage's traces cost, in traces of its function (BOXED_TRACES)
+        self.traces = 1  # what its first stage's traces cost, in traces of its function (boxed_traces)
+        self.traced = 0.0  # its trace's seconds (hold), for note_boxed
 
     def for_good(self):
         """Whether it runs plainly for good (a plain trial kept plain autograd: plain_budget)."""
@@ -399,6 +425,7 @@ class NewSignatures:
             return None
         if seconds is not None and untraced.calls:
             note_trace(seconds, untraced.spent / untraced.calls)
+            untraced.traced = seconds
         early = untraced.spent < untraced.budget
         if PLAIN_SECONDS is not None or (not early and worth_compiling((self.shape, traced), eqns, untraced)):
             self._paid[traced] = untraced  # for learner
