@@ -681,8 +681,9 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
                     self._forget_fast_paths()  # refilled by the next calls; never holding an evicted entry
                     self.stats.evictions += 1
             if stage == COMPILED and entry.stage == TRACED and entry.graph is not None:
+                vjps = [h.eqns for h in entry.vjps.values() if h.split] if entry.vjps else ()
                 held = self._untraced.hold(asked, key, entry.graph.size(),  # tiered: the trace kept, for later
-                                           tracing)
+                                           tracing, vjps)
                 if held is not None:
                     held.replay = self._replay_of(entry)  # its calls meanwhile: the trace run by numpy
                     if entry.vjps is None:

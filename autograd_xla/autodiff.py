@@ -475,6 +475,7 @@ class HeldVJP:
         self.compiled = None  # fn's VJP's entry for these calls once fn's program is compiled; False: none
         self.static = {}  # leaf index -> the value the trace made static (the split holds for it alone)
         self.traced = None  # its trace's seconds, until the held signature notes them (tiering.note_boxed)
+        self.eqns = 0  # its graph's size (core.Graph.size): the program compiling fn commits to
 
     def forward(self, leaves):
         """The output at these leaves; what the backward pass needs goes to _handoff."""
@@ -568,6 +569,7 @@ class HeldVJP:
         if entry.python_fallback or entry.impure or len(leaves) in entry.static_leaves:
             return
         self.split = numpy_tier.split(entry.graph, entry.dynamic, 1) or False
+        self.eqns = entry.graph.size()
         self.cotangent, self.g = (np.shape(g), np.result_type(g)), g
         self.static = {i: leaves[i] for i in entry.static_leaves}
 

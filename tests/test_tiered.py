@@ -239,6 +239,34 @@ def test_a_traced_signature_whose_compile_would_not_pay_back_runs_plainly_until_
     assert_close(jf(W, B, X, *extra), g(W, B, X, *extra), rtol=1e-12)
 
 
+def test_a_signature_called_on_boxes_is_judged_with_the_vjp_its_compile_commits_to(fresh_learning, monkeypatch):
+    """grad(jit_ps(f)): compiling a held signature compiles, at its next call on autograd's
+    boxes, the VJP those calls run (autodiff.HeldVJP), so its second stage waits for that
+    VJP's trace and weighs its program's expected cost too (worth_compiling's vjps); its
+    calls give plain autograd's gradients meanwhile."""
+    untraced = tiering.Untraced()
+    untraced.spent, untraced.calls = 0.19, 400  # the Gaussian mixture's at its decision: 0.475 ms a call
+    monkeypatch.setattr(tiering, "HORIZON", 0.5)
+    saving = 0.5 * 400 * 0.75 * untraced.spent / untraced.calls
+    assert tiering.program_cost(17) < saving < tiering.program_cost(17) + tiering.program_cost(58)
+    assert tiering.worth_compiling(None, 17, untraced) and not tiering.worth_compiling(None, 17, untraced, [58])
+
+    weighed = []
+
+    def spy(learned, eqns, untraced, vjps=()):
+        weighed.append((eqns, list(vjps)))
+        return False  # held: decided again soon (HOLD_GROWTH below)
+    monkeypatch.setattr(tiering, "worth_compiling", spy)
+    monkeypatch.setattr(tiering, "plain_budget", lambda learned, call: 0.0 if call is not None else float("inf"))
+    monkeypatch.setattr(tiering, "HOLD_GROWTH", 1.0)
+    f = lambda W: np.sum(np.tanh(X @ W) ** 2)  # noqa: E731
+    jf = jit_ps(f, tiered=True)
+    for k in range(12):
+        assert_close(grad(jf)(W + k), grad(f)(W + k), rtol=1e-12)
+    assert jf.stats.compiles == 0 and weighed
+    assert all(vjps and vjps[0] > eqns for eqns, vjps in weighed)
+
+
 def test_the_first_stage_of_a_signature_called_on_boxes_expects_its_vjp_s_trace_too(fresh_learning, monkeypatch):
     """A signature called on autograd's boxes is traced twice once held (its own trace, and its
     VJP's at its first held call: autodiff.HeldVJP), so its first stage waits for both
