@@ -423,12 +423,12 @@ class NewSignatures:
     def hold(self, key, traced, eqns, seconds=None, vjps=()):
         """After the trace of signature `key` (`traced`: its key from now on, which holds the
         values the trace made static), of `eqns` primitive calls (`vjps`: worth_compiling's),
-        before its lowering and
-        compile (`seconds`: the trace's, where it was just made; noted, note_trace): None to
-        compile it now, else the Untraced to run its calls plainly with again, until they
-        have cost HOLD_GROWTH times what they had, and plain_budget at least (its trace is
-        kept: the next decision starts from it). Holds where `worth_compiling` says no, or
-        where it was traced early (trace_budget) and its plain budget is not spent yet."""
+        before its lowering and compile (`seconds`: the trace's, where it was just made;
+        noted, note_trace): None to compile it now, else the Untraced to run its calls plainly
+        with again, until they have cost HOLD_GROWTH times what they had, and plain_budget at
+        least (its trace is kept: the next decision starts from it). Holds where
+        `worth_compiling` says no, where it was traced early (trace_budget) and its plain
+        budget is not spent yet, or where it is called on boxes and its VJP not traced yet."""
         untraced = self._paid.pop(key, None)
         if untraced is None:
             return None
