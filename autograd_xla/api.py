@@ -329,8 +329,8 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
                 if entry.impure:
                     return self._differentiate_plainly(spec, leaves)
                 if entry.stage < COMPILED:  # tiered: not compiled yet
-                    if type(entry) is tiering.Untraced:
-                        entry.traces = tiering.boxed_traces()  # its own and its VJP's
+                    if type(entry) is tiering.Untraced and entry.traces == 1:
+                        entry.traces = tiering.boxed_traces()  # its own and its VJP's (once)
                     held = self._held_vjp(entry, spec, leaves)
                     if held is not None:  # held: its value and VJP by numpy
                         if type(entry) is not tiering.Untraced and entry.background is not None:  # compiling: its VJP next

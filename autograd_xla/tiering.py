@@ -428,15 +428,16 @@ class NewSignatures:
         with again, until they have cost HOLD_GROWTH times what they had, and plain_budget at
         least (its trace is kept: the next decision starts from it). Holds where
         `worth_compiling` says no, where it was traced early (trace_budget) and its plain
-        budget is not spent yet, or where it is called on boxes and its VJP not traced yet."""
+        budget is not spent yet, or where it is called on boxes and not held before."""
         untraced = self._paid.pop(key, None)
         if untraced is None:
             return None
         if seconds is not None and untraced.calls:
             note_trace(seconds, untraced.spent / untraced.calls)
             untraced.traced = seconds
-        # (a signature called on boxes is judged once its VJP is traced too: worth_compiling's vjps)
-        early = untraced.spent < untraced.budget or (untraced.traces > 1 and not vjps)
+        # (a signature called on boxes is held once, at its trace, so that its next decision
+        # weighs its VJP's program too where its held calls trace one: worth_compiling's vjps)
+        early = untraced.spent < untraced.budget or (untraced.traces > 1 and not vjps and not untraced.held)
         if PLAIN_SECONDS is not None or (not early and worth_compiling((self.shape, traced), eqns, untraced, vjps)):
             self._paid[traced] = untraced  # for learner
             return None

@@ -267,6 +267,22 @@ def test_a_signature_called_on_boxes_is_judged_with_the_vjp_its_compile_commits_
     assert all(vjps and vjps[0] > eqns for eqns, vjps in weighed)
 
 
+def test_a_signature_called_on_boxes_whose_vjp_is_not_held_is_still_compiled(fresh_learning, monkeypatch):
+    """A signature called on boxes whose calls run no held VJP (its output a tuple: plain
+    autograd's boxed calls, autodiff.HeldVJP takes one array's) waits for a VJP's trace once
+    only: its next decisions weigh its own program, and it compiles."""
+    monkeypatch.setattr(tiering, "plain_budget", lambda learned, call: 0.0 if call is not None else float("inf"))
+    monkeypatch.setattr(tiering, "COST_PER_EQN", 1e-12)  # every program pays back
+    f = lambda W: (np.sum(np.tanh(X @ W) ** 2), np.sum(W))  # noqa: E731
+    jf = jit_ps(f, tiered=True)
+    for k in range(200):
+        assert_close(grad(lambda W: jf(W)[0])(W + k), grad(lambda W: f(W)[0])(W + k), rtol=1e-12)
+        assert compile_thread.wait(60)
+        if jf.stats.compiles:
+            break
+    assert jf.stats.traces == 1 and jf.stats.compiles == 1
+
+
 def test_the_first_stage_of_a_signature_called_on_boxes_expects_its_vjp_s_trace_too(fresh_learning, monkeypatch):
     """A signature called on autograd's boxes is traced twice once held (its own trace, and its
     VJP's at its first held call: autodiff.HeldVJP), so its first stage waits for both
