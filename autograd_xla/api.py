@@ -326,8 +326,8 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
                 entry = self._lookup(spec, [getval(x) for x in leaves], count=False)
                 if entry.python_fallback:
                     return self._run_plain(entry, spec, leaves)
-                if entry.impure:
-                    return self._differentiate_plainly(spec, leaves)
+                if entry.impure:  # its draws replayed (compiled or compiling): made once, handed to its derivatives
+                    return autodiff.drawing_call(self, spec, leaves, entry)
                 if entry.stage < COMPILED:  # tiered: not compiled yet
                     if type(entry) is tiering.Untraced and entry.traces == 1:
                         entry.traces = tiering.boxed_traces()  # its own and its VJP's (once)
@@ -462,18 +462,6 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         if sig not in self._simple_untraced and len(self._simple_untraced) >= self.cache_size:
             self._simple_untraced.clear()
         self._simple_untraced[sig] = (untraced, flat)
-
-    def _differentiate_plainly(self, spec, leaves):
-        """A function whose compiled form replays random draws (or draws in a way that cannot
-        be compiled) is differentiated as plain autograd: the backward pass must see the very
-        numbers the forward pass drew, and a separately compiled VJP would draw new ones."""
-        if "impure_grad" not in self._warned:
-            self._warned.add("impure_grad")
-            _warn(f"{self!r} draws random numbers, so differentiating it from outside (grad(jit_ps(f))) runs it as "
-                  "plain autograd, keeping the forward and backward passes on the same draws. Compile the gradient "
-                  "instead: jit_ps(grad(f)).", FallbackWarning)
-        self.stats.fallbacks += 1
-        return self._apply(spec, leaves)
 
     def _split(self, args, kwargs):
         """(spec, dynamic leaves): spec holds everything static and is hashable."""

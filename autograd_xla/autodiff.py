@@ -21,8 +21,8 @@ from autograd.core import VJPNode, make_jvp, make_vjp
 from autograd.extend import defjvp, defjvp_argnums, defvjp_argnums, primitive
 from autograd.tracer import box_types, getval
 
-from . import numpy_tier, tree
-from .core import Var
+from . import impurity, numpy_tier, tree
+from .core import Var, trace_state
 
 _LEAVES = 2  # jit_call(fn, spec, *leaves): leaves start at argument 2
 
@@ -453,6 +453,99 @@ def _vjp_split(argnums, ans, args, kwargs):
 
 defvjp_argnums(jit_call_split, _vjp_split)
 defjvp_argnums(jit_call_split, _jvp_as_jit_call)
+
+
+# ----- a signature that draws random numbers, under boxes ----------------------------------
+def drawing_call(fn, spec, leaves, entry):
+    """A call of jitted `fn` on autograd's boxes, of signature `entry` (compiled or compiling)
+    whose program replays random draws (impurity.py): the draws made once, on the host,
+    where plain autograd's forward pass makes them, and handed as arguments to the programs of
+    fn's `Drawing` function (its value's, its VJP's, its JVP's), which compute at them: the
+    backward pass sees the very numbers the forward pass drew, and numpy's random state moves
+    as plainly. A real scalar's value and gradient come from one program (jit_call_ahead),
+    compiled in the background where fn compiles there, plain autograd's calls meanwhile.
+    autograd's black-box variational inference examples (black_box_svi, 2,000 Adam steps of
+    grad(jit_ps(objective))): 0.25 ms a step against plain's 0.65."""
+    drawing = fn._derivatives.get(("drawing", spec))
+    if drawing is None:
+        drawing = fn._derivatives[("drawing", spec)] = Drawing(fn, spec, entry)
+    reverse = None if fn.keep_on_device else reverse_mode(entry, leaves)
+    if reverse is not None and reverse.ahead():
+        if not drawing.ready(leaves, reverse):
+            return fn._apply(spec, leaves, BOXING)  # plain autograd's meanwhile, drawing as it does
+        return jit_call_ahead(drawing.fn, drawing.spec, reverse, *leaves, *drawing.draw())
+    if not drawing.ready(leaves, None):
+        return fn._apply(spec, leaves, BOXING)
+    return drawing.fn(*leaves, *drawing.draw())
+
+
+class Drawing:
+    """A jitted function's function of (*leaves, *drawn) at one signature that draws (`fn`,
+    jitted like it; `spec`, its arguments' structure): the function on its leaves, its
+    draws returning `drawn` in order (impurity.given), so that its traces take them as
+    arguments. Run plainly (a derivative program of it that did not compile runs as plain
+    autograd), it draws them again from the generators' states before they were drawn, kept
+    for the last KEPT calls (`draw`), and puts back the states it found."""
+
+    KEPT = 8
+
+    def __init__(self, jitted, spec, entry):
+        self.draws, self.made, self.asked = entry.draws, [], {}
+        n = sum(d.returns for d in self.draws)
+        # examples of the draws, by their graph inputs (the last n): the signature to compile before a call draws
+        self.examples = [np.zeros(v.aval.shape, v.aval.dtype)[()] if not v.aval.weak_type else
+                         v.aval.dtype.type(0).item() for v in entry.graph.invars[len(entry.graph.invars) - n:]]
+        made = self.made
+
+        def drawing_fn(*args):
+            leaves, drawn = list(args[:len(args) - n]), args[len(args) - n:]
+            if trace_state.traces:
+                with impurity.given(drawn):
+                    return jitted._apply(spec, leaves, BOXING)
+            for values, saved in reversed(made):
+                if all(a is b or numpy_tier.same(a, b) for a, b in zip(values, drawn)):
+                    now = impurity.states([gen for gen, _ in saved])
+                    impurity.set_states(saved)
+                    try:
+                        return jitted._apply(spec, leaves, BOXING)
+                    finally:
+                        impurity.set_states(now)
+            raise RuntimeError(f"{jitted!r} cannot draw again the random numbers of a call made {self.KEPT} calls "
+                               "ago or more: differentiate it within its call")
+        drawing_fn.__name__ = f"drawing_{getattr(jitted._fun, '__name__', 'fn')}"
+        self.fn = _jitted_like(jitted, drawing_fn)
+        self.fn._warned = jitted._warned
+        self.spec = None
+
+    def draw(self):
+        """The call's draws, made on the host now, the generators' states before them kept."""
+        saved = impurity.states(impurity.generators(self.draws))
+        drawn = impurity.replay(self.draws)
+        self.made.append((drawn, saved))
+        del self.made[:-self.KEPT]
+        return drawn
+
+    def ready(self, leaves, reverse):
+        """Whether the program these calls run is compiled: the value and gradient's where
+        `reverse` (a Reverse computing ahead), else the function's own; asked for at the first
+        call (in the background where fn compiles there). False for good where it does not
+        compile: plain autograd's calls, as before."""
+        nums = None if reverse is None else reverse.nums
+        asked = self.asked.get(nums)
+        if asked is None:
+            values = [*[getval(x) for x in leaves], *self.examples]
+            if self.spec is None:
+                self.spec = self.fn._split(tuple(values), {})[0]
+            try:
+                program = self.fn if reverse is None else _derivative(self.fn, "value_vjp", self.spec, nums)
+                asked = program._compiling_entry(*values, *([] if reverse is None else [reverse.one]))
+            except Exception:  # (not the call's to raise: plain autograd's, as before)
+                asked = False
+            self.asked[nums] = asked = asked if asked is False or not asked.python_fallback else False
+        ready = getattr(asked, "ready", None)
+        if ready is None and asked is not False:  # held by its own tiering: asked again
+            del self.asked[nums]
+        return ready is not None and ready()
 
 
 # ----- a held signature's calls under boxes, by numpy --------------------------------------

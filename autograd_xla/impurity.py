@@ -116,6 +116,7 @@ class _Local(threading.local):
     def __init__(self):
         self.recording = None  # list of Draw for the jitted function being traced on this thread
         self.scratch = {}      # id(generator) -> a copy of it, drawn from to learn result shapes
+        self.given = None      # [values, how many taken]: what the draws of this thread's traces return (`given`)
 
 
 _local = _Local()
@@ -195,16 +196,74 @@ def record_draw(fn, name, args, kwargs, generator=None, label=None):
     method = getattr(scratch, _ALIASES.get(name, name))
     if name in _EFFECTS:
         method(*args, **kwargs)
-        _local.recording.append(Draw(fn, name, args, kwargs, False, source))
+        if _local.given is None:  # (given: made on the host, with the draws)
+            _local.recording.append(Draw(fn, name, args, kwargs, False, source))
         return None
     sample = method(*args, **kwargs)
     aval = _aval_of_sample(sample)
     if aval is None:
         raise _refuse(f"{label}.{name}", f"returning {type(sample).__name__} (dtype {getattr(sample, 'dtype', '?')}), "
                       "which XLA cannot hold,", source)
+    if _local.given is not None:
+        return _take_given(aval, f"{label}.{name}{_call_text(args, kwargs)}", source)
     _local.recording.append(Draw(fn, name, args, kwargs, True, source))
     line = f" at line {source.lineno}" if source else ""
     return trace.new_arg(aval, DrawName(f"{label}.{name}{_call_text(args, kwargs)}{line}"))
+
+
+class given:
+    """Within it, the draws of this thread's traces return `values` in order (the values a call
+    drew on the host) instead of becoming inputs of their own: a function's derivatives traced
+    so compute at the very numbers its forward pass drew (autodiff.drawing_call). A trace
+    whose draws differ from them in number, shape or dtype raises ImpureFunctionError."""
+
+    def __init__(self, values):
+        self.values = list(values)
+
+    def __enter__(self):
+        self._saved, _local.given = _local.given, [self.values, 0]
+        return self
+
+    def __exit__(self, exc_type, *exc):
+        taken, _local.given = _local.given[1], self._saved
+        if exc_type is None and taken != len(self.values):
+            raise ImpureFunctionError(f"the function drew {taken} random values where its call drew "
+                                      f"{len(self.values)}: its draws cannot be handed to its derivative")
+        return False
+
+
+def _take_given(aval, call, source):
+    values, taken = _local.given
+    value = values[taken] if taken < len(values) else None
+    dtype = getattr(value, "dtype", None) if hasattr(value, "dtype") else np.result_type(value)
+    if taken == len(values) or np.shape(value) != aval.shape or dtype != aval.dtype:
+        raise ImpureFunctionError(f"{call} drew other values than its call drew"
+                                  + (f", at\n{source}" if source else "") + ": its draws cannot be handed to its "
+                                  "derivative", primitive=call, source=source)
+    _local.given[1] += 1
+    return value
+
+
+def generators(draws):
+    """The generators `draws` (Draws) replay on: numpy's global one, the RandomStates and
+    Generators stood in for."""
+    out = []
+    for d in draws:
+        gen = getattr(d.fn, "__self__", None)
+        gen = gen if isinstance(gen, _NUMPY_GENERATORS) else _GLOBAL
+        if not any(g is gen for g in out):
+            out.append(gen)
+    return out
+
+
+def states(gens):
+    """[(generator, its state)] of `gens`, for set_states."""
+    return [(g, _state_of(g)) for g in gens]
+
+
+def set_states(saved):
+    for gen, state in saved:
+        _set_state(gen, state)
 
 
 def _aval_of_sample(sample):

@@ -24,7 +24,7 @@ from numpy.random import randn as randn_imported_by_name
 
 import autograd.numpy as np
 import autograd.numpy.random as anpr
-from autograd import grad
+from autograd import grad, hessian, make_jvp, make_vjp, value_and_grad
 from autograd_xla import FallbackWarning, ImpureFunctionError, fori_loop, jit_ps
 from helpers import assert_close
 
@@ -186,13 +186,88 @@ def test_jit_of_grad_shares_the_draws_between_passes():
     same_draws(grad(loss), X, jf=jit_ps(grad(loss)))
 
 
-def test_grad_of_jit_runs_plain_and_keeps_draws_consistent():
-    def loss(w):
-        return np.sum(np.tanh(w * np.random.randn(6)) ** 2)
-    jl = jit_ps(loss)
-    with pytest.warns(UserWarning, match="differentiating it from outside"):
-        same_draws(grad(loss), X, jf=grad(jl))
-    assert jl.cache_info()["fallbacks"] == 3  # each differentiated call ran plainly
+def _compiled_drawing(jf):
+    """The programs of jf's drawing function and of its derivatives (autodiff.drawing_call):
+    the signatures they traced, none of which fell back."""
+    found = [d.fn for key, d in jf._derivatives.items() if key[0] == "drawing"]
+    found += [e for d in found for e in d._derivatives.values()]
+    assert all(d.cache_info()["fallbacks"] == 0 for d in found)
+    return sum(d.cache_info()["traces"] for d in found)
+
+
+RS_DRAWN = npr.RandomState(4)
+
+
+def drawing_loss(w):
+    """Draws from numpy's global state (an array, a Python float, after a seed of its own
+    state's moves) and from a closed-over RandomState."""
+    noise = np.random.randn(6)
+    scale = np.random.rand()
+    return np.sum(np.tanh(w * noise) ** 2) * scale + np.sum(w ** 3 * RS_DRAWN.standard_normal(6))
+
+
+def same_draws_of(operator, f, jf, x, calls=3):
+    """operator(f) and operator(jf) from the same states of numpy's global RandomState and
+    RS_DRAWN: equal results call by call, and the same states afterwards."""
+    def run(g):
+        onp.random.seed(0), RS_DRAWN.seed(4)
+        out = [operator(g)(x) for _ in range(calls)]
+        return out, (onp.random.get_state()[1].copy(), RS_DRAWN.get_state()[1].copy())
+    expected, after = run(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got, states = run(jf)
+    assert all(onp.array_equal(a, b) for a, b in zip(states, after)), "the random states differ from plain autograd's"
+    for g, e in zip(got, expected):
+        for a, b in zip(*(tree_leaves(v) for v in (g, e))):
+            assert_close(a, b, rtol=1e-12)
+    return got
+
+
+def tree_leaves(v):
+    return list(v) if isinstance(v, tuple) else [v]
+
+
+@pytest.mark.parametrize("operator", ["grad", "value_and_grad", "hessian", "forward mode"])
+def test_grad_of_jit_of_a_drawing_function_compiles_at_its_draws(operator):
+    """grad(jit_ps(f)) of a function that draws: the call draws on the host as plain autograd's
+    forward pass does, and its value's and derivatives' programs take those draws as
+    arguments, so the backward pass sees the very numbers the forward pass drew (fails if the
+    VJP drew its own: other numbers, states moved twice)."""
+    op = {"grad": grad, "value_and_grad": value_and_grad, "hessian": hessian,
+          "forward mode": lambda f: lambda x: make_jvp(f)(x)(onp.ones(6))}[operator]
+    jl = jit_ps(drawing_loss, tiered=False)
+    got = same_draws_of(op, drawing_loss, jl, X)
+    assert not all(onp.array_equal(tree_leaves(got[0])[-1], tree_leaves(g)[-1]) for g in got[1:]), "draws were frozen"
+    assert jl.cache_info()["fallbacks"] == 0 and _compiled_drawing(jl) >= 1
+
+
+def test_grad_of_jit_of_a_drawing_function_tiered_runs_plainly_until_compiled():
+    jl = jit_ps(drawing_loss)
+    same_draws_of(grad, drawing_loss, jl, X, calls=4)
+    assert jl.cache_info()["fallbacks"] == 0
+
+
+def test_a_drawing_functions_derivative_run_plainly_draws_its_call_s_numbers_again():
+    """A derivative program of a drawing function that runs plainly (here: under numpy's
+    error state 'raise', at a cotangent other than the one computed ahead) draws again the
+    numbers of its call, from the generators' states before them, and leaves the states as
+    it found them."""
+    jl = jit_ps(drawing_loss, tiered=False)
+
+    def vjp_at_2(f):
+        onp.random.seed(0), RS_DRAWN.seed(4)
+        vjp, ans = make_vjp(f)(X)
+        after = onp.random.get_state()[1].copy(), RS_DRAWN.get_state()[1].copy()
+        with onp.errstate(all="raise"):
+            g = vjp(2.0)
+        assert all(onp.array_equal(a, b) for a, b in zip(after, (onp.random.get_state()[1], RS_DRAWN.get_state()[1])))
+        return ans, g
+    expected = vjp_at_2(drawing_loss)
+    with pytest.warns(FallbackWarning, match="floating-point error state"):
+        got = vjp_at_2(jl)
+    assert_close(got[0], expected[0], rtol=1e-12)
+    assert_close(got[1], expected[1], rtol=1e-12)
 
 
 GLOBAL_RS = npr.RandomState(3)
