@@ -248,6 +248,18 @@ def test_grad_of_jit_of_a_drawing_function_tiered_runs_plainly_until_compiled():
     assert jl.cache_info()["fallbacks"] == 0
 
 
+def test_grad_of_jit_of_a_function_whose_branch_chooses_its_draws_runs_plainly():
+    """A guarded signature (a branch on a traced value) may draw otherwise at other data: its
+    calls on boxes run as plain autograd, drawing what it draws."""
+    def f(w):
+        if np.sum(w) > 0:
+            return np.sum(w * np.random.randn(6))
+        return np.sum(w ** 2 * np.random.rand(3)[0] * RS_DRAWN.rand(6))
+    jf = jit_ps(f, tiered=False)
+    for sign in (1.0, -1.0, 1.0):
+        same_draws_of(grad, f, jf, sign * X - 0.01, calls=2)
+
+
 def test_a_drawing_functions_derivative_run_plainly_draws_its_call_s_numbers_again():
     """A derivative program of a drawing function that runs plainly (here: under numpy's
     error state 'raise', at a cotangent other than the one computed ahead) draws again the
