@@ -323,12 +323,15 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         spec, leaves = self._split(args, kwargs)
         for x in leaves:
             if type(x) in box_types:
-                entry = self._lookup(spec, [getval(x) for x in leaves], count=False)
+                # untiered, lowered only: a real scalar's calls run its value and VJP's program
+                # (jit_call_ahead), not its own, which the first call that needs it compiles
+                tiers = self._tiers()
+                entry = self._lookup(spec, [getval(x) for x in leaves], count=False, stage=COMPILED if tiers else LOWERED)
                 if entry.python_fallback:
                     return self._run_plain(entry, spec, leaves)
                 if entry.impure:  # its draws replayed (compiled or compiling): made once, handed to its derivatives
                     return autodiff.drawing_call(self, spec, leaves, entry)
-                if entry.stage < COMPILED:  # tiered: not compiled yet
+                if entry.stage < COMPILED and (tiers or type(entry) is tiering.Untraced or entry.background is not None):
                     if type(entry) is tiering.Untraced and entry.traces == 1:
                         entry.traces = tiering.boxed_traces()  # its own and its VJP's (once)
                     held = self._held_vjp(entry, spec, leaves)

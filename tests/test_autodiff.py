@@ -50,13 +50,17 @@ def _kinds(jf):
 def test_a_scalars_gradient_comes_with_its_value_from_one_program():
     """grad(jit_ps(f)) and value_and_grad of a real scalar: its value and gradient from one
     compiled program (autodiff.jit_call_ahead: the "value_vjp" derivative at cotangent one),
-    f's own program not run; jit_call's value and VJP ran the forward pass twice."""
+    f's own program not run, nor compiled (untiered, a call on boxes lowers f alone: its
+    first call took one compile more); jit_call's value and VJP ran the forward pass twice."""
     jl = jit_ps(loss, tiered=False)
     for k in range(3):
         assert_close(grad(jl)(w + k, X, y), grad(loss)(w + k, X, y), rtol=1e-12)
         assert_close(value_and_grad(jl)(w + k, X, y), value_and_grad(loss)(w + k, X, y), rtol=1e-12)
         assert_close(grad(jl, 1)(w + k, X, y), grad(loss, 1)(w + k, X, y), rtol=1e-12)
     assert _kinds(jl) == {"value_vjp"} and jl.stats.hits == 9  # (each call a hit: the derivative's program ran)
+    assert jl.stats.compiles == 0
+    assert_close(jl(w, X, y), loss(w, X, y), rtol=1e-12)  # (its own program, compiled at the call that needs it)
+    assert jl.stats.compiles == 1
     for d in jl._derivatives.values():  # (of the first argument and of the second)
         assert d.stats.traces == 1 and d.stats.hits >= 2 and d.stats.plain_tier_calls == d.stats.fallbacks == 0
 
