@@ -233,10 +233,11 @@ class given:
 
 
 def _take_given(aval, call, source):
+    """The next of the values `given` holds, where it is of the draw's shape and dtype."""
     values, taken = _local.given
     value = values[taken] if taken < len(values) else None
-    dtype = getattr(value, "dtype", None) if hasattr(value, "dtype") else np.result_type(value)
-    if taken == len(values) or np.shape(value) != aval.shape or dtype != aval.dtype:
+    dtype = value.dtype if hasattr(value, "dtype") else np.result_type(value)  # (a Python float's: float64)
+    if value is None or np.shape(value) != aval.shape or dtype != aval.dtype:
         raise ImpureFunctionError(f"{call} drew other values than its call drew"
                                   + (f", at\n{source}" if source else "") + ": its draws cannot be handed to its "
                                   "derivative", primitive=call, source=source)
