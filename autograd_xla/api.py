@@ -323,15 +323,12 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         spec, leaves = self._split(args, kwargs)
         for x in leaves:
             if type(x) in box_types:
-                # untiered, lowered only: a real scalar's calls run its value and VJP's program
-                # (jit_call_ahead), not its own, which the first call that needs it compiles
-                tiers = self._tiers()
-                entry = self._lookup(spec, [getval(x) for x in leaves], count=False, stage=COMPILED if tiers else LOWERED)
+                entry = self._lookup(spec, [getval(x) for x in leaves], count=False, stage=None)
                 if entry.python_fallback:
                     return self._run_plain(entry, spec, leaves)
                 if entry.impure:  # its draws replayed (compiled or compiling): made once, handed to its derivatives
                     return autodiff.drawing_call(self, spec, leaves, entry)
-                if entry.stage < COMPILED and (tiers or type(entry) is tiering.Untraced or entry.background is not None):
+                if entry.stage < COMPILED and (type(entry) is tiering.Untraced or entry.background is not None):
                     if type(entry) is tiering.Untraced and entry.traces == 1:
                         entry.traces = tiering.boxed_traces()  # its own and its VJP's (once)
                     held = self._held_vjp(entry, spec, leaves)
@@ -500,13 +497,18 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
         return (spec, sig, tuple([Static(leaves[i]) for i in sorted(auto)])) if auto else (spec, sig)
 
     def _lookup(self, spec, leaves, count=True, stage=COMPILED):
-        """The cache entry of these arguments' signature, taken to `stage` (traced if new)."""
+        """The cache entry of these arguments' signature, taken to `stage` (traced if new).
+        `stage` None (a call on autograd's boxes): COMPILED where new signatures are tiered,
+        else LOWERED: a real scalar's calls run its value and VJP's program (jit_call_ahead),
+        not its own, which the first call that runs it compiles."""
         try:
             key = self._key(spec, leaves)
         except PlainArgument:
             return self._plain_argument(spec, leaves)
         cache = self._cache
         entry = cache.get(key)
+        if stage is None:  # (a compiled entry's calls skip _tiers, 2 µs)
+            stage = COMPILED if entry is not None and entry.stage == COMPILED or self._tiers() else LOWERED
         if entry is None or entry.stage < stage:
             if stage == COMPILED and entry is not None and entry.compiling():
                 return entry  # tiered: its calls run plainly meanwhile, without waiting for the lock
