@@ -199,8 +199,8 @@ RS_DRAWN = npr.RandomState(4)
 
 
 def drawing_loss(w):
-    """Draws from numpy's global state (an array, a Python float, after a seed of its own
-    state's moves) and from a closed-over RandomState."""
+    """Draws from numpy's global state (an array, a Python float) and from a RandomState it
+    reads as a global."""
     noise = np.random.randn(6)
     scale = np.random.rand()
     return np.sum(np.tanh(w * noise) ** 2) * scale + np.sum(w ** 3 * RS_DRAWN.standard_normal(6))
@@ -243,6 +243,8 @@ def test_grad_of_jit_of_a_drawing_function_compiles_at_its_draws(operator):
 
 
 def test_grad_of_jit_of_a_drawing_function_tiered_runs_plainly_until_compiled():
+    """Tiered (the default): its first calls on boxes run as plain autograd, drawing as it
+    does, with no FallbackWarning (there was one at each such function before)."""
     jl = jit_ps(drawing_loss)
     same_draws_of(grad, drawing_loss, jl, X, calls=4)
     assert jl.cache_info()["fallbacks"] == 0
