@@ -513,10 +513,10 @@ class Drawing:
                         return jitted._apply(spec, leaves, BOXING)
                     finally:
                         impurity.set_states(now)
-            raise RuntimeError(f"{jitted!r} cannot draw again the random numbers of a call made {self.KEPT} calls "
-                               "ago or more: differentiate it within its call")
+            raise RuntimeError(f"{jitted!r} cannot draw again the random numbers of a call made {Drawing.KEPT} "
+                               "calls ago or more: differentiate it within its call")
         drawing_fn.__name__ = f"drawing_{getattr(jitted._fun, '__name__', 'fn')}"
-        self.fn = _jitted_like(jitted, drawing_fn)
+        self.jitted, self.fn = jitted, _jitted_like(jitted, drawing_fn)
         self.fn._warned = jitted._warned
         self.spec = None
 
@@ -532,7 +532,8 @@ class Drawing:
         """Whether the program these calls run is compiled: the value and gradient's where
         `reverse` (a Reverse computing ahead), else the function's own; asked for at the first
         call (in the background where fn compiles there). False for good where it does not
-        compile: plain autograd's calls, as before."""
+        compile: plain autograd's calls, with the FallbackWarning of its cause (fallback="error":
+        raised)."""
         nums = None if reverse is None else reverse.nums
         asked = self.asked.get(nums)
         if asked is None:
@@ -542,9 +543,17 @@ class Drawing:
             try:
                 program = self.fn if reverse is None else _derivative(self.fn, "value_vjp", self.spec, nums)
                 asked = program._compiling_entry(*values, *([] if reverse is None else [reverse.one]))
-            except Exception:  # (not the call's to raise: plain autograd's, as before)
-                asked = False
-            self.asked[nums] = asked = asked if asked is False or not asked.python_fallback else False
+                cause = asked.fallback_cause if asked.python_fallback else None
+            except Exception as e:
+                if self.fn.fallback == "error":
+                    raise
+                asked, cause = False, e  # (the plain call that follows raises it, if it is the function's)
+            if asked is False or asked.python_fallback:
+                self.asked[nums] = asked = False
+                if cause is not None:
+                    self.jitted._warn_fallback(cause)
+            else:
+                self.asked[nums] = asked
         ready = getattr(asked, "ready", None)
         if ready is None and asked is not False:  # held by its own tiering: asked again
             del self.asked[nums]

@@ -206,16 +206,18 @@ def drawing_loss(w):
     return np.sum(np.tanh(w * noise) ** 2) * scale + np.sum(w ** 3 * RS_DRAWN.standard_normal(6))
 
 
-def same_draws_of(operator, f, jf, x, calls=3):
+def same_draws_of(operator, f, jf, x, calls=3, quiet=True):
     """operator(f) and operator(jf) from the same states of numpy's global RandomState and
-    RS_DRAWN: equal results call by call, and the same states afterwards."""
+    RS_DRAWN: equal results call by call, and the same states afterwards; jf's calls with no
+    warning where `quiet`."""
     def run(g):
         onp.random.seed(0), RS_DRAWN.seed(4)
         out = [operator(g)(x) for _ in range(calls)]
         return out, (onp.random.get_state()[1].copy(), RS_DRAWN.get_state()[1].copy())
     expected, after = run(f)
     with warnings.catch_warnings():
-        warnings.simplefilter("error")
+        if quiet:
+            warnings.simplefilter("error")
         got, states = run(jf)
     assert all(onp.array_equal(a, b) for a, b in zip(states, after)), "the random states differ from plain autograd's"
     for g, e in zip(got, expected):
@@ -260,6 +262,28 @@ def test_grad_of_jit_of_a_function_whose_branch_chooses_its_draws_runs_plainly()
     jf = jit_ps(f, tiered=False)
     for sign in (1.0, -1.0, 1.0):
         same_draws_of(grad, f, jf, sign * X - 0.01, calls=2)
+
+
+@pytest.mark.parametrize("fallback", ["python", "error"])
+def test_a_drawing_function_whose_gradient_does_not_compile_runs_plainly_and_says_why(monkeypatch, fallback):
+    """Where its value and gradient's program does not trace (here a stand-in whose trace
+    raises), its calls on boxes run as plain autograd, drawing as it does, with one
+    FallbackWarning naming the cause; fallback="error" raises it."""
+    from autograd_xla import UnsupportedPrimitiveError, autodiff
+
+    def untraceable(fn, spec, nums):
+        def value_vjp_fn(*args):
+            raise UnsupportedPrimitiveError("a stand-in primitive without a rule")
+        return value_vjp_fn
+    monkeypatch.setattr(autodiff, "make_value_vjp_function", untraceable)
+    jl = jit_ps(drawing_loss, tiered=False, fallback=fallback)
+    if fallback == "error":
+        with pytest.raises(UnsupportedPrimitiveError, match="stand-in primitive"):
+            grad(jl)(X)
+        return
+    with pytest.warns(FallbackWarning, match="stand-in primitive") as caught:
+        same_draws_of(grad, drawing_loss, jl, X, quiet=False)
+    assert len([w for w in caught if issubclass(w.category, FallbackWarning)]) == 1
 
 
 def test_a_drawing_functions_derivative_run_plainly_draws_its_call_s_numbers_again():
