@@ -253,7 +253,7 @@ class Entry:
         self.static_leaves = frozenset(static_leaves)  # leaf indices traced as static values
         self.dynamic = list(dynamic)                # leaf index of each graph input
         self.donated = frozenset()                  # leaf indices whose buffers the executable may reuse
-        self.impure = impure or bool(self.draws)    # differentiated calls run as plain autograd
+        self.impure = impure or bool(self.draws)    # calls on boxes: autodiff.drawing_call
         self.background = None                      # a background.Job compiling it (tiered=True)
         self.fastpath = None                        # C++'s (dispatch.fastpath) once asked for; False: none
         self.on_device = (None, {})                 # (fastpath, its like for calls of DeviceArrays: fastpaths._moving)

@@ -333,7 +333,7 @@ class JittedFunction(calls.Calls, aot.Introspection, fastpaths.FastPaths):
                         entry.traces = tiering.boxed_traces()  # its own and its VJP's (once)
                     held = self._held_vjp(entry, spec, leaves)
                     if held is not None:  # held: its value and VJP by numpy
-                        if type(entry) is not tiering.Untraced and entry.background is not None:  # compiling: its VJP next
+                        if type(entry) is not tiering.Untraced:  # compiling: its VJP next
                             held.vjp_compiled(leaves, autodiff.reverse_mode(entry, leaves))
                         call = functools.partial(autodiff.held_call, held, *leaves)
                         return entry.run(call) if type(entry) is tiering.Untraced else call()

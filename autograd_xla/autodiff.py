@@ -494,6 +494,7 @@ class Drawing:
 
     def __init__(self, jitted, spec, entry):
         self.draws, self.made, self.asked = entry.draws, [], {}
+        self.generators = impurity.generators(self.draws)  # (whose states `draw` keeps)
         n = sum(d.returns for d in self.draws)
         # examples of the draws, by their graph inputs (the last n): the signature to compile before a call draws
         self.examples = [np.zeros(v.aval.shape, v.aval.dtype)[()] if not v.aval.weak_type else
@@ -522,7 +523,7 @@ class Drawing:
 
     def draw(self):
         """The call's draws, made on the host now, the generators' states before them kept."""
-        saved = impurity.states(impurity.generators(self.draws))
+        saved = impurity.states(self.generators)
         drawn = impurity.replay(self.draws)
         self.made.append((drawn, saved))
         del self.made[:-self.KEPT]
