@@ -60,9 +60,12 @@ from .tiering import set_default_tiered  # noqa: E402
 
 #: The modules whose import registers the package's own faces, in the order they register:
 #: imported at the first registration, look-up or trace (registry.load_builtin), so that a job
-#: that only runs plainly (tiered execution's first calls) does not import them
-registry.builtin_rules(*(f"{__name__}.{m}" for m in ("compositions", "rules", "collectives", "control_flow",
-                                                        "parallel", "transforms")))
+#: that only runs plainly (tiered execution's first calls) does not import them (batched: its
+#: patch of autograd's jacobian, which a trace of hessian or jacobian calls). Collectives,
+#: pmap and vmap's transforms register only what their own public names make, at their first
+#: use (_LAZY): a trace of a function that calls none does not import them (with the runtime
+#: modules pmap's import brings, ~3-10 ms of a process's first trace)
+registry.builtin_rules(*(f"{__name__}.{m}" for m in ("compositions", "rules", "control_flow", "batched")))
 
 #: Public names whose modules are imported at their first use (module __getattr__, PEP 562)
 _LAZY = {"all_gather": "collectives", "axis_index": "collectives", "axis_size": "collectives",

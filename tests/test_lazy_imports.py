@@ -91,9 +91,8 @@ def test_a_rule_registered_by_the_user_replaces_the_waiting_one():
 
 def test_plain_tiered_calls_import_no_jaxlib_and_a_compile_does():
     """With tiering's default (conftest turns it off for the suite: not in this process), a new
-    signature's first calls run as plain autograd and import neither jaxlib nor ml_dtypes, which
-    cost a process 0.6-1.0 s; a function's first program imports them and computes as plain
-    autograd does."""
+    signature's first calls run as plain autograd and import neither jaxlib nor ml_dtypes
+    (clients.xc); a function's first program imports them and computes as plain autograd does."""
     env = {k: v for k, v in os.environ.items() if k != "AUTOGRAD_XLA_TIERED"}
     out = run("""
         import sys
@@ -144,10 +143,13 @@ def test_a_trace_of_scipy_special_or_linear_algebra_imports_no_jaxlib():
 #: interpreters, the runtime, jaxlib's C++ call path and random draws' replay: api's
 #: LazyModules), and the libraries only they import
 AT_FIRST_TRACE = ("autograd_xla.rules", "autograd_xla.compositions", "autograd_xla.control_flow",
-                  "autograd_xla.rolling", "autograd_xla.batched", "autograd_xla.collectives", "autograd_xla.parallel",
-                  "autograd_xla.transforms", "autograd_xla.tracing", "autograd_xla.context", "autograd_xla.lowering",
-                  "autograd_xla.dispatch", "autograd_xla.impurity", "autograd_xla.backend",
+                  "autograd_xla.rolling", "autograd_xla.batched", "autograd_xla.tracing", "autograd_xla.context",
+                  "autograd_xla.lowering", "autograd_xla.dispatch", "autograd_xla.impurity", "autograd_xla.backend",
                   "autograd_xla.blas", "autograd_xla.persistent_cache", "autograd_xla.hlo", "scipy", "numpy.ma")
+#: ... and those a trace and compile of a function that calls no collective, pmap or vmap does
+#: not import either: their public names do, at their first use (the package's _LAZY)
+AT_FIRST_USE = ("autograd_xla.collectives", "autograd_xla.parallel", "autograd_xla.transforms",
+                "autograd_xla.replicated")
 
 #: ... and those that neither a plain call nor a compile on one device without autograd's
 #: boxes imports: the derivatives of compiled calls, several processes, device placement; and
@@ -183,9 +185,32 @@ def test_plain_tiered_calls_import_no_rules_and_a_trace_does():
                                                    if m in sys.modules and m not in {asks!r}])
         g = jit_ps(grad(loss), tiered=False, fallback="error")
         assert np.allclose(g(w), grad(loss)(w), rtol=1e-12, atol=0)
-        print(g.cache_info()["compiles"], all(m in sys.modules for m in {AT_FIRST_TRACE[:-2]!r}))
+        print(g.cache_info()["compiles"], all(m in sys.modules for m in {AT_FIRST_TRACE[:-2]!r}),
+              [m for m in {AT_FIRST_USE!r} if m in sys.modules])
         """, env)
-    assert out.splitlines() == ["4 []", "1 True"]
+    assert out.splitlines() == ["4 []", "1 True []"]
+
+
+def test_a_trace_imports_no_collectives_pmap_or_vmap_and_their_names_still_work():
+    """A compiled hessian (autograd's jacobian, batched while tracing: batched.py's patch,
+    imported with the package's rules) imports neither the collectives, pmap nor vmap's
+    transforms; those names then import theirs, and a vmap and a psum under it compile."""
+    out = run(f"""
+        import sys
+        import autograd.numpy as np
+        from autograd import hessian
+        from autograd_xla import jit_ps
+        loss = lambda w: np.sum(np.tanh(w) ** 2 + w ** 3)
+        w = np.linspace(-1.0, 1.0, 3)
+        h = jit_ps(hessian(loss), tiered=False, fallback="error")
+        assert np.allclose(h(w), hessian(loss)(w), rtol=1e-12, atol=0)
+        sizes = {{h.graph(np.linspace(-1.0, 1.0, n)).size() for n in (3, 12)}}  # one batched VJP, any n
+        print([m for m in {AT_FIRST_USE!r} if m in sys.modules], len(sizes))
+        from autograd_xla import psum, vmap
+        f = jit_ps(vmap(lambda x: x / psum(x, "i"), axis_name="i"), tiered=False, fallback="error")
+        print(np.allclose(f(w + 2.0), (w + 2.0) / np.sum(w + 2.0), rtol=1e-12, atol=0))
+        """)
+    assert out.splitlines() == ["[] 1", "True"]
 
 
 def test_a_rule_registered_before_the_first_trace_replaces_the_package_one():

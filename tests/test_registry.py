@@ -13,7 +13,9 @@ from autograd_xla.core import Aval, UfuncMethod, setitem
 
 @pytest.fixture
 def scratch():
-    """Register into the real registry and remove what the test added afterwards."""
+    """Register into the real registry and remove what the test added afterwards (the package's
+    own registrations made first: impurity's, imported at a process's first trace)."""
+    from autograd_xla import impurity  # noqa: F401
     before = set(registry.entries())
     yield
     for key in set(registry.entries()) - before:
