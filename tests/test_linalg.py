@@ -24,6 +24,7 @@ import autograd.scipy.linalg as asl
 from autograd import grad, hessian, make_jvp
 from autograd_xla import jit_ps
 from autograd_xla.rules import lapack as linalg_rules
+from autograd_xla.rules import linalg as linalg_rules_of_scipy
 from helpers import NARROW, assert_close, check, check_falls_back, check_grad, check_value, scalarize
 
 F64, F32, C128, C64 = onp.float64, onp.float32, onp.complex128, onp.complex64
@@ -228,12 +229,12 @@ def test_eig_values(dtype):
 
 
 def test_eig_of_real_spectrum_is_complex():
-    """numpy returns real arrays when every eigenvalue is real; we always return complex
-    (the dtype cannot depend on the data). The values agree."""
+    """numpy before 2.5 returns real arrays when every eigenvalue is real, numpy 2.5 complex
+    ones; we always return complex (the dtype cannot depend on the data). The values agree."""
     a = onp.array([[2.0, 1.0], [0.5, 3.0]])
     w, v = jit_ps(np.linalg.eig)(a)
     w0, v0 = onp.linalg.eig(a)
-    assert w0.dtype == F64 and w.dtype == C128
+    assert w0.dtype == (F64 if onp.lib.NumpyVersion(onp.__version__) < "2.5.0" else C128) and w.dtype == C128
     assert_close(w, w0.astype(C128))
     assert_close(fix_phase(v), fix_phase(v0.astype(C128)))
 
@@ -501,6 +502,21 @@ def test_cho_factor_cho_solve_cholesky(dtype):
         check_value(lambda a: asl.cholesky(a, lower=lower), a)
 
 
+@pytest.mark.parametrize("zeroes", [False, True])
+def test_cho_factor_other_triangle_as_this_scipy_leaves_it(monkeypatch, zeroes):
+    """scipy 1.18's cho_factor returns zeros in the triangle the factor leaves, earlier ones
+    the matrix's entries (LAPACK's potrf leaves them): the compiled factor follows what the
+    installed scipy does (rules.linalg.cho_factor_zeroes_other_triangle), either way here (a
+    size of each's own: a trace finds a program made from an equal graph before)."""
+    monkeypatch.setattr(linalg_rules_of_scipy, "cho_factor_zeroes_other_triangle", lambda: zeroes)
+    a = spd(6 + zeroes, 6 + zeroes)
+    for lower in (True, False):
+        c = jit_ps(lambda a: asl.cho_factor(a, lower=lower)[0], fallback="error")(a)
+        c0 = sla.cho_factor(a, lower=lower)[0]
+        triangle = onp.tril(c0) if lower else onp.triu(c0)
+        assert_close(c, triangle if zeroes else onp.where(triangle == 0, a, triangle))
+
+
 # ----- solve_banded ----------------------------------------------------------------------------
 def banded(lower, upper, n, seed=0):
     ab = general(lower + upper + 1, n, seed=seed)
@@ -546,6 +562,27 @@ def test_sqrtm_batched_and_special_shapes():
     check_value(asl.sqrtm, onp.array([[4.0, 1.0], [0.0, 0.0]]), rtol=SCHUR_RTOL)  # singular, with a root
     check_value(asl.sqrtm, onp.zeros((3, 3)))  # 0 / 0 in the recurrence is 0, as in scipy
     assert not onp.isfinite(jit_ps(asl.sqrtm)(onp.array([[0.0, 1.0], [0.0, 0.0]]))).all()  # no root: scipy inf
+
+
+@pytest.mark.filterwarnings("ignore:Matrix is singular")  # scipy's
+@pytest.mark.parametrize("dtype", [F64, C128])
+def test_sqrtm_of_a_repeated_zero_eigenvalue_runs_plainly_where_scipy_differs(monkeypatch, dtype):
+    """Where the installed scipy's root of a repeated zero eigenvalue is not the column
+    recurrence's (scipy 1.18's blocked algorithm: inf in the 3x3 zero matrix's first row,
+    rules.linalg.sqrtm_zero_pivots False), the compiled root is NaN there and the call runs
+    plainly, with scipy's answer and a FallbackWarning; other matrices compile. (7x7: a trace
+    finds a program made from an equal graph before, and other tests' are of the recurrence.)"""
+    from autograd_xla import FallbackWarning
+    from autograd_xla.compositions import linalg as compositions_linalg
+    monkeypatch.setattr(compositions_linalg, "sqrtm_zero_pivots", lambda: False)
+    monkeypatch.setattr(linalg_rules_of_scipy, "sqrtm_zero_pivots", lambda: False)
+    f = jit_ps(asl.sqrtm)
+    singular = onp.diag([1.0] + [0.0] * 6).astype(dtype)
+    with pytest.warns(FallbackWarning, match="repeated zero eigenvalue"):
+        assert_close(f(singular), sla.sqrtm(singular))
+    a = spd(7, 7).astype(dtype)
+    assert_close(f(a), sla.sqrtm(a), rtol=SCHUR_RTOL)
+    assert f.cache_info()["fallbacks"] == 1
 
 
 def test_sqrtm_needing_complex_result_runs_plainly():

@@ -15,7 +15,7 @@ from autograd.tracer import getval
 from .. import registry, tracing
 from ..control_flow import while_loop
 from ..registry import traces, when_imported
-from ..rules.linalg import cho_factor_matrix, sqrtm_matrix
+from ..rules.linalg import cho_factor_matrix, sqrtm_matrix, sqrtm_zero_pivots
 
 
 def _cho_factor(a, lower=False, overwrite_a=False, check_finite=True):
@@ -25,12 +25,17 @@ def _cho_factor(a, lower=False, overwrite_a=False, check_finite=True):
 def _sqrtm(A, disp=np._NoValue, blocksize=np._NoValue):
     """scipy returns a complex root exactly where a real matrix has a negative real eigenvalue,
     a dtype the data decide; the compiled root is real (NaN there), so the program checks
-    that the root is finite and otherwise runs the call plainly (scipy's complex answer)."""
+    that the root is finite and otherwise runs the call plainly (scipy's complex answer).
+    Where this scipy's root of a repeated zero eigenvalue is not the recurrence's
+    (rules.linalg.sqrtm_zero_pivots), the compiled root is NaN there too, of any dtype."""
     out = tracing.bind(sqrtm_matrix, (A,), {"disp": disp, "blocksize": blocksize})
-    if out.dtype.kind == "f":
+    pivots = not sqrtm_zero_pivots()
+    if out.dtype.kind == "f" or pivots:
         finite_in = np.all(np.isfinite(A))
         tracing.add_guard(np.logical_or(np.all(np.isfinite(out)), np.logical_not(finite_in)),
-                          "scipy.linalg.sqrtm of a real matrix with a negative real eigenvalue is complex")
+                          "scipy.linalg.sqrtm of a real matrix with a negative real eigenvalue is complex"
+                          if not pivots else "scipy.linalg.sqrtm of a matrix with a repeated zero eigenvalue, or of "
+                          "a real matrix with a negative real eigenvalue (a complex root)")
     return out
 
 

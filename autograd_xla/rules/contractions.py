@@ -3,6 +3,9 @@
 Each becomes one `dot_general` (batch, contracting and free dimensions) around the
 reshapes and transposes that put numpy's output axes in numpy's order.
 """
+import functools
+import warnings
+
 import numpy as np
 from numpy._core.einsumfunc import _parse_einsum_input
 
@@ -158,6 +161,19 @@ def _kron(ctx, a, b):
     return ctx.reshape(ctx.binary("multiply", xs, ys), [p * q for p, q in zip(x.shape, y.shape)])
 
 
+@functools.cache
+def cross_of_2_vectors():
+    """Whether this numpy computes cross products of 2-vectors: numpy 2.0-2.4 does (with a
+    DeprecationWarning), numpy 2.5 raises a ValueError."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            np.cross(np.ones(2), np.ones(2))
+        except ValueError:
+            return False
+    return True
+
+
 @lowers(np.cross)
 def _cross(ctx, a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
     x, y = _operands(ctx, a, b)
@@ -167,6 +183,8 @@ def _cross(ctx, a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
     y = ctx.transpose(y, moveaxis_perm(y.ndim, axisb, -1))
     if x.shape[-1] not in (2, 3) or y.shape[-1] not in (2, 3):
         raise ValueError("incompatible dimensions for cross product (dimension must be 2 or 3)")
+    if 2 in (x.shape[-1], y.shape[-1]) and not cross_of_2_vectors():
+        np.cross(np.zeros(x.shape[-1]), np.zeros(y.shape[-1]))  # raises numpy's own error
 
     def comp(v, i):
         if i >= v.shape[-1]:

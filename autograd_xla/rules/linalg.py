@@ -558,12 +558,19 @@ def cho_factor_matrix(a, lower=False):
     return scipy_linalg.cho_factor(a, lower=lower)[0]
 
 
+@functools.cache
+def cho_factor_zeroes_other_triangle():
+    """Whether this scipy's cho_factor returns zeros in the triangle the factor leaves (scipy
+    1.18), not what the matrix held there (before: LAPACK's potrf leaves it as it was)."""
+    return bool(scipy_linalg.cho_factor(np.array([[4.0, 2.0], [2.0, 3.0]]))[0][1, 0] == 0.0)
+
+
 @lowers(cho_factor_matrix)
 @numpy_if_empty(cho_factor_matrix)
 def _cho_factor_matrix_rule(ctx, a, lower=False):
     v = _scipy_square(ctx, a, linalg_dtype(_dtype_of(a)), "cho_factor")
     f, ok = cholesky_factor(ctx, v, bool(lower))
-    return nan_unless(ctx, ok, f)
+    return nan_unless(ctx, ok, triangle(ctx, f, bool(lower)) if cho_factor_zeroes_other_triangle() else f)
 
 
 def _scipy_cholesky(ctx, a, lower=False, overwrite_a=False, check_finite=True):
@@ -643,10 +650,11 @@ def triangular_sylvester(ctx, ta, tb, f):
     return counted_loop(ctx, m, [ctx.zeros_like(f)], step)[0]
 
 
-def triangular_sqrtm(ctx, t):
+def triangular_sqrtm(ctx, t, zero_pivots=True):
     """Upper triangular r with r @ r = t (principal branch on the diagonal). Column j solves
     (r[:j, :j] + r[j, j] I) r[:j, j] = t[:j, j]; in full size, rows >= j get an identity
-    diagonal and a zero right-hand side so they stay zero."""
+    diagonal and a zero right-hand side so they stay zero. `zero_pivots` False: NaN where
+    r[k, k] + r[j, j] = 0 (sqrtm_zero_pivots)."""
     batch, n = t.shape[:-2], t.shape[-1]
     nb = len(batch)
     root = ctx.unary("sqrt", diag(ctx, t))  # (..., n)
@@ -672,6 +680,8 @@ def triangular_sqrtm(ctx, t):
         # a zero denominator with a nonzero numerator: no square root exists (scipy: inf)
         nonzero = b.compare(x, b.zeros_like(x), "NE")
         x = b.select(b.binary("and", denom_zero, nonzero), b.full(vec, np.inf, t.dtype), x)
+        if not zero_pivots:
+            x = b.select(denom_zero, b.full(vec, np.nan, t.dtype), x)
         col = b.select(b.compare(idx, jj, "EQ"), rjj_v, x)
         return b.dynamic_update_slice(r, b.reshape(col, vec + (1,)), [zero] * nb + [zero, j])
 
@@ -706,6 +716,18 @@ def sqrtm_matrix(A, disp=np._NoValue, blocksize=np._NoValue):
     return scipy_linalg.sqrtm(A, disp=disp, blocksize=blocksize)
 
 
+@functools.cache
+def sqrtm_zero_pivots():
+    """Whether this scipy's sqrtm gives what triangular_sqrtm's column recurrence does where
+    it divides by r[k, k] + r[j, j] = 0 (a repeated zero eigenvalue): 0 for 0 / 0, inf else
+    (scipy 1.17: the 3x3 zero matrix's root is zero). scipy 1.18's recursive blocked algorithm
+    gives inf in some of those places (in that root's first row): there the compiled root is
+    NaN, and such a call runs plainly (compositions/linalg.py's guard)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (its singular matrix warning)
+        return bool(np.all(np.isfinite(scipy_linalg.sqrtm(np.zeros((3, 3))))))
+
+
 @lowers(sqrtm_matrix)
 def _sqrtm_rule(ctx, A, disp=np._NoValue, blocksize=np._NoValue):
     if disp is not np._NoValue and not disp:
@@ -724,7 +746,7 @@ def _sqrtm_rule(ctx, A, disp=np._NoValue, blocksize=np._NoValue):
     if v.shape[-2:] == (1, 1):  # scipy: np.emath.sqrt, complex for negative reals (NaN here)
         return ctx.unary("sqrt", v)
     t, z = schur_complex(ctx, v)
-    x = mm(ctx, mm(ctx, z, triangular_sqrtm(ctx, t)), adjoint(ctx, z))
+    x = mm(ctx, mm(ctx, z, triangular_sqrtm(ctx, t, sqrtm_zero_pivots())), adjoint(ctx, z))
     if dt.kind == "c":
         return x
     if not use_lapack(ctx):
