@@ -1,4 +1,5 @@
 """Reductions, scans, sorting and differences under jit_ps, against numpy/autograd."""
+import re
 import warnings
 
 import autograd.numpy as np
@@ -7,8 +8,11 @@ import pytest
 
 pytestmark = pytest.mark.filterwarnings("error:.*runs as plain autograd")
 
+from helpers import assert_close  # noqa: E402
 from numpy_checks import (C64, C128, F32, F64, FLOATS, check, check_exact, check_family, check_jvp,  # noqa: E402
                           check_value, rand)
+
+from autograd_xla import jit_ps  # noqa: E402
 
 X = rand((3, 4, 2), F64, -2, 2)
 
@@ -157,6 +161,29 @@ def test_sort_values():
     check_value(lambda c: (np.sort(c), np.argsort(c)), c)
     e = onp.zeros((0, 3))
     check_value(lambda e: (np.sort(e), np.argsort(e, axis=0), np.sort(e[:, :1], axis=0)), e)
+
+
+def test_sort_keywords_as_this_numpy_takes_them():
+    """numpy 2.5's descending sorts (NaN last; argsort's ties in their order, as with
+    stable=True) compile; where numpy has no such keyword (before 2.5) the call raises its
+    TypeError, and a kind beside stable or descending numpy's ValueError, compiled or not."""
+    x = onp.array([[3.0, onp.nan, -onp.inf, 1.0, 3.0], [onp.nan, -0.0, 0.0, 2.0, 2.0], [5.0, 4.0, 4.0, -1.0, 4.0]])
+    i = onp.array([5, 3, 5, 1, 3, 5, 1], onp.int16)
+    cases = [(lambda x: (np.sort(x, descending=True), np.sort(x, axis=0, descending=True),
+                         np.argsort(x, descending=True, stable=True), np.argsort(x, axis=None, descending=True,
+                                                                                 stable=True),
+                         np.sort(x, descending=False)), x),
+             (lambda i: (np.sort(i, descending=True), np.argsort(i, descending=True, stable=True),
+                         np.sort(i > 2, descending=True)), i),
+             (lambda x: np.sort(x, kind="stable", stable=True), x)]
+    for f, a in cases:
+        try:
+            expected = f(a)
+        except (TypeError, ValueError) as e:
+            with pytest.raises(type(e), match=re.escape(str(e))):
+                jit_ps(f, fallback="error")(a)
+        else:
+            assert_close(jit_ps(f, fallback="error")(a), expected, check_dtype=True)
 
 
 def test_sort_2d_value_and_jvp():

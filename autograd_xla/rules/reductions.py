@@ -355,30 +355,44 @@ lowers(np.cumulative_prod)(_new_style_cumulative(np.cumulative_prod, np.cumprod,
 
 
 # ----- sorting -------------------------------------------------------------------------------
-def _less_nan_last(b, x, y):
-    """numpy's sort order: NaN after everything; complex numbers lexicographically."""
+def _before_nan_last(b, x, y, descending=False):
+    """numpy's sort order: NaN after everything, ascending or descending; complex numbers
+    lexicographically (ascending only: sort_along)."""
     if x.dtype.kind == "c":
         xr, yr, xi, yi = b.real(x), b.real(y), b.imag(x), b.imag(y)
-        real_less = _less_nan_last(b, xr, yr)
+        real_less = _before_nan_last(b, xr, yr)
         real_same = b.binary("or", b.compare(xr, yr, "EQ"),
                              b.binary("and", b.compare(xr, xr, "NE"), b.compare(yr, yr, "NE")))
-        return b.binary("or", real_less, b.binary("and", real_same, _less_nan_last(b, xi, yi)))
+        return b.binary("or", real_less, b.binary("and", real_same, _before_nan_last(b, xi, yi)))
+    direction = "GT" if descending else "LT"
     if x.dtype.kind == "f":
         x_nan, y_nan = b.compare(x, x, "NE"), b.compare(y, y, "NE")
-        return b.binary("or", b.compare(x, y, "LT"), b.binary("and", y_nan, b.unary("not", x_nan)))
-    return b.compare(x, y, "LT")
+        return b.binary("or", b.compare(x, y, direction), b.binary("and", y_nan, b.unary("not", x_nan)))
+    return b.compare(x, y, direction)
 
 
-def sort_along(ctx, v, axis, with_indices=False):
+def sort_along(ctx, v, axis, with_indices=False, descending=False):
     """Stable sort of v along axis (NaN last); with_indices also returns the permutation."""
+    if descending and v.dtype.kind == "c":  # (numpy 2.5's order of complex NaNs descending: not reproduced)
+        raise NotImplementedError("a descending sort of complex numbers is not supported under jit_ps")
     if v.shape[axis] <= 1 or v.size == 0:
         idx = ctx.full(v.shape, 0, np.int64)
         return (v, idx) if with_indices else v
     operands = [v]
     if with_indices:
         operands.append(ctx.iota(v.shape, np.int64, axis))
-    outs = ctx.sort(operands, axis, lambda b, x, y, *rest: _less_nan_last(b, x, y), stable=True)
+    outs = ctx.sort(operands, axis, lambda b, x, y, *rest: _before_nan_last(b, x, y, descending), stable=True)
     return (outs[0], outs[1]) if with_indices else outs[0]
+
+
+def _sort_keywords(fn, dtype, kind, stable, descending):
+    """Whether to sort descending, after numpy's own checks of the keywords on a stand-in of
+    the dtype: a kind beside stable or descending raises its ValueError, descending where
+    this numpy has none (before 2.5) its TypeError."""
+    extra = {} if descending is np._NoValue else {"descending": descending}
+    if extra or (kind is not None and stable is not None):
+        fn(np.zeros(2, dtype), kind=kind, stable=stable, **extra)
+    return bool(extra.get("descending"))
 
 
 def _sort_input(ctx, a, axis, order):
@@ -393,16 +407,18 @@ def _sort_input(ctx, a, axis, order):
 
 
 @lowers(np.sort)
-def _sort(ctx, a, axis=-1, kind=None, order=None, *, stable=None):
+def _sort(ctx, a, axis=-1, kind=None, order=None, *, stable=None, descending=np._NoValue):
     v, ax = _sort_input(ctx, a, axis, order)
-    return sort_along(ctx, v, ax)
+    return sort_along(ctx, v, ax, descending=_sort_keywords(np.sort, v.dtype, kind, stable, descending))
 
 
 @lowers(np.argsort)
-def _argsort(ctx, a, axis=-1, kind=None, order=None, *, stable=None):
-    """Always stable: numpy's default quicksort may order ties differently."""
+def _argsort(ctx, a, axis=-1, kind=None, order=None, *, stable=None, descending=np._NoValue):
+    """Always stable: numpy's default quicksort may order ties differently (numpy 2.5's
+    descending=True too: its stable=True order, NaN last)."""
     v, ax = _sort_input(ctx, a, axis, order)
-    return sort_along(ctx, v, ax, with_indices=True)[1]
+    return sort_along(ctx, v, ax, with_indices=True,
+                      descending=_sort_keywords(np.argsort, v.dtype, kind, stable, descending))[1]
 
 
 def _check_kth(kth, n):
