@@ -596,10 +596,18 @@ class Builder:
 
     def custom_call(self, target, operands, results, backend_config=None, api_version=4, layouts=None,
                     extra=None):
+        """`layouts`: (operands', results') minor-to-major orders; a typed FFI call (api_version
+        4: ours, scipy's loops, jaxlib's LAPACK kernels) without them reads and writes every
+        buffer row-major. Left free, XLA chooses them: it gave a product's result, multiplied
+        by BLAS (blas.GEMM) or made by scipy's loop, the column-major layout of the LAPACK
+        kernel that reads it, which the handler then filled row-major (np.linalg.inv of a
+        complex product, of scipy.special.gammaln(a): the inverse of the transpose)."""
         attrs = {"call_target_name": string(target)}
         if backend_config is not None:
             attrs["backend_config"] = backend_config
         attrs["api_version"] = f"{api_version} : i32"
+        if layouts is None and api_version == 4:
+            layouts = ([range(v.ndim - 1, -1, -1) for v in operands], [range(len(s) - 1, -1, -1) for s, _ in results])
         if layouts is not None:
             ins, outs = layouts
             attrs["operand_layouts"] = "[" + ", ".join(_layout(l) for l in ins) + "]"

@@ -21,6 +21,7 @@ import scipy.linalg as sla
 
 import autograd.numpy as np
 import autograd.scipy.linalg as asl
+import autograd.scipy.special as asp
 from autograd import grad, hessian, make_jvp
 from autograd_xla import jit_ps
 from autograd_xla.rules import lapack as linalg_rules
@@ -721,6 +722,38 @@ def test_one_custom_call_per_factorization():
     assert_close(jf(a, y), grad(nll)(a, y))
     text = jf.stablehlo(a, y)
     assert "lapack_dpotrf_ffi" in text and "lapack_dtrsm_ffi" in text
+
+
+@pytest.mark.parametrize("made", ["complex product", "scipy loop"])
+def test_a_matrix_made_by_a_custom_call_and_factorized_is_not_transposed(made):
+    """A matrix made by one of the CPU's custom calls (a complex product from 2^15
+    multiply-adds by BLAS, blas.GEMM; scipy.special.gammaln by scipy's own loop) and read by a
+    LAPACK kernel, which takes its operands column-major: every typed custom call states its
+    layouts (row-major where its handler reads and writes so, hlo.Builder.custom_call), else
+    XLA gave the product's result the kernel's layout and its handler filled it row-major,
+    the inverse and solution of the transpose (relative errors 1.1 and 9.1; eig's vectors
+    those of the transpose)."""
+    rng = onp.random.RandomState(0)
+    if made == "complex product":
+        n = 40  # 64,000 multiply-adds
+        a, b = (rng.randn(n, n) + 1j * rng.randn(n, n) for _ in range(2))
+
+        def make(a, b):
+            return np.dot(a, b)
+    else:
+        n = 8
+        a, b = rng.rand(n, n) + 1.0 + n * onp.eye(n), None
+
+        def make(a, b):
+            return asp.gammaln(a)
+    y = rng.randn(n)
+    f = jit_ps(lambda a, b: (np.linalg.inv(make(a, b)), np.linalg.solve(make(a, b), y),
+                             np.linalg.cholesky(np.dot(make(a, b), np.conj(make(a, b).T)))), fallback="error")
+    assert_close(f(a, b), (onp.linalg.inv(make(a, b)), onp.linalg.solve(make(a, b), y),
+                           onp.linalg.cholesky(make(a, b) @ make(a, b).conj().T)), rtol=1e-9)
+    w, v = jit_ps(lambda a, b: np.linalg.eig(make(a, b)), fallback="error")(a, b)
+    m = make(a, b)
+    assert onp.abs(m @ v - v * w).max() <= 1e-12 * onp.abs(m).max() * n
 
 
 def test_batched_lapack_kernels_take_batch_dimensions():
