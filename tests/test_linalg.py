@@ -753,7 +753,7 @@ def test_a_matrix_made_by_a_custom_call_and_factorized_is_not_transposed(made):
                            onp.linalg.cholesky(make(a, b) @ make(a, b).conj().T)), rtol=1e-9)
     w, v = jit_ps(lambda a, b: np.linalg.eig(make(a, b)), fallback="error")(a, b)
     m = make(a, b)
-    assert onp.abs(m @ v - v * w).max() <= 1e-12 * onp.abs(m).max() * n
+    assert onp.abs(m @ v - v * w).max() <= (1e-5 if NARROW else 1e-12) * onp.abs(m).max() * n  # (NARROW: 32 bits)
 
 
 def test_batched_lapack_kernels_take_batch_dimensions():
